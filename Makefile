@@ -1,0 +1,48 @@
+# Railyard's public interface: make up|down|preview|test|review|bench [STACK=lab]
+# Every target sets up what it needs first (virtualenv, engine toolchain, host packages), so on a
+# fresh machine `make up` and `make test` are the only two commands.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+STACK ?= lab
+PYTHON ?= python3.11
+VENV := .venv
+RY := $(VENV)/bin/railyard
+
+.PHONY: up down preview test review bench venv toolchain deps setup help
+
+help:
+	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test]'
+	@touch $@
+
+# Builds (or reuses from ~/.cache/railyard) the Pulumi CLI, language host and Kubernetes provider.
+toolchain: venv
+	@$(VENV)/bin/python -m railyard.engine.toolchain
+
+# Debian packages the lab needs (sshd, traceroute, filesystem tools); installs only what is missing.
+deps:
+	@bash scripts/host-deps.sh
+
+setup: toolchain deps
+
+up: setup
+	$(RY) up --stack $(STACK)
+
+down: setup
+	$(RY) down --stack $(STACK)
+
+preview: setup
+	$(RY) preview --stack $(STACK)
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+review: setup
+	$(RY) review
+
+bench: setup
+	$(RY) bench

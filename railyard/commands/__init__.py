@@ -1,0 +1,1 @@
+"""One module per `railyard` sub-command; each exposes `register(subparsers)`."""

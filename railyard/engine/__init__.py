@@ -1,0 +1,1 @@
+"""The Pulumi engine Railyard runs on: the toolchain (built offline and cached) and its environment."""

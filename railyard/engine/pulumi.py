@@ -1,0 +1,63 @@
+"""Running the Pulumi CLI for Railyard: always the toolchain's binary, always the offline environment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Sequence
+
+from railyard import paths
+from railyard.engine.toolchain import ToolchainError, engine_env
+
+
+class PulumiError(RuntimeError):
+    def __init__(self, args: Sequence[str], returncode: int, output: str):
+        self.returncode = returncode
+        self.output = output
+        super().__init__(f"pulumi {' '.join(args)} failed with exit code {returncode}")
+
+
+def pulumi_bin(root: Path | None = None) -> Path:
+    p = paths.bin_dir(root) / "pulumi"
+    if not p.exists():
+        raise ToolchainError("the Pulumi engine is not set up here yet: run `make toolchain` (or any make target)")
+    return p
+
+
+def run(
+    args: Sequence[str],
+    *,
+    root: Path | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    capture: bool = False,
+    check: bool = True,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `pulumi ARGS` in the project (or cwd) with the engine environment."""
+    root = root or paths.project_root()
+    full_env = engine_env(root, env)
+    proc = subprocess.run(
+        [str(pulumi_bin(root)), *args, "--non-interactive"],
+        cwd=cwd or root,
+        env=full_env,
+        text=True,
+        capture_output=capture,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise PulumiError(args, proc.returncode, (proc.stdout or "") + (proc.stderr or ""))
+    return proc
+
+
+def run_json(args: Sequence[str], **kw: Any) -> Any:
+    proc = run([*args, "--json"], capture=True, **kw)
+    return json.loads(proc.stdout)
+
+
+def ensure_stack(stack: str, **kw: Any) -> None:
+    """Select STACK, creating it with the passphrase secrets provider the first time."""
+    if run(["stack", "select", stack], capture=True, check=False, **kw).returncode != 0:
+        run(["stack", "init", stack, "--secrets-provider", "passphrase"], capture=True, **kw)

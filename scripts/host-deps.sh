@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Railyard's lab and tests use, only those missing, so reruns are free.
+set -euo pipefail
+declare -A want=(
+  [sshd]=openssh-server
+  [ssh]=openssh-client
+  [ip]=iproute2
+  [traceroute]=traceroute
+  [mkfs.xfs]=xfsprogs
+  [mkfs.ext4]=e2fsprogs
+  [losetup]=mount
+)
+missing=()
+for cmd in "${!want[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("${want[$cmd]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "railyard: missing host packages: ${missing[*]} (install them as root: apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "railyard: installing host packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
