@@ -1,0 +1,18 @@
+"""A no-op Python dynamic resource: the baseline Railyard's own resources are compared with."""
+
+from __future__ import annotations
+
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
+
+
+class NoopProvider(ResourceProvider):
+    def create(self, props):
+        return CreateResult(id_=props["name"], outs=props)
+
+    def diff(self, _id, olds, news):
+        return DiffResult(changes=olds != news)
+
+
+class Noop(Resource):
+    def __init__(self, name: str, opts=None):
+        super().__init__(NoopProvider(), name, {"name": name}, opts)

@@ -1,0 +1,142 @@
+"""The offline engine toolchain: caching, damage detection and the messages of a broken environment."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from railyard.engine import toolchain
+from railyard.engine.toolchain import Target, ToolchainError
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAILYARD_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def fake_target(tmp_path, monkeypatch):
+    mod = tmp_path / "mod"
+    mod.mkdir()
+    (mod / "go.mod").write_text("module example\n")
+    target = Target("fake", mod, ("tool-a", "tool-b"), ("go.mod",))
+    calls = []
+
+    def build(out: Path) -> None:
+        calls.append(out)
+        for name in target.files:
+            (out / name).write_bytes(b"#!/bin/sh\necho " + name.encode() + b"\n" * 1000)
+            (out / name).chmod(0o755)
+
+    monkeypatch.setitem(toolchain._BUILDERS, "fake", build)
+    return target, calls
+
+
+def test_missing_go_toolchain_is_reported_with_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no go on it
+    with pytest.raises(ToolchainError) as err:
+        toolchain.go_version()
+    assert "no Go toolchain" in str(err.value) and "golang-go" in str(err.value)
+
+
+def test_module_refused_by_the_proxy_names_the_module():
+    # The shape of the go command's error when the module proxy refuses a version (host redacted).
+    stderr = (
+        "go: github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@v3.0.0-20260820084410-a05d88f24d05: "
+        "reading https://PROXY/github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3/@v/"
+        "v3.0.0-20260820084410-a05d88f24d05.info: 403 Forbidden\n\tserver response: This module version is not available.\n"
+    )
+    msg = toolchain.explain_go_failure(stderr, "building pulumi")
+    assert "refused github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@v3.0.0-20260820084410-a05d88f24d05" in msg
+    assert "403 Forbidden" in msg
+
+
+def test_missing_go_sum_entry_says_how_to_refresh_it():
+    msg = toolchain.explain_go_failure(
+        "main.go:5:2: missing go.sum entry for module providing package github.com/x/y (imported by z)", "building z")
+    assert "go.sum lacks an entry for github.com/x/y" in msg
+
+
+def test_second_run_does_no_go_work(cache, fake_target):
+    target, calls = fake_target
+    first = toolchain.ensure_built(target, "go1.26")
+    second = toolchain.ensure_built(target, "go1.26")
+    assert first == second and len(calls) == 1
+
+
+def test_half_written_binary_is_detected_and_rebuilt(cache, fake_target):
+    target, calls = fake_target
+    built = toolchain.ensure_built(target, "go1.26")
+    with (built / "tool-b").open("r+b") as f:
+        f.truncate(10)  # what a killed copy or a full disk leaves behind
+    assert "does not match its manifest" in toolchain.verify(built, target.files)
+    rebuilt = toolchain.ensure_built(target, "go1.26")
+    assert len(calls) == 2 and toolchain.verify(rebuilt, target.files) is None
+
+
+def test_interrupted_build_without_manifest_is_not_trusted(cache, fake_target):
+    target, calls = fake_target
+    build_dir = cache / "bin" / f"fake-{target.key('go1.26')}"
+    build_dir.mkdir(parents=True)
+    (build_dir / "tool-a").write_text("partial")
+    assert toolchain.verify(build_dir, target.files) == "no manifest (an interrupted build)"
+    toolchain.ensure_built(target, "go1.26")
+    assert len(calls) == 1
+
+
+def test_failed_build_leaves_no_partial_directory(cache, fake_target, monkeypatch):
+    target, _ = fake_target
+
+    def broken(out: Path) -> None:
+        (out / "tool-a").write_text("x")
+        raise ToolchainError("building tool-b failed")
+
+    monkeypatch.setitem(toolchain._BUILDERS, "fake", broken)
+    with pytest.raises(ToolchainError):
+        toolchain.ensure_built(target, "go1.26")
+    assert not (cache / "bin").exists() or list((cache / "bin").iterdir()) == []
+
+
+def test_cache_key_changes_with_pins_and_go_version(fake_target):
+    target, _ = fake_target
+    k1 = target.key("go1.26.8")
+    assert target.key("go1.26.9") != k1
+    (target.module_dir / "go.mod").write_text("module example\nrequire x v1\n")
+    assert target.key("go1.26.8") != k1
+
+
+@pytest.mark.parametrize("version,ok", [
+    ("v3.274.1", True), ("v3.272.0", True), ("v3.271.9", False), ("v4.0.0", False), ("garbage", False),
+])
+def test_ambient_pulumi_version_range(version, ok):
+    assert toolchain.compatible(toolchain.parse_version(version)) is ok
+
+
+def test_ambient_pulumi_in_range_is_used_instead_of_building(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "pulumi").write_text("#!/bin/sh\necho v3.280.0\n")
+    (fake / "pulumi-language-python").write_text("#!/bin/sh\n")
+    for p in fake.iterdir():
+        p.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.ambient_pulumi(tmp_path) == fake / "pulumi"
+    (fake / "pulumi").write_text("#!/bin/sh\necho v3.100.0\n")
+    assert toolchain.ambient_pulumi(tmp_path) is None
+
+
+def test_engine_environment_never_reaches_for_the_network(tmp_path):
+    env = toolchain.engine_settings(tmp_path, {"PATH": "/usr/bin"})
+    assert env["PULUMI_SKIP_UPDATE_CHECK"] == "true"
+    assert env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
+    assert env["PULUMI_BACKEND_URL"] == f"file://{tmp_path / '.railyard' / 'state'}"
+    assert env["PULUMI_HOME"] == str(tmp_path / ".railyard" / "pulumi-home")
+
+
+def test_a_team_backend_and_passphrase_given_by_the_user_win(tmp_path):
+    env = toolchain.engine_settings(tmp_path, {"PULUMI_BACKEND_URL": "s3://bucket", "PULUMI_CONFIG_PASSPHRASE_FILE": "/p"})
+    assert "PULUMI_BACKEND_URL" not in env and "PULUMI_CONFIG_PASSPHRASE" not in env
