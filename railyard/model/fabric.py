@@ -1,0 +1,719 @@
+"""The compute fabric: a rail-optimized fat tree of InfiniBand or RoCE switches.
+
+The design rules (issue 3, item 5; the reasoning and worked examples are in docs/fabric.md):
+
+* Rail i joins compute NIC i of every node (NICs in catalog order, which is GPU order).
+* A scalable unit (SU) holds radix/2 - reservedLeafPorts nodes of one pool and has one leaf per
+  rail. Every leaf has ceil((radix/2) / oversubscription) uplinks, whether or not its SU is full,
+  so filling an SU never recables the tiers above it.
+* Two tiers while the leaves fit the spine radix: every leaf reaches every spine with the same
+  number k of links, k the largest divisor of the uplinks that the spine ports allow.
+* Three tiers beyond: spine groups of g whole SUs (g = the SUs whose leaves fit the downward half
+  of a spine; 4 for 8 rails on 64 ports, the 128-node pod of SuperPOD designs), one link from every
+  leaf of the group to each of its U spines; spine j of every group forms core plane j, and each
+  spine spreads its uplinks (as many as its downlinks: the tiers above the leaf are non-blocking)
+  evenly over the C cores of its plane.
+
+The summary is arithmetic on a handful of numbers per pool, never an enumeration, so a plan of
+65,536 GPUs costs what a plan of 16 does; `switches()` and `links()` enumerate for the detail view
+and the cabling CSV. Names and ports are pure functions of (pool, unit, rail, index): see
+`leaf_name` and friends, and docs/addressing.md for what growth may and may not change.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple, Sequence
+
+from railyard.model import addressing as addr
+from railyard.model.errors import Problem, SpecError
+
+SPEED_GBPS = {"ndr": 400, "hdr": 200, "800gbe": 800, "400gbe": 400, "200gbe": 200, "100gbe": 100}
+LINK_TIERS = ("node_leaf", "leaf_spine", "spine_core")
+SWITCH_TIERS = ("leaf", "spine", "core")
+CSV_COLUMNS = ("tier", "rail", "a_device", "a_port", "a_interface", "a_ip", "b_device", "b_port",
+               "b_interface", "b_ip", "speed_gbps")
+
+_PATH = "railyard:fabric.compute"
+
+
+class FabricError(SpecError):
+    """A fabric the planner cannot build from these parameters (reported like any spec problem)."""
+
+
+def _fail(key: str, found: Any, allowed: str, hint: str = "") -> FabricError:
+    return FabricError([Problem(f"{_PATH}.{key}" if key else _PATH, str(found), allowed, hint)])
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True)
+class SwitchGeometry:
+    """A switch model as the planner sees it, at the fabric's port speed."""
+
+    model: str
+    radix: int              # ports at this speed (breakout counted)
+    gbps: int               # per port
+    ports_per_cage: int = 1
+    cage: str = "OSFP"
+    optic: str = "unknown"  # the transceiver the catalog names, if it does
+
+    def label(self, port: int) -> str:
+        """Front-panel name of a 1-based port: `cage/lane` when a cage carries several ports."""
+        if self.ports_per_cage == 1:
+            return str(port)
+        cage, lane = divmod(port - 1, self.ports_per_cage)
+        return f"{cage + 1}/{lane + 1}"
+
+    def cages(self, ports: int) -> int:
+        """Cages (transceivers) that ports 1..ports occupy."""
+        return -(-ports // self.ports_per_cage)
+
+    def cages_of(self, *spans: tuple[int, int]) -> int:
+        """Cages that the ports of sorted, disjoint 0-based spans (start, count) occupy."""
+        total, last = 0, -1
+        for start, count in spans:
+            if count <= 0:
+                continue
+            first, end = start // self.ports_per_cage, (start + count - 1) // self.ports_per_cage
+            total += end - first + 1 - (1 if first == last else 0)
+            last = end
+        return total
+
+    @property
+    def optic_name(self) -> str:
+        if self.optic and self.optic != "unknown":
+            return self.optic
+        if self.ports_per_cage == 1:
+            return f"{self.cage} {self.gbps}G"
+        return f"{self.cage} {self.ports_per_cage}x{self.gbps}G (breakout)"
+
+
+@dataclass(frozen=True)
+class FabricPool:
+    """A node pool as the fabric sees it: how many nodes, and their compute NICs in rail order."""
+
+    name: str
+    ordinal: int
+    nodes: int
+    rails: int
+    nics: tuple[str, ...] = ()
+
+    def nic(self, rail: int) -> str:
+        return self.nics[rail] if rail < len(self.nics) else f"rail{rail}"
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """Where one pool sits in the fabric; all counts, no enumeration."""
+
+    pool: FabricPool
+    units: int             # scalable units
+    last_unit_nodes: int   # nodes in the last SU (the SU size when it is full)
+    leaf_offset: int       # fabric-wide ordinal of the pool's first leaf
+    group_units: int = 0   # three tiers: SUs in a full spine group
+    groups: int = 0        # three tiers: spine groups
+    group_offset: int = 0  # three tiers: fabric-wide ordinal of the pool's first group in a plane
+    core_offset: int = 0   # three tiers: first core port of the pool's spines in a plane
+
+    @property
+    def leaves(self) -> int:
+        return self.units * self.pool.rails
+
+    @property
+    def last_group_units(self) -> int:
+        return self.units - (self.groups - 1) * self.group_units if self.groups else 0
+
+    def group_units_of(self, group: int) -> int:
+        return self.last_group_units if group == self.groups - 1 else self.group_units
+
+
+class Switch(NamedTuple):
+    name: str
+    tier: str            # leaf | spine | core
+    pool: str | None     # leaves and three-tier spines belong to a pool
+    unit: int | None     # leaf: its SU; three-tier spine: its group
+    rail: int | None     # leaf: its rail
+    plane: int | None    # three-tier spine and core: the core plane
+    index: int           # position within its unit / group / plane / tier
+    ports: int
+    ports_used: int
+    asn: int | None = None
+
+
+class Link(NamedTuple):
+    """One port-to-port link (one cable). `a` is the lower end: node, leaf or spine."""
+
+    tier: str            # node_leaf | leaf_spine | spine_core
+    rail: int | None
+    a_device: str
+    a_port: Any          # a NIC name on a node, a 1-based port number on a switch
+    b_device: str
+    b_port: int
+    gbps: int
+    a_ip: str | None = None  # RoCE: the /31 ends of a switch-to-switch link
+    b_ip: str | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Names: pure functions of (pool, unit, rail, index)
+
+
+def leaf_name(pool: str, unit: int, rail: int) -> str:
+    return f"{pool}-su{unit}-leaf{rail}"
+
+
+def spine_name(index: int) -> str:
+    """A spine of a two-tier fabric (shared by every pool)."""
+    return f"spine{index}"
+
+
+def group_spine_name(pool: str, group: int, index: int) -> str:
+    """Spine `index` of the pool's spine group `group` (three tiers)."""
+    return f"{pool}-sg{group}-spine{index}"
+
+
+def core_name(plane: int, index: int) -> str:
+    return f"plane{plane}-core{index}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Small arithmetic
+
+
+def _divisors(n: int) -> list[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _number(x: float) -> int | float:
+    """A ratio as JSON shows it: an integer when whole, else 3 decimals."""
+    r = round(x, 3)
+    return int(r) if float(r).is_integer() else r
+
+
+def min_bisection_links(pools: Sequence[tuple[int, int, int]], su_nodes: int, uplinks: int) -> int:
+    """Links crossing the cheapest balanced cut of a leaf-spine(-core) fabric.
+
+    pools: per pool (full SUs, nodes in its partial SU or 0, rails). Nodes are the endpoints (their
+    GPUs talk over NVLink inside a node); a balanced cut puts floor(N/2) nodes on one side.
+
+    Why this is the minimum: the tiers above the leaves are non-blocking (a spine has as many links
+    up as down and spreads them evenly), so the cheapest cut leaves all of them on one side, the
+    other side X being a set of nodes. A leaf with x of its n nodes in X then costs
+    min(x, n - x + uplinks) links (leaf outside X: X's node links cross; inside: the others' node
+    links and its uplinks cross). That is concave in x, so over the simplex sum(x) = |X| the
+    minimum sits at a vertex: whole SUs in X plus at most one split SU. We try every vertex: each
+    subset of the partial SUs whole, the cheapest full SUs (fewest rails) whole, and the split in
+    each pool's full or partial SU. |X| is floor(N/2) or its complement's size (the cut is
+    symmetric). tests/unit/test_fabric_ib.py checks it against max-flow on every balanced cut.
+    """
+    total = sum(f * su_nodes + last for f, last, _ in pools)
+    if total < 2:
+        return 0
+    partials = [(last, rails) for _, last, rails in pools if last]
+    fulls = sorted((rails, f) for f, _, rails in pools if f)  # cheapest (fewest rails) first
+    whole_full = min(su_nodes, uplinks)
+    best = None
+    m = total // 2
+    for size in {m, total - m}:
+        for mask in range(1 << len(partials)):
+            chosen = [partials[i] for i in range(len(partials)) if mask >> i & 1]
+            rem = size - sum(n for n, _ in chosen)
+            if rem < 0:
+                continue
+            base = sum(r * min(n, uplinks) for n, r in chosen)
+            y, x = divmod(rem, su_nodes)
+            # Where the split SU is: None (no split), ("full", rails) or ("part", index).
+            options: list[tuple[int, int | None]] = [(0, None)] if x == 0 else []
+            if x:
+                for rails, f in fulls:
+                    options.append((rails * min(x, su_nodes - x + uplinks), rails))
+                for i, (n, rails) in enumerate(partials):
+                    if not mask >> i & 1 and x <= n:
+                        options.append((rails * min(x, n - x + uplinks), None))
+            for split_cost, from_full in options:
+                need, cost = y, base + split_cost
+                taken_split = False
+                for rails, f in fulls:
+                    avail = f
+                    if from_full == rails and not taken_split:
+                        avail -= 1
+                        taken_split = True
+                    take = min(need, max(avail, 0))
+                    cost += take * rails * whole_full
+                    need -= take
+                if need == 0 and (from_full is None or taken_split):
+                    best = cost if best is None else min(best, cost)
+    return best or 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+
+
+class FabricPlan:
+    """A rail-optimized fat tree: counts on construction, switches and links on demand."""
+
+    def __init__(self, *, kind: str, speed: str, switch: SwitchGeometry, pools: Sequence[FabricPool],
+                 oversubscription: float = 1, reserved_leaf_ports: int = 0, cidr: Any = None,
+                 asn_base: int | None = None):
+        if kind not in ("infiniband", "roce"):
+            raise _fail("kind", kind, "infiniband or roce")
+        if oversubscription is None or oversubscription < 1:
+            raise _fail("oversubscription", oversubscription, "a number >= 1 (1 = non-blocking)")
+        self.kind = kind
+        self.speed = speed
+        self.switch = switch
+        self.gbps = switch.gbps
+        self.oversubscription_requested = oversubscription
+        self.reserved_leaf_ports = reserved_leaf_ports
+        self.cidr = cidr
+        self.asn_base = asn_base
+        radix = switch.radix
+        self.half = radix // 2
+        self.su_nodes = self.half - reserved_leaf_ports
+        if self.su_nodes < 1:
+            raise _fail("reservedLeafPorts", reserved_leaf_ports, f"0..{self.half - 1}",
+                        f"a {switch.model} leaf has {radix} ports, half of them down to nodes")
+        # Uplinks for the whole downward half, reserved ports included: what sits on them (UFM,
+        # a management appliance) is as non-blocking as the nodes, and the counts stay powers of 2.
+        self.uplinks = math.ceil(self.half / oversubscription)
+        self.oversubscription = _number(self.su_nodes / self.uplinks)
+        members = [p for p in pools if p.nodes > 0 and p.rails > 0]
+        self.rails = max((p.rails for p in members), default=0)
+        if self.rails > self.half:
+            raise _fail("switch", switch.model, f"a switch with at least {2 * self.rails} ports",
+                        f"a node has {self.rails} rails; a spine must take one link from each")
+        layouts, offset = [], 0
+        for p in members:
+            units = _ceil(p.nodes, self.su_nodes)
+            last = p.nodes - (units - 1) * self.su_nodes
+            layouts.append(PoolLayout(p, units, last, offset))
+            offset += units * p.rails
+        self.leaves = offset
+        self.tiers = 0 if not layouts else (2 if self.leaves <= radix else 3)
+        self.links_per_spine = 0  # two tiers: links from each leaf to each spine
+        self.spines = 0
+        self.cores_per_plane = 0
+        self.planes = 0
+        if self.tiers == 2:
+            self.links_per_spine = max(d for d in _divisors(self.uplinks) if d * self.leaves <= radix)
+            self.spines = self.uplinks // self.links_per_spine
+        elif self.tiers == 3:
+            layouts = self._three_tiers(layouts)
+        self.layouts: tuple[PoolLayout, ...] = tuple(layouts)
+        self._by_name = {pl.pool.name: pl for pl in self.layouts}
+
+    # --- three tiers ---------------------------------------------------------------------------
+
+    def _three_tiers(self, layouts: list[PoolLayout]) -> list[PoolLayout]:
+        radix = self.switch.radix
+        out, groups_before, port_before = [], 0, 0
+        for pl in layouts:
+            g = self.half // pl.pool.rails
+            groups = _ceil(pl.units, g)
+            out.append(PoolLayout(pl.pool, pl.units, pl.last_unit_nodes, pl.leaf_offset, g, groups,
+                                  groups_before, 0))
+            groups_before += groups
+        # Cores per plane: the fewest that divide every full spine's uplinks (so each full spine
+        # reaches every core of its plane equally) and leave no core short of ports.
+        full_up = math.gcd(*(pl.group_units * pl.pool.rails for pl in out))
+        for c in _divisors(full_up):
+            if sum(self._core_ports_of_pool(pl, c) for pl in out) <= radix:
+                break
+        else:
+            most = radix * (self.half // self.rails) * self.su_nodes
+            raise _fail("", f"{sum(pl.pool.nodes for pl in out)} nodes",
+                        f"at most about {most} nodes in a three-tier {self.switch.model} fabric",
+                        f"{groups_before} spine groups do not fit the {radix} ports of a core")
+        self.cores_per_plane = c
+        self.planes = self.uplinks
+        self.spines = groups_before * self.uplinks
+        final = []
+        for pl in out:
+            final.append(PoolLayout(pl.pool, pl.units, pl.last_unit_nodes, pl.leaf_offset, pl.group_units,
+                                    pl.groups, pl.group_offset, port_before))
+            port_before += self._core_ports_of_pool(pl, c)
+        return final
+
+    def _spine_up(self, pl: PoolLayout, group: int) -> int:
+        """Uplinks of a spine of that group: one per leaf below it."""
+        return pl.group_units_of(group) * pl.pool.rails
+
+    def _core_ports_of_pool(self, pl: PoolLayout, cores: int) -> int:
+        """Ports a pool's spines take on every core of a plane (a block of ceil(up/cores) each)."""
+        full = (pl.groups - 1) * _ceil(pl.group_units * pl.pool.rails, cores)
+        return full + _ceil(pl.last_group_units * pl.pool.rails, cores)
+
+    def _core_block(self, pl: PoolLayout, group: int) -> int:
+        """First core port (0-based) of that group's spines, in every core of their plane."""
+        width = _ceil(pl.group_units * pl.pool.rails, self.cores_per_plane)
+        return pl.core_offset + group * width
+
+    # --- where a node plugs in -----------------------------------------------------------------
+
+    def layout(self, pool: str) -> PoolLayout:
+        return self._by_name[pool]
+
+    def leaf_port(self, pool: str, index: int, rail: int) -> tuple[str, int]:
+        """(leaf, 1-based port) of NIC `rail` of node `index` of `pool`."""
+        unit, slot = divmod(index, self.su_nodes)
+        return leaf_name(pool, unit, rail), slot + 1
+
+    def _leaf_uplink(self, pl: PoolLayout, unit: int, rail: int, u: int) -> tuple[str, int]:
+        """(upper switch, its 1-based port) at the far end of uplink u of a leaf."""
+        if self.tiers == 2:
+            k = self.links_per_spine
+            leaf = pl.leaf_offset + unit * pl.pool.rails + rail
+            return spine_name(u // k), leaf * k + u % k + 1
+        group, t = divmod(unit, pl.group_units)
+        return group_spine_name(pl.pool.name, group, u), t * pl.pool.rails + rail + 1
+
+    # --- counts --------------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> int:
+        return sum(pl.pool.nodes for pl in self.layouts)
+
+    @property
+    def cores(self) -> int:
+        return self.cores_per_plane * self.planes
+
+    def link_counts(self) -> dict[str, int]:
+        node_leaf = sum(pl.pool.nodes * pl.pool.rails for pl in self.layouts)
+        leaf_spine = self.leaves * self.uplinks
+        # Three tiers: each leaf sends one link into every plane, and each spine sends up as many
+        # links as come up from its leaves.
+        spine_core = leaf_spine if self.tiers == 3 else 0
+        return {"node_leaf": node_leaf, "leaf_spine": leaf_spine, "spine_core": spine_core}
+
+    def _core_usage(self) -> tuple[int, int]:
+        """(ports used, cages used) on all cores, from one plane (all planes are alike)."""
+        if self.tiers != 3:
+            return 0, 0
+        c = self.cores_per_plane
+        ports = cages = 0
+        for core in range(c):
+            spans = []
+            for pl in self.layouts:
+                for group in range(pl.groups):
+                    up = self._spine_up(pl, group)
+                    spans.append((self._core_block(pl, group), up // c + (1 if core < up % c else 0)))
+            ports += sum(n for _, n in spans)
+            cages += self.switch.cages_of(*spans)
+        return ports * self.planes, cages * self.planes
+
+    def _spine_group_sizes(self) -> Iterator[tuple[PoolLayout, int, int]]:
+        """(pool layout, number of its groups, SUs in each) for full groups and the last group."""
+        for pl in self.layouts:
+            if pl.groups > 1:
+                yield pl, pl.groups - 1, pl.group_units
+            yield pl, 1, pl.last_group_units
+
+    def port_usage(self) -> dict[str, dict[str, int]]:
+        """Ports and cages (transceivers) used per tier, and ports available."""
+        sw = self.switch
+        out = {t: {"used": 0, "available": 0, "cages": 0} for t in SWITCH_TIERS}
+        for pl in self.layouts:
+            full = pl.units - 1
+            for count, n in ((full, self.su_nodes), (1, pl.last_unit_nodes)):
+                out["leaf"]["used"] += count * pl.pool.rails * (n + self.uplinks)
+                out["leaf"]["cages"] += count * pl.pool.rails * sw.cages_of((0, n), (self.half, self.uplinks))
+        out["leaf"]["available"] = self.leaves * sw.radix
+        if self.tiers == 2:
+            used = self.links_per_spine * self.leaves
+            out["spine"].update(used=self.spines * used, cages=self.spines * sw.cages(used))
+        elif self.tiers == 3:
+            for pl, count, units in self._spine_group_sizes():
+                down = units * pl.pool.rails
+                out["spine"]["used"] += count * self.uplinks * 2 * down
+                out["spine"]["cages"] += count * self.uplinks * sw.cages_of((0, down), (self.half, down))
+            out["core"]["used"], out["core"]["cages"] = self._core_usage()
+        out["spine"]["available"] = self.spines * sw.radix
+        out["core"]["available"] = self.cores * sw.radix
+        return out
+
+    def bisection_links(self) -> int:
+        pools = [(pl.units - 1 if pl.last_unit_nodes < self.su_nodes else pl.units,
+                  pl.last_unit_nodes if pl.last_unit_nodes < self.su_nodes else 0, pl.pool.rails)
+                 for pl in self.layouts]
+        return min_bisection_links(pools, self.su_nodes, self.uplinks)
+
+    @property
+    def worst_case_hops(self) -> int:
+        """Switches on the longest shortest path between two GPUs' NICs (rail to other rail)."""
+        return {0: 0, 2: 3, 3: 5}[self.tiers]
+
+    # --- RoCE ----------------------------------------------------------------------------------
+
+    def _spine_uplinks_full(self, pl: PoolLayout) -> int:
+        return pl.group_units * pl.pool.rails
+
+    def p2p_links_per_pool(self) -> list[tuple[int, int]]:
+        """Per pool: (leaf uplinks, spine-uplink slots) that take a /31 (RoCE; see addressing)."""
+        out = []
+        for pl in self.layouts:
+            spine = pl.groups * self.uplinks * self._spine_uplinks_full(pl) if self.tiers == 3 else 0
+            out.append((pl.leaves * self.uplinks, spine))
+        return out
+
+    def asns_needed_per_pool(self) -> int:
+        return max((pl.leaves + pl.groups for pl in self.layouts), default=0)
+
+    # --- summary -------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        links = self.link_counts()
+        usage = self.port_usage()
+        switches = {"leaf": self.leaves, "spine": self.spines, "core": self.cores}
+        host_optics = links["node_leaf"]
+        switch_optics = sum(u["cages"] for u in usage.values())
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "topology": "rail-optimized",
+            "switch": self.switch.model,
+            "speed": self.speed,
+            "link_gbps": self.gbps,
+            "rails": self.rails,
+            "nodes": self.nodes,
+            "tiers": self.tiers,
+            "scalable_units": sum(pl.units for pl in self.layouts),
+            "su_nodes": self.su_nodes,
+            "reserved_leaf_ports": self.reserved_leaf_ports,
+            "leaf_uplinks": self.uplinks,
+            "switches": {**switches, "total": sum(switches.values())},
+            "links": {**links, "total": sum(links.values())},
+            "cables": sum(links.values()),
+            "optics": {
+                "switch": switch_optics,
+                "switch_type": self.switch.optic_name,
+                "host": host_optics,
+                "host_type": f"one per NIC, {self.gbps}G",
+                "total": switch_optics + host_optics,
+            },
+            "ports": usage,
+            "oversubscription": self.oversubscription,
+            "oversubscription_requested": _number(self.oversubscription_requested),
+            "bisection_gbps": self.bisection_links() * self.gbps,
+            "worst_case_hops": self.worst_case_hops,
+            "structure": self._structure(),
+            "pools": [self._pool_summary(pl) for pl in self.layouts],
+        }
+        if self.kind == "roce":
+            from railyard.model.fabric_roce import roce_summary
+
+            out.update(roce_summary(self))
+        return out
+
+    def _structure(self) -> dict[str, Any]:
+        if self.tiers == 2:
+            return {"links_leaf_to_each_spine": self.links_per_spine}
+        if self.tiers == 3:
+            return {"spine_group_units": {pl.pool.name: pl.group_units for pl in self.layouts},
+                    "spines_per_group": self.uplinks, "planes": self.planes,
+                    "cores_per_plane": self.cores_per_plane,
+                    "links_spine_to_each_core": {pl.pool.name: self._spine_uplinks_full(pl) // self.cores_per_plane
+                                                 for pl in self.layouts}}
+        return {}
+
+    def _pool_summary(self, pl: PoolLayout) -> dict[str, Any]:
+        return {"name": pl.pool.name, "nodes": pl.pool.nodes, "rails": pl.pool.rails,
+                "scalable_units": pl.units, "last_unit_nodes": pl.last_unit_nodes, "leaves": pl.leaves,
+                "spine_groups": pl.groups, "spines": pl.groups * self.uplinks if self.tiers == 3 else 0}
+
+    # --- detail --------------------------------------------------------------------------------
+
+    def switches(self) -> Iterator[Switch]:
+        """Every switch, leaves first (pool, SU, rail), then spines, then cores (plane, index)."""
+        radix, roce = self.switch.radix, self.kind == "roce" and self.asn_base is not None
+        base = self.asn_base
+        for pl in self.layouts:
+            p = pl.pool
+            for unit in range(pl.units):
+                n = self.su_nodes if unit < pl.units - 1 else pl.last_unit_nodes
+                for rail in range(p.rails):
+                    asn = addr.leaf_asn(base, p.ordinal, unit * p.rails + rail) if roce else None
+                    yield Switch(leaf_name(p.name, unit, rail), "leaf", p.name, unit, rail, None, rail, radix,
+                                 n + self.uplinks, asn)
+        if self.tiers == 2:
+            used = self.links_per_spine * self.leaves
+            for j in range(self.spines):
+                yield Switch(spine_name(j), "spine", None, None, None, None, j, radix, used,
+                             addr.spine_asn(base) if roce else None)
+        elif self.tiers == 3:
+            for pl in self.layouts:
+                p = pl.pool
+                for group in range(pl.groups):
+                    up = self._spine_up(pl, group)
+                    asn = addr.spine_group_asn(base, p.ordinal, group) if roce else None
+                    for j in range(self.uplinks):
+                        yield Switch(group_spine_name(p.name, group, j), "spine", p.name, group, None, j, j, radix,
+                                     2 * up, asn)
+            used = self._core_ports_used_by_index()
+            for plane in range(self.planes):
+                for i in range(self.cores_per_plane):
+                    yield Switch(core_name(plane, i), "core", None, None, None, plane, i, radix, used[i],
+                                 addr.core_asn(base) if roce else None)
+
+    def _core_ports_used_by_index(self) -> list[int]:
+        c = self.cores_per_plane
+        used = [0] * c
+        for pl in self.layouts:
+            for group in range(pl.groups):
+                up = self._spine_up(pl, group)
+                for i in range(c):
+                    used[i] += up // c + (1 if i < up % c else 0)
+        return used
+
+    def links(self) -> Iterator[Link]:
+        """Every link: nodes to leaves, leaves to spines, spines to cores."""
+        gbps, half, roce = self.gbps, self.half, self.kind == "roce" and self.cidr is not None
+        for pl in self.layouts:
+            p = pl.pool
+            for index in range(p.nodes):
+                unit, slot = divmod(index, self.su_nodes)
+                node = addr.node_name(p.name, index)
+                for rail in range(p.rails):
+                    yield Link("node_leaf", rail, node, p.nic(rail), leaf_name(p.name, unit, rail), slot + 1, gbps)
+        for pl in self.layouts:
+            p = pl.pool
+            for unit in range(pl.units):
+                for rail in range(p.rails):
+                    leaf = leaf_name(p.name, unit, rail)
+                    number = unit * p.rails + rail
+                    for u in range(self.uplinks):
+                        upper, port = self._leaf_uplink(pl, unit, rail, u)
+                        ips = (addr.leaf_uplink_p2p(self.cidr, p.ordinal, number, u, self.uplinks)
+                               if roce else (None, None))
+                        yield Link("leaf_spine", rail, leaf, half + u + 1, upper, port, gbps, ips[1], ips[0])
+        if self.tiers != 3:
+            return
+        c = self.cores_per_plane
+        for pl in self.layouts:
+            p = pl.pool
+            full_up = self._spine_uplinks_full(pl)
+            for group in range(pl.groups):
+                up = self._spine_up(pl, group)
+                block = self._core_block(pl, group)
+                for j in range(self.uplinks):
+                    spine = group_spine_name(p.name, group, j)
+                    number = group * self.uplinks + j
+                    for v in range(up):
+                        ips = (addr.spine_uplink_p2p(self.cidr, p.ordinal, number, v, full_up)
+                               if roce else (None, None))
+                        yield Link("spine_core", None, spine, half + v + 1, core_name(j, v % c),
+                                   block + v // c + 1, gbps, ips[1], ips[0])
+
+    def detail(self) -> dict[str, Any]:
+        """Every switch and every link as JSON-ready lists (large: the summary is the cheap view)."""
+        return {"switches": [s._asdict() for s in self.switches()],
+                "links": [link._asdict() for link in self.links()]}
+
+    def write_cabling_csv(self, out: Any) -> int:
+        """Write the cabling plan (one row per cable) to a text stream; returns the number of rows."""
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        label = self.switch.label
+        rows = 0
+        for link in self.links():
+            a_is_node = link.tier == "node_leaf"
+            writer.writerow((link.tier, "" if link.rail is None else link.rail, link.a_device, link.a_port,
+                             link.a_port if a_is_node else label(link.a_port), link.a_ip or "",
+                             link.b_device, link.b_port, label(link.b_port), link.b_ip or "", link.gbps))
+            rows += 1
+        return rows
+
+    def cabling_csv(self) -> str:
+        buf = io.StringIO()
+        self.write_cabling_csv(buf)
+        return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------
+# From the spec and the catalog
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def compute_nics(sku: Any) -> list[Any]:
+    """A SKU's compute NICs in catalog order, which is rail order (rail i = NIC i)."""
+    return [n for n in (_get(sku, "nics") or ()) if _get(n, "role") == "compute"]
+
+
+def nic_name(nic: Any) -> str:
+    for attr in ("rdma", "name", "netdev", "id"):
+        value = _get(nic, attr)
+        if value and value != "unknown":
+            return str(value)
+    return "nic"
+
+
+def switch_geometry(switch: Any, speed: str) -> SwitchGeometry:
+    """The catalog's switch at `speed`: breakout ports counted, cages from its cage table."""
+    model = str(_get(switch, "id") or _get(switch, "name") or "switch")
+    speeds = _get(switch, "speeds") or {}
+    radix = speeds.get(speed) if hasattr(speeds, "get") else None
+    if not isinstance(radix, int):
+        if speeds:
+            raise _fail("speed", speed, f"a speed of {model}: {', '.join(sorted(speeds))}",
+                        f"{model} has no ports at {speed}")
+        radix = _get(switch, "ports")
+    if not isinstance(radix, int) or radix < 2:
+        raise _fail("switch", model, "a switch whose catalog entry gives its port count")
+    cages = _get(switch, "cages")
+    if hasattr(cages, "get"):  # the raw catalog YAML: cages: {count, type, optic}
+        count, cage, optic = cages.get("count"), cages.get("type"), cages.get("optic")
+    else:
+        count, cage, optic = cages, _get(switch, "cage_type"), _get(switch, "optic")
+    # A cage carries more ports when broken out: 64 OSFP cages of an SN5600 are 128 ports at 400G.
+    ppc = radix // count if isinstance(count, int) and count and radix % count == 0 else 1
+    native = _get(switch, "port_speed_gbps")
+    if optic and native and SPEED_GBPS.get(speed) not in (None, native):
+        optic = None  # the catalog's optic is the native one; a breakout needs its own
+    return SwitchGeometry(model=model, radix=radix, gbps=SPEED_GBPS.get(speed, 0), ports_per_cage=ppc,
+                          cage=str(cage or "port"), optic=str(optic or "unknown"))
+
+
+def fabric_pools(spec: Any, catalog: Any) -> list[FabricPool]:
+    out = []
+    for ordinal, pool in enumerate(spec.node_pools):
+        sku = catalog.nodes.get(pool.sku)
+        nics = compute_nics(sku) if sku is not None else []
+        out.append(FabricPool(pool.name, ordinal, pool.count, len(nics), tuple(nic_name(n) for n in nics)))
+    return out
+
+
+def plan_fabric(spec: Any, catalog: Any = None) -> FabricPlan:
+    """The compute fabric of a validated spec."""
+    if catalog is None:
+        from railyard.model.catalog import load_catalog
+
+        catalog = load_catalog()
+    c = spec.fabric.compute
+    switch = catalog.switches.get(c.switch)
+    if switch is None:
+        raise _fail("switch", c.switch, f"a switch id in the catalog: {', '.join(sorted(catalog.switches))}")
+    return FabricPlan(kind=c.kind, speed=c.speed, switch=switch_geometry(switch, c.speed),
+                      pools=fabric_pools(spec, catalog), oversubscription=c.oversubscription,
+                      reserved_leaf_ports=c.reserved_leaf_ports or 0, cidr=c.cidr, asn_base=c.asn_base)
