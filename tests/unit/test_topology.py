@@ -1,0 +1,290 @@
+"""Topology import: every fixture, the formats, NUMA and role inference, catalog SKUs against their matrices."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railyard.model.catalog import FIXTURES_DIR, load_catalog
+from railyard.model.topology import Topology, TopologyError, parse_topology_file, parse_topology_text
+
+TOPOLOGIES = FIXTURES_DIR / "topologies"
+CATALOG = load_catalog()
+
+# file -> (complete, GPUs, NICs, compute NICs); None = refused
+EXPECTED = {
+    "h100_hgx_12nic_sequential_complete.tsv": (True, 8, 12, 8),
+    "h100_12nic_vllm6746_excerpt.tsv": (False, 8, 12, 8),
+    "h100_flux14_excerpt.txt": (False, 8, 12, 5),
+    "a100_dgx_12nic_nccl1505_excerpt.txt": (False, 8, 12, 6),
+    "a100_18nic_nccl2157_excerpt.txt": (False, 8, 18, 8),
+    "h800_nv8_9nic_nccl933_excerpt.txt": (False, 8, 9, 7),
+    "azure_ndv5_h100_topo.xml": (True, 8, 8, 8),
+    "dgx_a100_nccl1505_dump_excerpt.xml": (False, 1, 3, 0),
+    "hgx_h100_simai128_excerpt.xml": (False, 2, 1, 1),
+    "lenovo_sd665n_v3_4xh100_lspci_t.txt": None,
+    "lenovo_sd665n_v3_nic_numa.txt": None,
+}
+
+
+def _read(name: str) -> Topology:
+    return parse_topology_file(TOPOLOGIES / name)
+
+
+def test_every_topology_fixture_has_an_expectation():
+    assert sorted(EXPECTED) == sorted(p.name for p in TOPOLOGIES.iterdir())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_fixture_is_read_or_refused_with_a_topology_error(name):
+    want = EXPECTED[name]
+    if want is None:
+        with pytest.raises(TopologyError) as err:
+            _read(name)
+        assert name in str(err.value) and "\n" not in str(err.value), "refusal is one line naming the file"
+        return
+    topo = _read(name)
+    got = (topo.complete, len(topo.gpus), len(topo.nics), len(topo.compute_nics))
+    assert got == want, f"{name}: (complete, gpus, nics, compute nics)"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, w in EXPECTED.items() if w is not None))
+def test_every_fixture_gives_json_with_the_documented_shape(name):
+    data = json.loads(json.dumps(_read(name).to_json()))
+    assert isinstance(data["complete"], bool), f"{name}: complete"
+    for g in data["gpus"]:
+        assert {"name", "numa", "nic"} <= set(g), f"{name}: gpus[] keys"
+    for n in data["nics"]:
+        assert {"name", "numa"} <= set(n), f"{name}: nics[] keys"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, w in EXPECTED.items() if w and not w[0]))
+def test_an_excerpt_is_reported_incomplete_with_a_note_saying_why(name):
+    topo = _read(name)
+    assert not topo.complete and topo.notes, f"{name}: complete / notes"
+
+
+# --- nvidia-smi topo -m ---------------------------------------------------------------------------
+
+
+def test_a_complete_matrix_names_nics_by_their_legend_and_states_gpu_numa():
+    topo = _read("h100_hgx_12nic_sequential_complete.tsv")
+    assert [n.name for n in topo.nics] == [f"mlx5_{i}" for i in range(12)]
+    assert [n.label for n in topo.nics] == [f"NIC{i}" for i in range(12)]
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(0, False)] * 4 + [(1, False)] * 4
+    assert topo.gpus[0].cpu_affinity == "0-55,112-167"
+    assert topo.distance("GPU0", "mlx5_0") == "PIX" and topo.distance("GPU0", "mlx5_1") == "PXB"
+    assert topo.distance("GPU0", "GPU5") == "NV18"
+    assert topo.distance("mlx5_4", "mlx5_5") == "PIX"
+    assert topo.notes == ()
+
+
+def test_nic_numa_is_inferred_from_pcie_adjacency_to_gpus():
+    topo = _read("h100_hgx_12nic_sequential_complete.tsv")
+    numa = {n.name: (n.numa, n.numa_inferred) for n in topo.nics}
+    assert numa["mlx5_0"] == (0, True) and numa["mlx5_4"] == (0, True) and numa["mlx5_11"] == (1, True)
+
+
+def test_nic_numa_stays_unknown_when_only_sys_links_it_to_known_gpus():
+    topo = _read("h100_12nic_vllm6746_excerpt.tsv")
+    numa = {n.name: n.numa for n in topo.nics}
+    assert numa["NIC0"] is None, "SYS to every NUMA 1 GPU does not say which other node"
+    assert numa["NIC6"] == 1 and numa["NIC7"] == 1
+
+
+def test_storage_adapters_on_their_own_host_bridge_are_not_compute_nics():
+    topo = _read("h100_hgx_12nic_sequential_complete.tsv")
+    assert sorted(n.name for n in topo.nics if not n.compute) == ["mlx5_10", "mlx5_11", "mlx5_4", "mlx5_5"]
+
+
+def test_a_headerless_excerpt_takes_its_columns_from_the_x_diagonal():
+    topo = _read("h100_12nic_vllm6746_excerpt.tsv")
+    assert [g.name for g in topo.gpus] == [f"GPU{i}" for i in range(8)]
+    assert [n.name for n in topo.nics] == [f"NIC{i}" for i in range(12)]
+    assert topo.distance("GPU0", "NIC0") == "PXB", "GPU0's class comes from NIC0's row"
+    assert [g.numa for g in topo.gpus[4:]] == [1] * 4
+
+
+def test_the_dgx_h100_excerpt_pairs_as_the_catalog_dgx_h100_does():
+    # The excerpt uses DGX naming (NICk = mlx5_k); its pairing is the catalog's, derived independently.
+    labels = CATALOG.nodes["dgx-h100"].reproduces.nic_labels
+    got = {g: labels[n] for g, n in _read("h100_12nic_vllm6746_excerpt.tsv").pairing().items()}
+    assert got == CATALOG.nodes["dgx-h100"].pairing()
+
+
+def test_space_aligned_and_tab_separated_matrices_read_the_same():
+    tsv = (TOPOLOGIES / "h100_hgx_12nic_sequential_complete.tsv").read_text()
+    txt = "\n".join(re.sub(r"\t+", "    ", line).replace(" X ", "X") for line in tsv.splitlines())
+    a, b = parse_topology_text(tsv, "tsv"), parse_topology_text(txt, "txt")
+    assert dict(a.classes) == dict(b.classes)
+    assert a.to_json()["gpus"] == b.to_json()["gpus"] and a.to_json()["nics"] == b.to_json()["nics"]
+
+
+def test_an_older_matrix_with_rdma_names_as_labels_and_soc_reads():
+    text = (
+        "\tGPU0\tGPU1\tmlx5_0\tmlx5_1\tCPU Affinity\n"
+        "GPU0\t X \tSOC\tPIX\tSOC\t0-7\n"
+        "GPU1\tSOC\t X \tSOC\tPIX\t8-15\n"
+        "mlx5_0\tPIX\tSOC\t X \tSOC\t\n"
+        "mlx5_1\tSOC\tPIX\tSOC\t X \t\n"
+    )
+    topo = parse_topology_text(text)
+    assert topo.complete
+    assert [n.name for n in topo.nics] == ["mlx5_0", "mlx5_1"]
+    assert topo.distance("GPU0", "GPU1") == "SYS", "SOC is the old name of SYS"
+    assert topo.pairing() == {"GPU0": "mlx5_0", "GPU1": "mlx5_1"}
+    assert topo.gpus[0].numa is None, "no NUMA Affinity column: unknown"
+
+
+def test_a_row_cut_mid_cell_is_an_incomplete_topology_not_a_crash():
+    lines = (TOPOLOGIES / "h100_hgx_12nic_sequential_complete.tsv").read_text().splitlines()
+    lines[3] = lines[3][:40]
+    topo = parse_topology_text("\n".join(lines))
+    assert not topo.complete and any("GPU2" in n for n in topo.notes)
+
+
+def test_rows_that_contradict_each_other_are_refused():
+    text = "\tGPU0\tNIC0\nGPU0\t X \tPIX\nNIC0\tSYS\t X \n"
+    with pytest.raises(TopologyError, match="NIC0-GPU0 is SYS but GPU0-NIC0 is PIX"):
+        parse_topology_text(text, "bad")
+
+
+# --- NCCL XML -------------------------------------------------------------------------------------
+
+
+def test_azure_xml_pairs_each_gpu_with_the_nic_on_its_virtual_switch():
+    topo = _read("azure_ndv5_h100_topo.xml")
+    assert topo.format == "nccl-xml" and topo.complete
+    assert topo.gpus[0].name == "0001:00:00.0", "GPUs are named by PCI bus id in XML"
+    assert topo.nics[0].name == "0101:00:00.0", "a NIC without <net> is named by its bus id"
+    assert [g.numa for g in topo.gpus] == [0] * 4 + [1] * 4
+    pairs = topo.pairing()
+    assert pairs["0001:00:00.0"] == "0101:00:00.0" and pairs["000c:00:00.0"] == "0108:00:00.0"
+    assert {topo.distance(g, n) for g, n in pairs.items()} == {"PIX"}
+    assert topo.distance("0001:00:00.0", "0102:00:00.0") == "PHB"
+    assert topo.distance("0001:00:00.0", "0105:00:00.0") == "SYS"
+
+
+def test_an_xml_excerpt_keeps_what_it_shows_and_leaves_the_rest_unknown():
+    topo = _read("dgx_a100_nccl1505_dump_excerpt.xml")
+    assert [n.name for n in topo.nics] == ["mlx5_0", "mlx5_4", "mlx5_5"]
+    assert topo.distance("mlx5_4", "mlx5_5") == "PIX", "two ports of one adapter"
+    assert {n.name: n.numa for n in topo.nics}["mlx5_4"] == 0
+    assert topo.distance("0000:07:00.0", "mlx5_0") is None, "their common bridge is outside the excerpt"
+
+
+def test_an_xml_excerpt_gives_the_classes_inside_one_switch():
+    topo = _read("hgx_h100_simai128_excerpt.xml")
+    assert topo.distance("0000:d9:00.0", "mlx5_5") == "PIX"
+    assert topo.distance("0000:b8:00.0", "mlx5_5") is None
+
+
+# --- refusals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"),
+    ("   \n\n", "empty"),
+    ("00:00.0 Host bridge: Intel Corporation Device 09a2\n", "lspci"),
+    ("hello world\n", "not an `nvidia-smi topo -m` matrix"),
+    ("<html><body>hi</body></html>\n", "without NCCL topology elements"),
+    ("<system version=\"1\"><cpu numaid=\"0\"/></system>\n", "without any GPU or NIC"),
+    ("GPU0\tGPU1\tCPU Affinity\n", "header without any rows"),
+])
+def test_what_is_not_a_topology_is_refused_with_a_reason(text, message):
+    with pytest.raises(TopologyError, match=re.escape(message)):
+        parse_topology_text(text, "f")
+
+
+def test_a_binary_file_is_refused(tmp_path):
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(TopologyError, match="not a text file"):
+        parse_topology_file(p)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(TopologyError, match="cannot read"):
+        parse_topology_file(tmp_path / "nope.tsv")
+
+
+FIXTURE_TEXTS = [(TOPOLOGIES / n).read_text() for n in sorted(EXPECTED)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(FIXTURE_TEXTS), st.data())
+def test_any_cut_or_damaged_fixture_is_read_or_refused_never_a_crash(text, data):
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    junk = data.draw(st.sampled_from(["", "\t", "X", "SYS", "<pci", "\n# [EXCERPT x\n", "GPU9", "-->"]))
+    damaged = text[:start] + junk + text[end:]
+    try:
+        topo = parse_topology_text(damaged, "damaged")
+    except TopologyError:
+        return
+    json.dumps(topo.to_json())
+
+
+# --- catalog SKUs ---------------------------------------------------------------------------------
+
+REPRODUCING = sorted(k for k, s in CATALOG.nodes.items() if s.reproduces)
+
+
+def test_the_skus_with_a_real_matrix_are_checked_against_it():
+    assert {"dgx-h100", "hgx-h100", "dgx-a100"} <= set(REPRODUCING)
+
+
+@pytest.mark.parametrize("sku_id", REPRODUCING)
+def test_walking_the_sku_pcie_tree_reproduces_every_class_of_its_nvidia_smi_matrix(sku_id):
+    sku = CATALOG.nodes[sku_id]
+    topo = parse_topology_file(FIXTURES_DIR / sku.reproduces.file)
+    names = {n.name: sku.reproduces.nic_labels.get(n.label, n.name) for n in topo.nics}
+    names.update({g.name: g.name for g in topo.gpus})
+    checked = 0
+    for (a, b), want in topo.classes.items():
+        if want.startswith("NV"):
+            assert sku.nvlink_class == want, f"{sku_id}: gpu_interconnect.nvlink_class vs {a}-{b}"
+            continue
+        got = sku.distance(names[a], names[b])
+        if got is None:
+            assert not topo.complete, f"{sku_id}: {names[a]} or {names[b]} has no place in the PCIe tree"
+            continue
+        assert got == want, f"{sku_id}: PCIe tree gives {names[a]}-{names[b]} = {got}, {sku.reproduces.file} says {want}"
+        checked += 1
+    assert checked >= 100, f"{sku_id}: only {checked} classes compared"
+
+
+@pytest.mark.parametrize("sku_id", REPRODUCING)
+def test_gpu_numa_of_the_sku_matches_its_matrix(sku_id):
+    sku = CATALOG.nodes[sku_id]
+    topo = parse_topology_file(FIXTURES_DIR / sku.reproduces.file)
+    for g in topo.gpus:
+        if g.numa is not None:
+            assert sku.gpu(g.name).numa == g.numa, f"{sku_id}: {g.name}.numa"
+
+
+def test_from_sku_gives_the_topology_of_the_complete_matrix():
+    from_file = _read("h100_hgx_12nic_sequential_complete.tsv").to_json()
+    from_sku = Topology.from_sku(CATALOG.nodes["hgx-h100"]).to_json()
+    assert from_sku["complete"] is True
+    key = lambda d: {k: v for k, v in d.items() if k in ("name", "numa", "nic", "nic_class", "compute", "gpus")}
+    assert [key(g) for g in from_sku["gpus"]] == [key(g) for g in from_file["gpus"]]
+    assert [key(n) for n in from_sku["nics"]] == [key(n) for n in from_file["nics"]]
+    assert from_sku["distances"] == from_file["distances"]
+
+
+def test_from_sku_takes_nic_roles_from_the_catalog():
+    topo = Topology.from_sku(CATALOG.nodes["dgx-h100"])
+    assert [n.name for n in topo.compute_nics] == [n.rdma for n in CATALOG.nodes["dgx-h100"].compute_nics]
+    assert not any(n.compute_inferred for n in topo.nics)
+    assert topo.pairing() == CATALOG.nodes["dgx-h100"].pairing()
+
+
+def test_from_sku_with_an_unplaced_adapter_is_incomplete_and_says_which():
+    topo = Topology.from_sku(CATALOG.nodes["dgx-a100"])
+    assert not topo.complete and any("mlx5_10" in n for n in topo.notes)
+    assert topo.pairing()["GPU0"] in ("mlx5_0", "mlx5_1")
