@@ -630,7 +630,7 @@ class _Parser:
         return value
 
     def choice(self, m: Mapping, key: str, path: str, choices: Sequence[str], *, default: Any = _ABSENT,
-               required: bool = False, hint: str = "") -> str | None:
+               required: bool = False) -> str | None:
         value = self.raw(m, key, path, required=required, what=_one_of(choices))
         if value is _ABSENT:
             return None if required or default is _ABSENT else default
@@ -640,7 +640,7 @@ class _Parser:
             # YAML 1.1 reads a bare on/off as a boolean; take what the user wrote.
             value = "on" if value else "off"
         if value not in choices:
-            self.problem(path, _show(value), _one_of(choices), _did_you_mean(value, choices) or hint)
+            self.problem(path, _show(value), _one_of(choices), _did_you_mean(value, choices))
             return None
         return value
 
@@ -702,8 +702,7 @@ class _Parser:
                                  f"write it as {NAMESPACE}:{key}")
                 continue
             if namespace != NAMESPACE:
-                if namespace.lower() == NAMESPACE or difflib.SequenceMatcher(
-                        None, namespace.lower(), NAMESPACE).ratio() >= 0.8:
+                if difflib.SequenceMatcher(None, namespace.lower(), NAMESPACE).ratio() >= 0.8:
                     self.problem(key, f"the namespace {namespace!r}", f"the namespace {NAMESPACE!r}",
                                  f"did you mean {NAMESPACE}:{name}?")
                 continue
@@ -1067,10 +1066,6 @@ class _Parser:
         hpath = path + ".hugepages"
         hm = self.mapping(tm.get("hugepages"), hpath, "tuning.hugepages") or {}
         size = self.choice(hm, "size", hpath + ".size", tuple(HUGEPAGE_SIZES), default="1G")
-        if isinstance(hm.get("size"), str) and hm["size"].upper().rstrip("B") in HUGEPAGE_SIZES and size is None:
-            self.problems.pop()
-            fixed = hm["size"].upper().rstrip("B")
-            self.problem(hpath + ".size", _show(hm["size"]), _one_of(HUGEPAGE_SIZES), f"write {fixed}")
         count = self.integer(hm, "count", hpath + ".count", default=None, minimum=0)
         percent = self.integer(hm, "percentOfMemory", hpath + ".percentOfMemory",
                                default=None if "count" in hm else 0, minimum=0, maximum=100)

@@ -77,22 +77,18 @@ def minimal(layout: str = "bare-metal") -> dict:
 
 
 def with_(config: dict, key: str, value) -> dict:
-    """A copy of config with railyard:<dotted.key> set (list items written as [i])."""
+    """A copy of config with railyard:<key> set; key is dotted, list items written `name[i]`."""
     out = copy.deepcopy(config)
-    head, *rest = key.split(".")
+    steps: list = []
+    for i, part in enumerate(key.split(".")):
+        name, index = re.fullmatch(r"(\w+)(?:\[(\d+)\])?", part).groups()
+        steps.append(f"{NAMESPACE}:{name}" if i == 0 else name)
+        if index is not None:
+            steps.append(int(index))
     node = out
-    name = f"{NAMESPACE}:{head}"
-    for part in rest:
-        node = node.setdefault(name, {})
-        m = re.match(r"^(\w+)\[(\d+)\]$", part)
-        if m:
-            node = node[m.group(1)][int(m.group(2))]
-            name = None
-            continue
-        name = part
-        if isinstance(node, list):
-            raise AssertionError(key)
-    node[name] = value
+    for step in steps[:-1]:
+        node = node.setdefault(step, {}) if isinstance(step, str) else node[step]
+    node[steps[-1]] = value
     return out
 
 
@@ -627,3 +623,41 @@ def test_spec_imports_no_pulumi_and_no_ansible():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Robustness: whatever a stack file holds, validation answers with a Spec or a SpecError.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=True),
+                     st.text(max_size=12), st.sampled_from(["0x8001", "8h", "198.18.0.0/20", "ndr", "roce",
+                                                            "dgx-h100", "vela-a100", "gx3d-h100", "virtual"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.dictionaries(st.sampled_from(sorted({k for keys in KEYS.values() for k in keys} | {"secure", "x"})),
+                    inner, max_size=4)), max_leaves=12)
+_PATHS = st.sampled_from([
+    "region", "layout", "driver", "nodePools", "nodePools[0]", "nodePools[0].count", "nodePools[0].vm",
+    "nodePools[0].vmsPerHost", "nodePools[0].sku", "fabric", "fabric.compute", "fabric.compute.speed",
+    "fabric.compute.cidr", "fabric.compute.asnBase", "fabric.management", "tenants", "storage",
+    "storage.object", "tuning", "tuning.hugepages", "tuning.sriov", "ephemeral",
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=st.sampled_from(["bare-metal", "virtual"]),
+       edits=st.lists(st.tuples(_PATHS, _VALUES), min_size=1, max_size=3))
+def test_any_value_anywhere_gives_a_spec_or_a_spec_error(layout, edits):
+    config = minimal(layout)
+    for path, value in edits:
+        try:
+            config = with_(config, path, value)
+        except (AttributeError, TypeError, KeyError, IndexError, AssertionError):
+            continue  # an earlier edit removed the parent this path needs
+    try:
+        parse_config(config, stack="t")
+    except SpecError as exc:
+        for problem in exc.problems:
+            assert problem.path.startswith(("railyard:", "region", "layout", "driver")), problem
