@@ -53,8 +53,6 @@ DEFAULT_CIDRS = {
 # by no real network, so a lab stack can never shadow a route the host depends on.
 LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
 DEFAULT_ASN_BASE = 4_200_000_000
-# RFC 6996 private ASNs; the planner adds one ASN per switch to the base.
-PRIVATE_ASN_RANGES = ((64_512, 65_534), (4_200_000_000, 4_294_967_294))
 
 # What the OS (or, in the virtual layout, the hypervisor) keeps for itself on every host: memory that
 # hugepages and VMs may not take, and hardware threads no VM may take. Large enough for the kernel,
@@ -725,7 +723,7 @@ class _Parser:
         driver = self.choice(ours, "driver", p + "driver", DRIVERS, required=True)
 
         pools, facts = self.node_pools(ours, layout)
-        fabric = self.fabric(ours, driver)
+        fabric = self.fabric(ours)
         kind = fabric.compute.kind if fabric else None
         tenants = self.tenants(ours, kind)
         storage = self.storage(ours)
@@ -819,7 +817,7 @@ class _Parser:
             # Defaults: the host split evenly between its VMs, after the hypervisor's reserve.
             if sku is not None and vms is not None:
                 host_gpus, threads, host_mem = len(sku.gpus), sku.threads, sku.memory_gib
-                if gpus is None and "gpus" not in keys and host_gpus is not None:
+                if gpus is None and "gpus" not in keys:
                     gpus = host_gpus // vms
                     if gpus < 1:
                         self.problem(f"{ipath}.vmsPerHost", _show(vms), f"at most {host_gpus} (one GPU per VM)",
@@ -830,8 +828,7 @@ class _Parser:
                 if memory is None and "memoryGiB" not in keys and host_mem is not None:
                     memory = max(1, int((host_mem - os_reserve_gib(host_mem)) // vms))
                 # A default cannot be derived from a fact the catalog does not know: ask for it.
-                for key, known, fact in (("vcpus", threads, "thread count"), ("memoryGiB", host_mem, "memory"),
-                                         ("gpus", host_gpus, "GPU count")):
+                for key, known, fact in (("vcpus", threads, "thread count"), ("memoryGiB", host_mem, "memory")):
                     if known is None and key not in keys:
                         self.problem(f"{vpath}.{key}", _show(_ABSENT), "a positive integer",
                                      f"the catalog does not know the {fact} of {sku.id}, "
@@ -843,7 +840,7 @@ class _Parser:
 
     # --- fabric ---------------------------------------------------------------------------------
 
-    def fabric(self, ours: Mapping, driver: str | None) -> Fabric | None:
+    def fabric(self, ours: Mapping) -> Fabric | None:
         path = f"{NAMESPACE}:fabric"
         if "fabric" not in ours:
             self.problem(path + ".compute", _show(_ABSENT), "a mapping {kind, speed, switch, ...}",
@@ -895,7 +892,7 @@ class _Parser:
             self.problem(asn_path, _show(asn), "nothing: ASNs are for a roce fabric",
                          "InfiniBand has no BGP; remove asnBase")
             asn = None
-        elif asn is not None and not any(lo <= asn <= hi for lo, hi in PRIVATE_ASN_RANGES):
+        elif asn is not None and not any(lo <= asn <= hi for lo, hi in addressing.ASN_PRIVATE_RANGES):
             self.problem(asn_path, _show(asn), "a private ASN: 64512-65534 or 4200000000-4294967294",
                          "the planner numbers switches upward from this base (RFC 6996)")
             asn = None
@@ -914,7 +911,7 @@ class _Parser:
             self.problem(cpath + ".speed", _show(speed), f"a speed of {switch_id}: {', '.join(sorted(switch.speeds))}",
                          f"{switch_id} has no ports at {speed} (native or breakout); pick another speed or switch")
         # Limits that depend on the switch's radix at this speed (reserved ports, tiers, nodes per
-        # fabric) belong to the planner: check_fabric() asks it once the whole spec is known.
+        # fabric) belong to the planner: check_plan() asks it once the whole spec is known.
         return ComputeFabric(kind=kind, speed=speed, switch=switch_id, topology=topology,
                              oversubscription=oversub, reserved_leaf_ports=reserved, cidr=cidr, asn_base=asn)
 
@@ -945,11 +942,15 @@ class _Parser:
                 if name in names:
                     self.problem(ipath + ".name", _show(name), "a name no other tenant has", f"{names[name]} has it")
                 names.setdefault(name, ipath + ".name")
-            pkey = self.pkey(m, ipath + ".pkey")
+            if m.get("pkey") is None:
+                pkey = addressing.partition_key(i)
+            else:
+                pkey = self.pkey(m, ipath + ".pkey")
             if pkey is not None:
                 base = pkey & 0x7FFF
                 if base in partitions:
-                    self.problem(ipath + ".pkey", _show(m["pkey"]), "a partition no other tenant has",
+                    self.problem(ipath + ".pkey", _show(m.get("pkey", f"0x{pkey:04x} (its default)")),
+                                 "a partition no other tenant has",
                                  f"same partition 0x{base:04x} as {partitions[base]} "
                                  "(the 0x8000 bit only marks full membership)")
                 partitions.setdefault(base, ipath + ".pkey")
@@ -958,8 +959,8 @@ class _Parser:
 
     def pkey(self, m: Mapping, path: str) -> int | None:
         what = 'a quoted hex pkey "0x0001".."0x7ffe", or "0x8001".."0xfffe" for full membership'
-        value = self.raw(m, "pkey", path, required=True, what=what)
-        if value is _ABSENT or value is None:
+        value = self.raw(m, "pkey", path, required=False, what=what)
+        if value is None:
             return None
         if isinstance(value, int) and not isinstance(value, bool):
             self.problem(path, f"the number {value} (0x{value:x})", what,

@@ -661,3 +661,14 @@ def test_any_value_anywhere_gives_a_spec_or_a_spec_error(layout, edits):
     except SpecError as exc:
         for problem in exc.problems:
             assert problem.path.startswith(("railyard:", "region", "layout", "driver")), problem
+
+
+def test_tenant_without_pkey_gets_full_membership_by_position():
+    spec = parse_config(with_(minimal(), "tenants", [{"name": "a"}, {"name": "b", "pkey": "0x0010"}, {"name": "c"}]),
+                        stack="t")
+    assert [t.pkey_hex for t in spec.tenants] == ["0x8001", "0x0010", "0x8003"]
+
+
+def test_explicit_pkey_may_not_take_another_tenants_default():
+    config = with_(minimal(), "tenants", [{"name": "a"}, {"name": "b", "pkey": "0x0001"}])
+    assert paths_of(config) == ["railyard:tenants[1].pkey"]
