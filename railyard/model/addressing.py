@@ -12,6 +12,7 @@ tens of thousands of them, and `ipaddress` objects are far slower than int arith
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from dataclasses import dataclass
@@ -62,7 +63,12 @@ def format_ip(value: int) -> str:
 
 def _net(cidr: Any) -> tuple[int, int]:
     """(first address as int, number of addresses) of a CIDR given as text or an IPv4Network."""
-    net = cidr if isinstance(cidr, ipaddress.IPv4Network) else ipaddress.IPv4Network(str(cidr))
+    return _parse(cidr if isinstance(cidr, ipaddress.IPv4Network) else str(cidr))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(cidr: ipaddress.IPv4Network | str) -> tuple[int, int]:
+    net = cidr if isinstance(cidr, ipaddress.IPv4Network) else ipaddress.IPv4Network(cidr)
     return int(net.network_address), net.num_addresses
 
 
@@ -90,7 +96,7 @@ def _block(base: int, size: int, parts: int, which: int) -> tuple[int, int]:
 
 def _in_block(base: int, size: int, offset: int, what: str) -> int:
     """The address at `offset` from the block start, refusing one that spills out of the block."""
-    if offset + BLOCK_TAIL > size:
+    if offset > size - 1 - BLOCK_TAIL:
         raise ValueError(f"{what} does not fit its block of {size} addresses "
                          "(validation sizes CIDRs with railyard.model.addressing.address_needs)")
     return base + offset

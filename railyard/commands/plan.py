@@ -1,0 +1,175 @@
+"""`railyard plan [--json] [--detail] [--cabling FILE.csv] STACKFILE`: what a stack needs.
+
+Switches, links, cables and optics per tier, oversubscription and bisection bandwidth of the
+compute fabric, the GPU->NIC pairing of each pool, the address plan and the storage tiers. The
+summary is arithmetic (fast at any size); `--detail` and `--cabling` list every switch and link.
+A stack the model rejects exits 1 with its problems, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from railyard.model.errors import SpecError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="show the switches, cables, addresses and storage a stack needs",
+        description="Plan a stack: compute fabric (switches, links, cables, optics, oversubscription, "
+                    "bisection), GPU->NIC pairing, addresses and storage tiers. Nothing is built.",
+    )
+    p.add_argument("stackfile", metavar="STACKFILE", help="a stack file, e.g. stacks/Pulumi.lab.yaml")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--detail", action="store_true", help="also list every node, switch and link")
+    p.add_argument("--cabling", metavar="FILE.csv", help="write the cabling plan (one row per cable) to FILE.csv")
+    p.set_defaults(func=handle)
+
+
+def handle(args) -> int:
+    path = args.stackfile
+    try:
+        from railyard.model.plan import make_plan
+        from railyard.model.spec import load_stack_file
+
+        plan = make_plan(load_stack_file(path))
+        if args.cabling:
+            try:
+                with open(args.cabling, "w", encoding="utf-8", newline="") as out:
+                    rows = plan.fabric.write_cabling_csv(out)
+            except OSError as exc:
+                print(f"railyard plan: cannot write {args.cabling}: {exc.strerror or exc}", file=sys.stderr)
+                return 1
+            print(f"wrote {rows} cables to {args.cabling}", file=sys.stderr)
+        if args.json:
+            json.dump(plan.detail() if args.detail else plan.summary(), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            render(plan.summary(), sys.stdout)
+            if args.detail:
+                render_detail(plan, sys.stdout)
+    except SpecError as exc:
+        n = len(exc.problems)
+        print(f"railyard plan: {path}: {n} problem{'s' if n != 1 else ''}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        raise  # `railyard plan --json | head` is not an error; cli.main handles it
+    except Exception as exc:  # noqa: BLE001 - a bug in the model must still read as one line
+        print(f"railyard plan: {path}: internal error ({type(exc).__name__}: {exc}); "
+              "please report it with the stack file", file=sys.stderr)
+        return 2
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The human view
+
+
+def _n(x: Any) -> str:
+    if x is None:
+        return "unknown"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:,.3f}".rstrip("0").rstrip(".")
+    return f"{int(x):,}"
+
+
+def _bandwidth(gbps: float) -> str:
+    if gbps >= 1_000_000:
+        return f"{gbps / 1_000_000:,.2f} Pb/s"
+    if gbps >= 1000:
+        return f"{gbps / 1000:,.1f} Tb/s"
+    return f"{gbps:,.0f} Gb/s"
+
+
+def render(s: dict[str, Any], out: TextIO) -> None:
+    w = out.write
+    w(f"stack {s['stack']}: {s['layout']}, driver {s['driver']}, region {s['region']}\n")
+    pools = ", ".join(f"{p['name']}: {p['count']} x {p['sku']}" for p in s["pools"])
+    vms = f", {_n(s['vms'])} VMs" if s["vms"] else ""
+    w(f"nodes {_n(s['nodes'])} ({pools}), GPUs {_n(s['gpus'])}{vms}\n\n")
+
+    f = s["fabrics"]["compute"]
+    w(f"compute fabric: {f['kind']} {f['speed']} on {f['switch']}, {f['topology']}, "
+      f"{f['tiers']} tiers, {f['rails']} rails\n")
+    w(f"  scalable units    {_n(f['scalable_units'])} of up to {f['su_nodes']} nodes; "
+      f"{f['leaf_uplinks']} uplinks per leaf\n")
+    rows = (("leaf", "node_leaf", "node-leaf"), ("spine", "leaf_spine", "leaf-spine"),
+            ("core", "spine_core", "spine-core"))
+    w(f"  {'tier':<8}{'switches':>10}   {'links (below)':<14}{'count':>9}\n")
+    for tier, key, label in rows:
+        w(f"  {tier:<8}{_n(f['switches'][tier]):>10}   {label:<14}{_n(f['links'][key]):>9}\n")
+    w(f"  {'total':<8}{_n(f['switches']['total']):>10}   {'cables':<14}{_n(f['cables']):>9}\n")
+    o = f["optics"]
+    w(f"  optics            {_n(o['switch'])} on switches ({o['switch_type']}), "
+      f"{_n(o['host'])} on hosts ({o['host_type']})\n")
+    w(f"  oversubscription  {_n(f['oversubscription'])}:1 (asked {_n(f['oversubscription_requested'])}:1)\n")
+    w(f"  bisection         {_bandwidth(f['bisection_gbps'])} one direction\n")
+    w(f"  worst case        {f['worst_case_hops']} switch hops\n")
+    if "bgp" in f:
+        b = f["bgp"]
+        w(f"  bgp               {_n(b['asns'])} ASNs from {b['asn_base']}, {_n(b['sessions'])} sessions\n")
+    if "p2p" in f:
+        w(f"  p2p               {_n(f['p2p']['links'])} /31 links\n")
+    if "qos" in f:
+        q = f["qos"]
+        w(f"  lossless qos      RoCE priority {q['roce_priority']} (TC{q['roce_traffic_class']}), "
+          f"PFC on {q['pfc_priority']}, CNP {q['cnp_priority']}, ECN {q['ecn_min_bytes']}-{q['ecn_max_bytes']} B, "
+          f"trust {q['trust']}\n")
+
+    w("\npairing (GPU -> NIC)\n")
+    for p in s["pools"]:
+        pairs = " ".join(f"{g}->{n}" for g, n in p["pairing"].items())
+        w(f"  {p['name']} ({p['sku']}): {pairs}\n")
+
+    n = s["networks"]
+    w("\nnetworks\n")
+    for name in ("management", "storage"):
+        blocks = ", ".join(f"{k} {v}" for k, v in n[name]["pools"].items())
+        w(f"  {name:<11} {n[name]['cidr']}  (pool blocks: {blocks})\n")
+    rails = n["compute"]["rails"]
+    shown = ", ".join(rails[:2]) + (f", ... {rails[-1]}" if len(rails) > 2 else "")
+    w(f"  {'compute':<11} {n['compute']['cidr']}  ({len(rails)} rail subnets: {shown})\n")
+    if s["tenants"]:
+        w("  tenants     " + ", ".join(f"{t['name']} pkey {t['pkey']}" for t in s["tenants"]) + "\n")
+
+    st = s["storage"]
+    w("\nstorage\n")
+    t = st["tiers"]
+    if t["parallel_fs"]:
+        p = t["parallel_fs"]
+        w(f"  parallel fs  {p['kind']} at {p['mount']}, {_n(p['capacity_tib'])} TiB\n")
+    if t["object"]:
+        w(f"  object       bucket {t['object']['bucket']} ({t['object']['endpoint']})\n")
+    c = t["local_cache"]
+    w(f"  local cache  {c['mount']} ({c['raid']}, {c['fs']}), {_n(c['total_tb'])} TB in all\n")
+    for p in st["pools"]:
+        w(f"    {p['name']}: {_n(p['cache']['per_node_tb'])} TB/node, cache read "
+          f"{_n(p['cache']['read_gb_s_per_gpu'])} GB/s per GPU, network read "
+          f"{_n(p['network']['read_gb_s_per_gpu'])} GB/s per GPU\n")
+    if "cache_vs_parallel_fs" in st:
+        r = st["cache_vs_parallel_fs"]
+        w(f"  cache / parallel fs: one node {_n(r['node_cache_fraction'])}, "
+          f"cluster {_n(r['cluster_cache_fraction'])}\n")
+    for a in st["assumptions"]:
+        w(f"  assumed: {a}\n")
+
+
+def render_detail(plan: Any, out: TextIO) -> None:
+    w = out.write
+    w("\nswitches\n")
+    w(f"  {'name':<28}{'tier':<7}{'rail':>5}{'unit':>6}{'ports used':>12}\n")
+    for sw in plan.fabric.switches():
+        rail = "" if sw.rail is None else sw.rail
+        unit = "" if sw.unit is None else sw.unit
+        w(f"  {sw.name:<28}{sw.tier:<7}{rail!s:>5}{unit!s:>6}{sw.ports_used:>7}/{sw.ports}\n")
+    w("\nlinks\n")
+    label = plan.fabric.switch.label
+    for link in plan.fabric.links():
+        a_port = link.a_port if link.tier == "node_leaf" else label(link.a_port)
+        ips = f"  {link.a_ip} - {link.b_ip}" if link.a_ip else ""
+        w(f"  {link.tier:<11}{link.a_device}:{a_port} -> {link.b_device}:{label(link.b_port)}{ips}\n")
