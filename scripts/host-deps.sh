@@ -9,6 +9,10 @@ declare -A want=(
   [mkfs.xfs]=xfsprogs
   [mkfs.ext4]=e2fsprogs
   [losetup]=mount
+  [ping]=iputils-ping
+  [ps]=procps
+  [nsenter]=util-linux
+  [setpriv]=util-linux
 )
 missing=()
 for cmd in "${!want[@]}"; do

@@ -1,0 +1,181 @@
+"""Names of every Linux object the lab creates, derived from the stack and node names only.
+
+Names are API: `gc` finds a stack's objects by them after a lost state, and a second `create`
+adopts an object because its name is predictable. So every name here is a pure function of its
+inputs, and a stack's objects all start with ``stack_prefix(stack)``.
+
+Several lab stacks run side by side, so each stack gets a short tag. The tag holds only
+``[a-z0-9]``; the separator after it is ``-``, so ``ry-lab-`` can never be a prefix of another
+stack's ``ry-lab2-``/``ry-labx-`` names. Interface names must fit IFNAMSIZ (15 characters); only
+the host's management veth lives in the root namespace, every other interface lives in a namespace
+of its stack, so names there only need to be unique within that namespace.
+
+Layout of one stack with tag ``T``:
+
+    netns  ry-T-fabric        bridges rail0..railN-1, storage, mgmt; ports <nodetag>-r<i>,
+                              <nodetag>-s, <nodetag>-m, spine<i>, host
+    netns  ry-T-spine         links rail<i> holding each rail's gateway
+    netns  ry-T-n-<node>      one per node; the node's NICs carry the names the caller gives
+                              (the SKU's real netdev names such as ibp24s0)
+    link   ry-T-mgmt          in the root namespace: the host's one veth into the stack
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from railyard.drivers.lab.errors import LabError
+
+IFNAMSIZ = 15  # the kernel's limit on an interface name, without the trailing NUL
+
+PREFIX = "ry"
+
+_READABLE_TAG = re.compile(r"[a-z0-9]{1,6}")
+_STACK = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# A node's name is also its hostname, so it follows the rules for one DNS label.
+_NODE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+
+MGMT_BRIDGE = "mgmt"
+STORAGE_BRIDGE = "storage"
+HOST_PORT = "host"  # the fabric end of the host's veth, on the mgmt bridge
+
+
+def _digest(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def check_stack(stack: str) -> str:
+    if not _STACK.fullmatch(stack or ""):
+        raise LabError(f"stack {stack!r}", "a stack name is 1-100 of A-Z a-z 0-9 _ . -")
+    return stack
+
+
+def stack_tag(stack: str) -> str:
+    """A short, stable tag for the stack: the name itself when it is 1-6 of [a-z0-9] (``lab``),
+    else up to three of its letters and four hex digits of its hash (``lab-virtual`` → ``lab`` +
+    hash). Hashed tags are always seven characters, readable ones at most six, so the two kinds
+    never collide."""
+    check_stack(stack)
+    if _READABLE_TAG.fullmatch(stack):
+        return stack
+    letters = re.sub(r"[^a-z0-9]", "", stack.lower())[:3].ljust(3, "x")
+    return letters + _digest(stack, 4)
+
+
+def stack_prefix(stack: str) -> str:
+    """Every netns and root-namespace link of the stack starts with this."""
+    return f"{PREFIX}-{stack_tag(stack)}-"
+
+
+def fabric_ns(stack: str) -> str:
+    return stack_prefix(stack) + "fabric"
+
+
+def spine_ns(stack: str) -> str:
+    return stack_prefix(stack) + "spine"
+
+
+def check_node(node: str) -> str:
+    if not _NODE.fullmatch(node or ""):
+        raise LabError(
+            f"node {node!r}",
+            "a node name is its hostname: 1-63 of a-z 0-9 and '-', not starting or ending with '-'",
+        )
+    return node
+
+
+def node_ns(stack: str, node: str) -> str:
+    return stack_prefix(stack) + "n-" + check_node(node)
+
+
+def host_link(stack: str) -> str:
+    """The host's end of the stack's management veth, in the root namespace."""
+    return check_ifname(stack_prefix(stack) + "mgmt")
+
+
+def init_marker(stack: str, node: str) -> str:
+    """argv[0] of a node's init process, so `ps` and `gc` can tell whose it is."""
+    return f"{stack_prefix(stack)}init:{check_node(node)}"
+
+
+ENV_MARKER = "RAILYARD_LAB"  # every node process started by the lab carries RAILYARD_LAB=<tag>:<node>
+
+
+def env_marker(stack: str, node: str) -> str:
+    return f"{stack_tag(stack)}:{check_node(node)}"
+
+
+def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
+    """("fabric"|"spine", None) or ("node", name) for a netns of the stack, else None."""
+    prefix = stack_prefix(stack)
+    if not netns.startswith(prefix):
+        return None
+    rest = netns[len(prefix):]
+    if rest in ("fabric", "spine"):
+        return rest, None
+    if rest.startswith("n-") and _NODE.fullmatch(rest[2:]):
+        return "node", rest[2:]
+    return None
+
+
+def node_tag(node: str) -> str:
+    """The node's part of its fabric port names: the name itself up to nine characters, else its
+    first five and five hex digits of its hash (always ten, so the two kinds never collide)."""
+    check_node(node)
+    if len(node) <= 9:
+        return node
+    return node[:5] + _digest(node, 5)
+
+
+def rail_bridge(rail: int) -> str:
+    return f"rail{_rail(rail)}"
+
+
+def spine_port(rail: int) -> str:
+    """The fabric end of the spine's link to a rail, on that rail's bridge."""
+    return f"spine{_rail(rail)}"
+
+
+def spine_link(rail: int) -> str:
+    """The spine's end of its link to a rail; it holds the rail's gateway address."""
+    return f"rail{_rail(rail)}"
+
+
+def node_port(node: str, role: str | int) -> str:
+    """The fabric end of a node's NIC: ``<nodetag>-r<i>`` for rail i, ``-s`` storage, ``-m`` mgmt.
+
+    The suffix always starts at the last ``-`` and is one of r<digits>, s, m, while bridge and
+    spine names never end that way, so no two objects in a fabric namespace share a name.
+    """
+    if isinstance(role, int):
+        suffix = f"r{_rail(role)}"
+    elif role in ("storage", "mgmt"):
+        suffix = role[0]
+    else:
+        raise LabError(f"node {node} port {role!r}", "a port role is a rail number, 'storage' or 'mgmt'")
+    return check_ifname(f"{node_tag(node)}-{suffix}")
+
+
+def mac(*parts: str) -> str:
+    """A stable, locally administered unicast MAC for a lab interface named by `parts`.
+
+    A re-created interface keeps its MAC, so neighbours' ARP caches (the host's, the spine's)
+    stay right instead of sending to the old interface's address until their entries expire.
+    """
+    b = bytearray(bytes.fromhex(_digest("/".join(parts), 12)))
+    b[0] = (b[0] & 0xFC) | 0x02
+    return ":".join(f"{x:02x}" for x in b)
+
+
+def check_ifname(name: str) -> str:
+    if not _IFNAME.fullmatch(name or "") or name in (".", ".."):
+        raise LabError(f"link {name!r}", f"an interface name is 1-{IFNAMSIZ} of A-Z a-z 0-9 _ . -")
+    return name
+
+
+def _rail(rail: int) -> int:
+    if not isinstance(rail, int) or isinstance(rail, bool) or not 0 <= rail < 100:
+        raise LabError(f"rail {rail!r}", "a rail number is an integer from 0 to 99")
+    return rail

@@ -1,0 +1,134 @@
+"""The init of one lab node (run as a script, standard library only: `python -I -S node_init.py`).
+
+node.py starts it already inside the node's network namespace, in a fresh mount and UTS namespace
+with private propagation, and without CAP_SYS_BOOT, CAP_SYS_MODULE and CAP_SYS_TIME in its
+bounding set, so nothing started from here can regain them. It builds the node's private view of
+the filesystem with mount(2) directly (a process per mount would cost more than the whole node),
+sets the hostname, starts sshd, prints "ready <pid>" on stdout and then becomes `sleep infinity`
+named after the node, holding the namespaces. Anything that fails before "ready" fails the create,
+with the reason on stderr.
+
+Inputs (environment): RY_NODE (hostname), RY_NODE_DIR (the node's runtime dir on the host),
+RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_SHIM_TARGETS
+(host binaries the reboot-pending shim is bound over, one per line).
+
+Every module is imported before the first mount: the interpreter's own library may live below a
+directory the node mounts over (a pyenv under /root).
+"""
+
+import ctypes
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND = 32, 4096
+MNT_DETACH = 2
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def fail(msg: str) -> None:
+    sys.stderr.write(f"{msg}\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def mount(source: str, target: str, fstype: str | None = None, flags: int = 0, data: str | None = None) -> None:
+    rc = libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                    data.encode() if data else None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        what = f"{fstype} " if fstype else ""
+        fail(f"mount {what}{source} on {target} ({data or ''}): {os.strerror(err)}")
+
+
+def detach(target: str) -> None:
+    libc.umount2(target.encode(), MNT_DETACH)  # nothing mounted there is fine too
+
+
+def mountpoints() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f]
+
+
+def bind_ro(path: str) -> None:
+    mount(path, path, flags=MS_BIND)
+    mount(path, path, flags=MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def main() -> None:
+    env = os.environ
+    node, node_dir, hw, marker = env["RY_NODE"], env["RY_NODE_DIR"], env["RY_HW"], env["RY_MARKER"]
+    shim_targets = [t for t in env.get("RY_SHIM_TARGETS", "").splitlines() if t]
+    os.chdir("/")
+
+    # The new mount namespace starts as a copy of the host's, including the host's /run/netns
+    # handles of every lab namespace. Each copy would keep its namespace alive after
+    # `ip netns del`, so a deleted node's links would linger. Detach them; the host keeps its own.
+    for mp in sorted((m for m in mountpoints() if m == "/run/netns" or m.startswith("/run/netns/")), reverse=True):
+        detach(mp)
+
+    # Sources are bound before anything could hide them: /run gets its tmpfs first, /root is
+    # the last bind (a checkout under /root stays reachable until then), /tmp comes after it.
+    mount("ry-run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
+    for d in ("/run/lock", "/run/sshd", "/run/railyard/hw", "/run/railyard/bin"):
+        os.makedirs(d, mode=0o755, exist_ok=True)
+    mount(hw, "/run/railyard/hw", flags=MS_BIND)
+    mount(f"{node_dir}/bin", "/run/railyard/bin", flags=MS_BIND)
+    # /etc is the host's, overlaid by the node's own layer: what the node writes lands in
+    # <node dir>/etc and never reaches the host, and a node costs a few files, not a copy.
+    mount("ry-etc", "/etc", "overlay", 0,
+          f"lowerdir=/etc,upperdir={node_dir}/etc,workdir={node_dir}/etc.work")
+    for d in ("boot", "mnt", "root"):
+        if not os.path.isdir(f"/{d}"):
+            fail(f"/{d} does not exist on the host; a lab node needs it as a mount point")
+        mount(f"{node_dir}/{d}", f"/{d}", flags=MS_BIND)
+    mount("ry-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    mount("ry-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+    # A sysfs mounted from inside the node's netns shows the node's own class/net; read-only, so
+    # a tuning mistake (a write meant for a device) fails loudly instead of reaching the host.
+    detach("/sys")
+    mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for p in ("/proc/sys", "/proc/irq", "/proc/sysrq-trigger", "/proc/bus"):
+        if os.path.exists(p):
+            bind_ro(p)
+
+    name = node.encode()
+    if libc.sethostname(name, len(name)) != 0:
+        fail(f"sethostname {node}: {os.strerror(ctypes.get_errno())}")
+
+    # Reboots and bootloader changes are recorded, not done (lab-shim.sh). The shim is on PATH
+    # under every name, and bound over the host's binaries of those names so an absolute path
+    # (/sbin/reboot) lands there too; the real systemctl stays reachable for the other verbs.
+    for target in shim_targets:
+        if os.path.basename(target) == "systemctl":
+            open("/run/railyard/real-systemctl", "w").close()
+            mount(target, "/run/railyard/real-systemctl", flags=MS_BIND)
+        mount("/run/railyard/bin/.lab-shim", target, flags=MS_BIND)
+
+    sshd = ["/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config", "-E", "/run/railyard/sshd.log"]
+    pid = os.posix_spawn(sshd[0], sshd, dict(env))
+    _, status = os.waitpid(pid, 0)  # sshd forks its daemon after it listens, then the parent exits
+    if status != 0:
+        try:
+            with open("/run/railyard/sshd.log") as f:
+                log = f.read().strip()
+        except OSError:
+            log = ""
+        fail(f"sshd did not start (wait status {status}): {log}")
+
+    sys.stdout.write(f"ready {os.getpid()}\n")
+    sys.stdout.flush()
+    null = os.open("/dev/null", os.O_RDWR)
+    log = os.open("/run/railyard/init.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(log, 2)
+    for key in [k for k in env if k.startswith("RY_")]:
+        del env[key]
+    os.execv("/bin/sleep", [marker, "infinity"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Processes, mounts and loop devices, read from /proc and /sys: what `delete` and `gc` clean up.
+
+A lab node is a set of processes sharing one network namespace, so the processes of a node are
+found by comparing /proc/PID/ns/net with the node's netns; nothing is found by name alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from railyard.drivers.lab.errors import LabError
+from railyard.drivers.lab.net import run
+
+
+def pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def ns_inode(pid: int, kind: str = "net") -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:  # gone, a zombie, or a kernel thread
+        return None
+
+
+def alive(pid: int) -> bool:
+    """True for a running process (a zombie is dead: it holds no namespace any more)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def environ_value(pid: int, key: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    prefix = key.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    netns: int | None
+    argv: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "netns_inode": self.netns, "argv": list(self.argv)}
+
+
+def in_namespaces(netns_inodes: set[int]) -> list[Proc]:
+    """Every live process whose network namespace is one of `netns_inodes`."""
+    host = ns_inode(1)
+    wanted = netns_inodes - {host, ns_inode(os.getpid())}  # never the host's own namespace
+    found = []
+    for pid in pids():
+        ino = ns_inode(pid)
+        if ino in wanted and alive(pid):
+            found.append(Proc(pid, ino, tuple(cmdline(pid))))
+    return found
+
+
+def marked(key: str, match) -> list[tuple[Proc, str]]:
+    """Live processes whose environment has `key` with a value for which match(value) is true,
+    each with that value."""
+    found = []
+    for pid in pids():
+        value = environ_value(pid, key)
+        if value is not None and match(value) and alive(pid):
+            found.append((Proc(pid, ns_inode(pid), tuple(cmdline(pid))), value))
+    return found
+
+
+def kill_all(procs: list[int], *, what: str, timeout: float = 5.0) -> None:
+    """SIGKILL every pid and wait until none is running; lab processes hold no state worth a
+    graceful stop, and a lingering one would keep its namespace (and links) alive."""
+    me = os.getpid()
+    todo = [p for p in procs if p not in (me, 1)]
+    for pid in todo:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in todo if alive(p)]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(what, f"processes {left} survived SIGKILL for {timeout:g}s")
+        time.sleep(0.01)
+
+
+# --- mounts ------------------------------------------------------------------------------------
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts(pid: int | str = "self") -> list[dict]:
+    """The mount table of a process's mount namespace: mountpoint, fstype, source."""
+    found = []
+    with open(f"/proc/{pid}/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            found.append({"mountpoint": _unescape(parts[4]), "root": _unescape(parts[3]),
+                          "fstype": rparts[0] if rparts else "", "source": _unescape(rparts[1]) if len(rparts) > 1 else ""})
+    return found
+
+
+def mounts_under(path: Path | str) -> list[str]:
+    """Mount points at or below `path` in our own mount namespace, deepest first."""
+    base = os.path.realpath(path)
+    hits = {m["mountpoint"] for m in mounts() if m["mountpoint"] == base or m["mountpoint"].startswith(base + "/")}
+    return sorted(hits, key=len, reverse=True)
+
+
+def unmount_under(path: Path | str) -> list[str]:
+    done = []
+    for mp in mounts_under(path):
+        run(["umount", "-l", mp], obj=f"mount {mp}", check=False)
+        done.append(mp)
+    return done
+
+
+def remove_tree(path: Path | str) -> bool:
+    """rm -rf that first unmounts anything mounted below, so it never deletes through a mount."""
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        return False
+    unmount_under(p)
+    left = mounts_under(p)
+    if left:
+        raise LabError(f"dir {p}", f"still has mounts {left}; not removing it")
+    shutil.rmtree(p, ignore_errors=False) if p.is_dir() and not p.is_symlink() else p.unlink()
+    return True
+
+
+# --- loop devices ------------------------------------------------------------------------------
+
+def loops_backed_under(path: Path | str) -> dict[str, str]:
+    """Loop devices whose backing file lies under `path`: {"/dev/loop3": backing file}."""
+    base = os.path.realpath(path)
+    found = {}
+    sysblock = Path("/sys/block")
+    for dev in sorted(sysblock.glob("loop*")):
+        try:
+            backing = (dev / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            continue
+        clean = backing.removesuffix(" (deleted)")
+        if clean == base or clean.startswith(base + "/"):
+            found[f"/dev/{dev.name}"] = backing
+    return found
+
+
+def detach_loop(dev: str) -> None:
+    run(["losetup", "-d", dev], obj=f"loop device {dev}", check=False)
