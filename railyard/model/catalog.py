@@ -274,6 +274,7 @@ class SwitchModel:
     aggregate_tbps: float | None = None
     notes: str | None = None
     sources: tuple[Source, ...] = ()
+    assumptions: tuple[Assumption, ...] = ()
     file: str = ""
 
     def ports_at(self, speed: str) -> int | None:
@@ -788,7 +789,7 @@ def _reproduces(r: _Reader, value: Any, nic_names: list[str]) -> Reproduces | No
 
 def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
     r.keys(data, "", ("id", "name", "family", "kind", "sources", "ports", "port_speed_gbps", "speeds", "cages"),
-           ("aggregate_tbps", "notes"))
+           ("aggregate_tbps", "notes", "assumptions"))
     sid = _entry_id(r, data, stem)
     ports = r.get(data, "ports", "", _int_min(1))
     speeds_m = r.mapping(data.get("speeds"), "speeds", "a mapping speed id -> port count, e.g. {ndr: 64}") or {}
@@ -814,7 +815,10 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
         speeds=MappingProxyType(speeds), cages=cages, cage_type=r.get(cm, "type", "cages", _text),
         ports_per_cage=per_cage, optic=r.get(cm, "optic", "cages", _text, unknown=True),
         aggregate_tbps=r.get(data, "aggregate_tbps", "", _positive, default=None),
-        notes=r.get(data, "notes", "", _text, default=None), sources=r.sources(data.get("sources")), file=r.rel,
+        notes=r.get(data, "notes", "", _text, default=None), sources=r.sources(data.get("sources")),
+        assumptions=r.assumptions(data.get("assumptions", []), ("ports", "port_speed_gbps", "speeds", "cages",
+                                                                   "aggregate_tbps", "kind", "family")),
+        file=r.rel,
     )
     return None if r.problems else sw
 

@@ -170,11 +170,15 @@ def _sniff(text: str) -> str:
     if _LSPCI_TREE.search(text) or _LSPCI_LINE.search(text) or re.search(r"^\$.*\blspci\b", text, re.M):
         return ("this is `lspci` output, which does not give PCIe distance classes; capture "
                 "`nvidia-smi topo -m` or an NCCL topology dump (NCCL_TOPO_DUMP_FILE) instead")
-    meaningful = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if meaningful and meaningful[0].startswith("<"):
+    # Excerpt markers (`# [EXCERPT`, `<!--`) can open either format, so they do not decide it.
+    meaningful = [ln.strip() for ln in text.splitlines()
+                  if ln.strip() and not ln.lstrip().startswith(("#", "<!--"))]
+    if not meaningful or meaningful[0].startswith("<"):
         if re.search(r"<(system|cpu|pci|gpu|nic|net)\b", text):
             return "xml"
-        return "an XML file without NCCL topology elements (<system>, <cpu>, <pci>)"
+        if meaningful:
+            return "an XML file without NCCL topology elements (<system>, <cpu>, <pci>)"
+        return "nothing but comments; expected `nvidia-smi topo -m` output or an NCCL topology XML"
     for ln in meaningful:
         tokens = ln.split()
         if re.fullmatch(r"(GPU|NIC)\d+", tokens[0]) and len(tokens) > 1 and (
@@ -264,6 +268,10 @@ def _parse_matrix(text: str, source: str) -> Topology:
             if other == label:
                 continue
             cell = "SYS" if cell == "SOC" else cell  # SOC is the older nvidia-smi name of SYS
+            both_gpus = label in gpu_labels and other in gpu_labels
+            if cell not in pcie.CLASSES and not (both_gpus and cell.startswith("NV")):
+                raise TopologyError(f"{source}: {label}-{other} is {cell!r}; only two GPUs can be NV#, "
+                                    f"and X belongs on the diagonal")
             prior = classes.get((other, label))
             if prior is not None and prior != cell:
                 raise TopologyError(f"{source}: {label}-{other} is {cell} but {other}-{label} is {prior}")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
+
 import pytest
+
+from railyard.model import pcie
 
 from railyard.model.pcie import (
     ENDPOINT,
@@ -112,3 +118,10 @@ def test_a_device_not_in_the_tree_is_refused():
 def test_a_device_has_no_class_to_itself():
     with pytest.raises(PcieError, match="itself"):
         distance_class(_tree(), "gpu0", "gpu0")
+
+
+def test_pcie_module_is_stdlib_only_so_a_host_side_sysfs_reader_can_ship_it():
+    tree = ast.parse(Path(pcie.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names), f"pcie.py imports {imported - set(sys.stdlib_module_names)}"

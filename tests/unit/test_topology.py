@@ -288,3 +288,10 @@ def test_from_sku_with_an_unplaced_adapter_is_incomplete_and_says_which():
     topo = Topology.from_sku(CATALOG.nodes["dgx-a100"])
     assert not topo.complete and any("mlx5_10" in n for n in topo.notes)
     assert topo.pairing()["GPU0"] in ("mlx5_0", "mlx5_1")
+
+
+@pytest.mark.parametrize("cell", ["X", "NV18"])
+def test_a_gpu_nic_cell_that_is_not_a_pcie_class_is_refused(cell):
+    text = f"\tGPU0\tNIC0\nGPU0\t X \t{cell}\nNIC0\t{cell}\t X \n"
+    with pytest.raises(TopologyError, match="GPU0-NIC0 is"):
+        parse_topology_text(text, "bad")
