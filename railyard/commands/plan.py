@@ -45,7 +45,12 @@ def handle(args) -> int:
                 return 1
             print(f"wrote {rows} cables to {args.cabling}", file=sys.stderr)
         if args.json:
-            json.dump(plan.detail() if args.detail else plan.summary(), sys.stdout, indent=2)
+            # The detail of a large cluster is hundreds of thousands of objects: compact JSON goes
+            # through the C encoder, indented JSON would not.
+            if args.detail:
+                sys.stdout.write(json.dumps(plan.detail(), separators=(",", ":")))
+            else:
+                sys.stdout.write(json.dumps(plan.summary(), indent=2))
             sys.stdout.write("\n")
         else:
             render(plan.summary(), sys.stdout)

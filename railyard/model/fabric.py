@@ -118,7 +118,6 @@ class PoolLayout:
     leaf_offset: int       # fabric-wide ordinal of the pool's first leaf
     group_units: int = 0   # three tiers: SUs in a full spine group
     groups: int = 0        # three tiers: spine groups
-    group_offset: int = 0  # three tiers: fabric-wide ordinal of the pool's first group in a plane
     core_offset: int = 0   # three tiers: first core port of the pool's spines in a plane
 
     @property
@@ -240,7 +239,8 @@ def min_bisection_links(pools: Sequence[tuple[int, int, int]], su_nodes: int, up
                 continue
             base = sum(r * min(n, uplinks) for n, r in chosen)
             y, x = divmod(rem, su_nodes)
-            # Where the split SU is: None (no split), ("full", rails) or ("part", index).
+            # (cost of the split SU, rails of the pool whose full SU is split, or None when no
+            # full SU is split: no split at all, or the split is in a partial SU left out of X).
             options: list[tuple[int, int | None]] = [(0, None)] if x == 0 else []
             if x:
                 for rails, f in fulls:
@@ -329,8 +329,7 @@ class FabricPlan:
         for pl in layouts:
             g = self.half // pl.pool.rails
             groups = _ceil(pl.units, g)
-            out.append(PoolLayout(pl.pool, pl.units, pl.last_unit_nodes, pl.leaf_offset, g, groups,
-                                  groups_before, 0))
+            out.append(PoolLayout(pl.pool, pl.units, pl.last_unit_nodes, pl.leaf_offset, g, groups))
             groups_before += groups
         # Cores per plane: the fewest that divide every full spine's uplinks (so each full spine
         # reaches every core of its plane equally) and leave no core short of ports.
@@ -349,7 +348,7 @@ class FabricPlan:
         final = []
         for pl in out:
             final.append(PoolLayout(pl.pool, pl.units, pl.last_unit_nodes, pl.leaf_offset, pl.group_units,
-                                    pl.groups, pl.group_offset, port_before))
+                                    pl.groups, port_before))
             port_before += self._core_ports_of_pool(pl, c)
         return final
 

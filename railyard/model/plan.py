@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from railyard.model import addressing as addr
@@ -63,7 +63,17 @@ class NodePlan:
     vms: tuple[VmPlan, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # By hand: dataclasses.asdict deep-copies every field and is the slow part of --detail.
+        return {
+            "name": self.name, "pool": self.pool, "index": self.index, "sku": self.sku,
+            "management_ip": self.management_ip, "storage_ip": self.storage_ip,
+            "nics": [{"name": n.name, "rail": n.rail, "ip": n.ip, "prefixlen": n.prefixlen, "leaf": n.leaf,
+                      "leaf_port": n.leaf_port} for n in self.nics],
+            "vms": [{"name": v.name, "index": v.index, "management_ip": v.management_ip, "storage_ip": v.storage_ip,
+                     "gpus": list(v.gpus),
+                     "vfs": [{"name": f.name, "rail": f.rail, "pf": f.pf, "slot": f.slot, "ip": f.ip,
+                              "prefixlen": f.prefixlen} for f in v.vfs]} for v in self.vms],
+        }
 
 
 class Plan:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 
@@ -135,6 +136,8 @@ def test_virtual_layout_gives_vms_names_addresses_and_vfs_on_their_own_rails():
     everything = [a for n in plan.nodes for a in (n.management_ip, *(v.management_ip for v in n.vms))]
     fabric = [a for n in plan.nodes for a in (*(x.ip for x in n.nics), *(f.ip for v in n.vms for f in v.vfs))]
     assert len(set(everything)) == len(everything) and len(set(fabric)) == len(fabric)
+    # to_json is written by hand for speed; it must say what the dataclass holds.
+    assert json.dumps(node.to_json()) == json.dumps(dataclasses.asdict(node))
     s = plan.summary()
     assert s["vms"] == 6 and s["pools"][0]["vms_per_host"] == 2
     assert "gateways" in s["networks"]["compute"] and "bgp" in s["fabrics"]["compute"]
