@@ -151,7 +151,7 @@ def test_host_routes_only_the_management_network_and_does_not_forward(cluster):
 
 def test_node_mounts_are_private_to_the_node(cluster):
     host_mounts = Path("/proc/self/mounts").read_text()
-    for fs in ("ry-run", "ry-etc", "ry-tmp"):
+    for fs in ("ry-run", "ry-etc", "ry-var", "ry-tmp"):
         assert fs not in host_mounts
     inside = in_node(cluster, "gpu-0", "cat", "/proc/self/mounts", check=True).stdout
     targets = {line.split()[1]: line.split()[0] for line in inside.splitlines()}
@@ -165,6 +165,17 @@ def test_etc_written_in_a_node_stays_in_the_node(cluster):
     assert in_node(cluster, "gpu-1", "test", "-e", "/etc/railyard-test-marker").returncode != 0
     d = node.node_dir(cluster.stack, "gpu-0")
     assert (d / "etc" / "railyard-test-marker").read_text() == "lab\n"
+
+
+def test_the_hosts_filesystem_is_read_only_outside_the_nodes_own_dirs(cluster):
+    for path in ("/usr/local/railyard-test", "/opt/railyard-test", "/railyard-test"):
+        result = in_node(cluster, "gpu-0", "touch", path)
+        assert result.returncode != 0 and "Read-only" in result.stderr, path
+        assert not Path(path).exists()
+    for path in ("/var/log/railyard-test", "/root/railyard-test", "/boot/railyard-test", "/mnt/railyard-test",
+                 "/tmp/railyard-test"):
+        assert in_node(cluster, "gpu-0", "touch", path).returncode == 0, path
+        assert not Path(path).exists(), f"{path} written in a node appeared on the host"
 
 
 def test_reboot_and_bootloader_changes_are_recorded_as_pending(cluster):
@@ -318,3 +329,35 @@ def test_a_node_is_created_and_deleted_well_within_a_second(stack_factory, recor
     record_property("node_delete_s", delete)
     print(f"\nlab node (8 rails) create: {['%.3f' % t for t in create]}s delete: {['%.3f' % t for t in delete]}s")
     assert max(create) < 1.0 and max(delete) < 1.0, (create, delete)
+
+
+def test_nodes_created_concurrently_all_come_up(stack_factory, tmp_path, record_property):
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = stack_factory("parallel")
+    c.create_fabric()
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        states = list(pool.map(lambda i: c.create_node(f"p-{i}", i), range(4)))
+    took = time.monotonic() - started
+    record_property("four_nodes_parallel_s", took)
+    print(f"\n4 lab nodes (8 rails) created concurrently in {took:.3f}s")
+    assert all(s["running"] and s["sshd"] for s in states)
+    assert len({s["host_key"] for s in states}) == 4
+    for i in range(1, 4):
+        assert ping_ttl(c, "p-0", c.rail_address("p-0", i), c.rail_address(f"p-{i}", i), ttl=1)
+
+
+def test_hw_tree_source_is_shown_at_run_railyard_hw_and_a_change_restarts_the_node(stack_factory, tmp_path):
+    c = stack_factory("hw", rails=1)
+    c.create_fabric()
+    first, second = tmp_path / "hw-a", tmp_path / "hw-b"
+    for d, text in ((first, "a"), (second, "b")):
+        (d / "sys" / "bus" / "pci").mkdir(parents=True)
+        (d / "proc").mkdir()
+        (d / "proc" / "cmdline").write_text(text)
+    state = c.create_node("hw-0", 0, hw_tree_source=str(first))
+    assert in_node(c, "hw-0", "cat", "/run/railyard/hw/proc/cmdline", check=True).stdout == "a"
+    assert c.create_node("hw-0", 0, hw_tree_source=str(first))["init_pid"] == state["init_pid"]
+    c.create_node("hw-0", 0, hw_tree_source=str(second))
+    assert in_node(c, "hw-0", "cat", "/run/railyard/hw/proc/cmdline", check=True).stdout == "b"

@@ -64,7 +64,7 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
     net.netns_add(fab)
     net.sysctls(fab, {**LAB_NETNS_SYSCTLS, "net/ipv4/ip_forward": 0})
 
-    links = net.links(fab)
+    links = net.links(fab, with_addresses=False)
     batch = net.Batch(fab)
     wanted = [names.rail_bridge(i) for i in range(rails)] + [names.STORAGE_BRIDGE, names.MGMT_BRIDGE]
     for name, info in sorted(links.items()):
@@ -101,6 +101,9 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
     root = net.Batch(None)
     net.queue_addresses(root, hlink, net.links().get(hlink), [f"{host_ip}/32"])
     root.add(f"link {hlink}", "link", "set", hlink, "up")
+    for r in net.routes(None, "main"):
+        if r.get("dev") == hlink and r.get("dst") != str(mgmt):  # the stack's old management network
+            root.add(f"route {r.get('dst')} via {hlink}", "route", "del", str(r.get("dst")), "dev", hlink)
     root.add(f"route {mgmt} via {hlink}", "route", "replace", str(mgmt), "dev", hlink, "src", str(host_ip),
              "scope", "link")
     root.run()
@@ -112,7 +115,7 @@ def _peers_of_host_link(hlink: str, fab: str) -> bool:
     info = net.links().get(hlink) or {}
     if net.kind(info) != "veth":
         return False
-    peer = net.links(fab).get(names.HOST_PORT) or {}
+    peer = net.links(fab, with_addresses=False).get(names.HOST_PORT) or {}
     return peer.get("ifindex") == info.get("link_index") and net.kind(peer) == "veth"
 
 
@@ -145,7 +148,7 @@ def read_fabric(stack: str) -> dict | None:
     fab, hlink = names.fabric_ns(stack), names.host_link(stack)
     if not net.netns_exists(fab):
         return None
-    links = net.links(fab)
+    links = net.links(fab, with_addresses=False)
     rails = sorted(int(m.group(1)) for n, i in links.items()
                    if (m := _RAIL_BRIDGE.fullmatch(n)) and net.kind(i) == "bridge")
     host = net.links().get(hlink)
@@ -188,7 +191,7 @@ def fabric_exists(stack: str) -> bool:
 def fabric_ports(stack: str) -> dict[str, dict]:
     """Every link of the fabric namespace by name (ports and bridges)."""
     fab = names.fabric_ns(stack)
-    return net.links(fab) if net.netns_exists(fab) else {}
+    return net.links(fab, with_addresses=False) if net.netns_exists(fab) else {}
 
 
 def delete_fabric(stack: str) -> dict:
@@ -224,7 +227,7 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
                 raise LabError(f"spine {sp}", f"rails {j} and {i} have overlapping subnets {nets[j]} and {a}")
     if not net.netns_exists(fab):
         raise LabError(f"spine {sp}", f"the fabric namespace {fab} does not exist; create the fabric first")
-    fab_links = net.links(fab)
+    fab_links = net.links(fab, with_addresses=False)
     missing = [names.rail_bridge(i) for i in range(len(gws)) if names.rail_bridge(i) not in fab_links]
     if missing:
         raise LabError(f"spine {sp}", f"rail bridges {missing} are missing in {fab}; create the fabric with enough rails")

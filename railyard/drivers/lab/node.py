@@ -10,10 +10,11 @@ What a node is made of (stack tag T, node N, runtime dir D = lab_dir(stack)/node
   the rail's gateway. Same-rail traffic is one hop, other rails cross the spine; there is no
   default route.
 - an init process (``node_init.py``) started in that netns with new mount and UTS namespaces. It
-  binds D/etc on /etc (a copy of the host's /etc made at first create, with host keys of its
-  own), D/boot, D/mnt, D/root on /boot, /mnt, /root, mounts tmpfs on /run, /tmp and /dev/shm, a
-  read-only sysfs of the node's netns on /sys, makes /proc/sys, /proc/irq, /proc/sysrq-trigger and
-  /proc/bus read-only, sets the hostname to N and starts sshd on the management address only
+  overlays the host's /etc and /var with the node's own layers (D/etc, D/var: what the node
+  writes stays there, with ssh host keys of its own), binds D/boot, D/mnt, D/root on /boot,
+  /mnt, /root, mounts tmpfs on /run, /tmp and /dev/shm, a read-only sysfs of the node's netns on
+  /sys, makes /proc/sys, /proc/irq, /proc/sysrq-trigger, /proc/bus and the rest of the host's root
+  filesystem read-only, sets the hostname to N and starts sshd on the management address only
   (root, by key only). The hardware tree directory (D/hw unless `hw_tree_source` names another)
   is bound at /run/railyard/hw. Every node process lacks CAP_SYS_BOOT, CAP_SYS_MODULE and
   CAP_SYS_TIME, so a tuning mistake fails instead of reaching the host's kernel.
@@ -63,7 +64,7 @@ RULE_PREF_BASE = 1000
 TABLE_BASE = 100
 
 # The node's private mounts would hide a runtime dir below them (see node_init.py for the order).
-_FORBIDDEN_DIRS = ("/run", "/etc", "/boot", "/mnt", "/proc", "/sys", "/dev")
+_FORBIDDEN_DIRS = ("/run", "/etc", "/var", "/boot", "/mnt", "/proc", "/sys", "/dev")
 
 
 @dataclass(frozen=True)
@@ -126,19 +127,20 @@ def create_node(
 
     if not net.netns_exists(fab):
         raise LabError(f"node {ns}", f"the fabric namespace {fab} does not exist; create the fabric first")
-    fab_links = net.links(fab)
+    fab_links = net.links(fab, with_addresses=False)
     missing = sorted({n.bridge for n in nics} - set(fab_links))
     if missing:
         raise LabError(f"node {ns}", f"bridges {missing} are missing in {fab}; create the fabric with them first")
 
     hw = Path(hw_tree_source).resolve() if hw_tree_source else d / "hw"
-    config_changed = _prepare_dir(d, node, nics[0], keys, hw)
-    if not hw.is_dir():
+    if hw_tree_source and not hw.is_dir():
         raise LabError(f"node {ns}", f"hw_tree_source {hw} is not a directory")
+    config_changed = _prepare_dir(d, node, nics[0], keys)
 
-    if net.netns_add(ns):
-        # Set before any interface exists, so every interface inherits them.
-        net.sysctls(ns, LAB_NETNS_SYSCTLS)
+    net.netns_add(ns)
+    # Before any interface is created, so new ones inherit them; every time, because a create
+    # killed right after `ip netns add` leaves a namespace without them.
+    net.sysctls(ns, LAB_NETNS_SYSCTLS)
     _ensure_links(stack, node, ns, fab, nics, fab_links)
     _ensure_addressing(ns, nics, compute_cidr)
 
@@ -263,14 +265,14 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
 
-def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str], hw: Path) -> bool:
+def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
     """The node's runtime dir: the upper layer of its /etc, its /boot, /mnt, /root and hw tree.
     What the node writes to /etc stays in the layer across restarts; the files the lab owns are
     rewritten every time. True when sshd's configuration changed."""
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     etc = d / "etc"  # the upper layer of the node's /etc overlay (see node_init.py)
-    for sub in ("etc", "etc.work", "etc/ssh"):
+    for sub in ("etc", "etc.work", "etc/ssh", "var", "var.work"):
         (d / sub).mkdir(exist_ok=True)
     if not (etc / "machine-id").exists():
         _write_if_changed(etc / "machine-id", secrets.token_hex(16) + "\n", 0o444)
@@ -335,8 +337,9 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
         if name not in wanted_names and net.kind(info) == "veth":
             net.link_delete(name, ns)
             node_links.pop(name)
-    fbatch.run()
-    fab_links = net.links(fab)
+    if len(fbatch):
+        fbatch.run()
+        fab_links = net.links(fab, with_addresses=False)
     for port, nic in ports.items():
         inner = node_links.get(nic.name)
         outer = fab_links.get(port)
@@ -654,7 +657,7 @@ def delete_node(stack: str, node: str, root: Path | None = None) -> dict:
     # happens asynchronously, so wait for it, and delete what a straggling holder of the netns
     # keeps alive one by one (slower: each veth deletion waits for its own RCU grace period).
     if net.netns_exists(fab):
-        left = net.wait_links_gone(fab, lambda links: _own_ports(node, links))
+        left = net.wait_links_gone(fab, lambda links: _own_ports(node, links), with_addresses=False)
         for port in sorted(left):
             net.link_delete(port, fab)
     proc.remove_tree(d)

@@ -75,10 +75,11 @@ def main() -> None:
         os.makedirs(d, mode=0o755, exist_ok=True)
     mount(hw, "/run/railyard/hw", flags=MS_BIND)
     mount(f"{node_dir}/bin", "/run/railyard/bin", flags=MS_BIND)
-    # /etc is the host's, overlaid by the node's own layer: what the node writes lands in
-    # <node dir>/etc and never reaches the host, and a node costs a few files, not a copy.
-    mount("ry-etc", "/etc", "overlay", 0,
-          f"lowerdir=/etc,upperdir={node_dir}/etc,workdir={node_dir}/etc.work")
+    # /etc and /var are the host's, overlaid by the node's own layers: what the node writes lands
+    # in <node dir>/etc and /var and never reaches the host, and a node costs a few files, not a copy.
+    for d in ("etc", "var"):
+        mount(f"ry-{d}", f"/{d}", "overlay", 0,
+              f"lowerdir=/{d},upperdir={node_dir}/{d},workdir={node_dir}/{d}.work")
     for d in ("boot", "mnt", "root"):
         if not os.path.isdir(f"/{d}"):
             fail(f"/{d} does not exist on the host; a lab node needs it as a mount point")
@@ -93,6 +94,11 @@ def main() -> None:
     for p in ("/proc/sys", "/proc/irq", "/proc/sysrq-trigger", "/proc/bus"):
         if os.path.exists(p):
             bind_ro(p)
+
+    # The rest of the host's root filesystem (/usr, /opt, /home, ...) is read-only in the node: a
+    # package install or a write outside the node's own directories fails instead of changing the
+    # host. Per-mount flag, so the host's own mount stays writable.
+    mount("/", "/", flags=MS_REMOUNT | MS_BIND | MS_RDONLY)
 
     name = node.encode()
     if libc.sethostname(name, len(name)) != 0:
