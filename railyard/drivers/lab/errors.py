@@ -13,17 +13,18 @@ class LabError(Exception):
     detail: what went wrong, usually the failing command's own message
     """
 
-    def __init__(self, obj: str, detail: str):
+    def __init__(self, obj: str, detail: str, message: str | None = None):
         self.obj = obj
         self.detail = detail.strip()
-        super().__init__(f"lab {obj}: {self.detail}")
+        super().__init__(message or f"lab {obj}: {self.detail}")
 
 
 class NotRoot(LabError):
     """The lab builds namespaces, links and mounts: only root can, so say so before touching anything."""
 
     def __init__(self, what: str = "the lab"):
-        super().__init__(what, "needs root (namespaces, links and mounts); run it as root, e.g. with sudo")
+        detail = "needs root (it creates namespaces, links and mounts); run it as root, e.g. with sudo"
+        super().__init__(what, detail, f"{what} {detail}")
 
 
 def require_root(what: str = "the lab") -> None:

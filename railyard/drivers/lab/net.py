@@ -220,6 +220,8 @@ def bridge_ensure(name: str, netns: str) -> bool:
 def lab_interface(cidr: str, what: str) -> ipaddress.IPv4Interface:
     """Parse an address with its prefix and insist it lies in the lab's 198.18.0.0/15."""
     try:
+        if "/" not in str(cidr):
+            raise ValueError(cidr)
         iface = ipaddress.ip_interface(cidr)
     except ValueError as exc:
         raise LabError(what, f"{cidr!r} is not an address with a prefix length (198.18.0.10/24)") from exc
