@@ -36,6 +36,10 @@ def ping_ttl(cluster, name: str, src: str, dst: str, ttl: int) -> bool:
     return in_node(cluster, name, "ping", "-n", "-c", "1", "-W", "2", "-t", str(ttl), "-I", src, dst).returncode == 0
 
 
+def sshd_pid(state: dict) -> int:
+    return int(Path(f"/proc/{state['init_pid']}/root/run/sshd.pid").read_text())
+
+
 def host_objects(stack: str) -> dict:
     """What the host shows of a stack, through the tools a person would use: netns and links
     (the root namespace's, and the fabric namespace's ports while it exists), mounts, processes."""
@@ -151,11 +155,12 @@ def test_host_routes_only_the_management_network_and_does_not_forward(cluster):
 
 def test_node_mounts_are_private_to_the_node(cluster):
     host_mounts = Path("/proc/self/mounts").read_text()
-    for fs in ("ry-run", "ry-etc", "ry-var", "ry-tmp"):
+    for fs in (names.mount_marker(cluster.stack, "gpu-0"), "ry-etc", "ry-var", "ry-tmp"):
         assert fs not in host_mounts
     inside = in_node(cluster, "gpu-0", "cat", "/proc/self/mounts", check=True).stdout
     targets = {line.split()[1]: line.split()[0] for line in inside.splitlines()}
-    assert targets["/run"] == "ry-run" and targets["/etc"] == "ry-etc" and targets["/tmp"] == "ry-tmp"
+    assert targets["/run"] == names.mount_marker(cluster.stack, "gpu-0")
+    assert targets["/etc"] == "ry-etc" and targets["/tmp"] == "ry-tmp"
     assert "/run/railyard/hw" in targets and "/boot" in targets and "/root" in targets and "/mnt" in targets
 
 
@@ -239,18 +244,19 @@ def test_create_repairs_a_node_whose_init_died_or_whose_netns_was_removed(stack_
     assert RAIL_NICS[1] in state["nics"]
     assert c.ssh("rep", "true", tmp=tmp_path).returncode == 0
 
-    old_pid = state["init_pid"]
+    old = [state["init_pid"], sshd_pid(state)]
     subprocess.run(["ip", "netns", "delete", names.node_ns(c.stack, "rep")], check=True)
     assert node.read_node(c.stack, "rep") is None and not node.node_exists(c.stack, "rep")
     state = c.create_node("rep", 0)
-    assert state["running"] and not proc.alive(old_pid)
+    assert state["running"] and not [p for p in old if proc.alive(p)], "the earlier incarnation lingers"
     assert c.ssh("rep", "true", tmp=tmp_path).returncode == 0
 
 
 def test_delete_leaves_no_namespace_link_process_mount_or_dir(stack_factory):
     c = stack_factory("delete", rails=2)
     c.create_fabric()
-    c.create_node("del-0", 0)
+    state = c.create_node("del-0", 0)
+    pids = [state["init_pid"], sshd_pid(state)]
     d = node.node_dir(c.stack, "del-0")
     node_objects = lambda: {k: [x for x in v if "del-0" in x] for k, v in host_objects(c.stack).items()}
     # the node's netns, its fabric ports, the netns handle's mount, its init
@@ -258,6 +264,7 @@ def test_delete_leaves_no_namespace_link_process_mount_or_dir(stack_factory):
 
     assert node.delete_node(c.stack, "del-0") == {"id": names.node_ns(c.stack, "del-0"), "deleted": True}
     assert not any(node_objects().values()), node_objects()
+    assert not [p for p in pids if proc.alive(p)]
     assert not d.exists()
     assert not node._own_ports("del-0", net.links(names.fabric_ns(c.stack)))
     assert node.delete_node(c.stack, "del-0")["deleted"] is False  # deleting what is gone succeeds
@@ -274,12 +281,18 @@ def test_gc_removes_orphans_and_keeps_known_objects(stack_factory, tmp_path):
     c.create_node("keep", 0)
     known = c.ids()
     orphan = node.create_node(c.stack, "orphan", **c.node_args(1))
+    orphan_sshd = sshd_pid(orphan)
     stray_ns = names.stack_prefix(c.stack) + "n-ghost"
     net.netns_add(stray_ns)
+    # A node whose netns handle went behind our back: its processes hold the namespace alive.
+    lost = node.create_node(c.stack, "lost", **c.node_args(2))
+    lost_pids = [lost["init_pid"], sshd_pid(lost)]
+    subprocess.run(["ip", "netns", "delete", lost["id"]], check=True)
 
     removed = gc.gc(c.stack, known)
     assert set(removed["netns"]) == {orphan["id"], stray_ns}
-    assert not proc.alive(orphan["init_pid"])
+    assert not proc.alive(orphan["init_pid"]) and not proc.alive(orphan_sshd)
+    assert not [p for p in lost_pids if proc.alive(p)]
     inv = gc.inventory(c.stack)
     assert set(inv["netns"]) == known
     assert {p["node"] for p in inv["processes"]} == {"keep"}

@@ -5,6 +5,9 @@ knows about; `destroy_all(stack)` removes everything of the stack. Objects are f
 stack's name prefix (names.stack_prefix) and by the node marker in process environments, never
 by a loose match on a command line, so nothing of another stack or of the host is touched.
 
+Processes are a node's when they live in its netns, in its mount namespace (whose /run is
+mounted from ``ry-<tag>-node:<node>``), or carry ``RAILYARD_LAB=<tag>:<node>``.
+
 `known` holds object ids as create_fabric, create_spine and create_node return them (the netns
 names ``ry-T-fabric``, ``ry-T-spine``, ``ry-T-n-<node>``). The host's management veth belongs to
 the fabric; a node's processes, runtime dir, mounts and loop devices belong to the node.
@@ -44,6 +47,9 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     procs: dict[int, dict] = {}
     for p in proc.in_namespaces(set(owners)):
         procs[p.pid] = {**p.to_json(), "node": owners.get(p.netns)}
+    for p, source in proc.by_mount_source("/run", lambda s: names.parse_mount_marker(stack, s) is not None):
+        if p.pid not in procs:
+            procs[p.pid] = {**p.to_json(), "node": names.parse_mount_marker(stack, source)}
     for p, value in proc.marked(names.ENV_MARKER, lambda v: v.startswith(tag + ":")):
         if p.pid not in procs:
             procs[p.pid] = {**p.to_json(), "node": value.split(":", 1)[1]}

@@ -100,6 +100,17 @@ def init_marker(stack: str, node: str) -> str:
     return f"{stack_prefix(stack)}init:{check_node(node)}"
 
 
+def mount_marker(stack: str, node: str) -> str:
+    """The source name of a node's /run tmpfs: every process of the node sees it in its mount
+    table, so `gc` and `delete` find them all by it (see proc.by_mount_source)."""
+    return f"{stack_prefix(stack)}node:{check_node(node)}"
+
+
+def parse_mount_marker(stack: str, source: str) -> str | None:
+    prefix = stack_prefix(stack) + "node:"
+    return source[len(prefix):] if source.startswith(prefix) else None
+
+
 ENV_MARKER = "RAILYARD_LAB"  # every node process started by the lab carries RAILYARD_LAB=<tag>:<node>
 
 

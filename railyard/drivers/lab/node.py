@@ -469,6 +469,7 @@ def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None) -> 
         "RY_NODE_DIR": str(d.resolve()),
         "RY_HW": str(hw),
         "RY_MARKER": names.init_marker(stack, node),
+        "RY_MOUNT_MARKER": names.mount_marker(stack, node),
         "RY_SHIM_TARGETS": "\n".join(shim_targets()),
     })
     # setsid --fork: the init is not our child, so it outlives this process (a Pulumi provider)
@@ -516,12 +517,15 @@ def shim_targets() -> list[str]:
 
 
 def _node_processes(stack: str, node: str) -> list[int]:
-    """Every process of the node: those in its netns, and any carrying its marker (left from an
-    earlier incarnation whose netns was removed behind our back)."""
+    """Every process of the node: those in its netns, those in a mount namespace of the node
+    (an earlier incarnation's too, whose netns was removed behind our back), and any carrying
+    its environment marker (an nsenter on its way in)."""
     found = set()
     ino = net.netns_inode(names.node_ns(stack, node))
     if ino is not None:
         found.update(p.pid for p in proc.in_namespaces({ino}))
+    mark = names.mount_marker(stack, node)
+    found.update(p.pid for p, _ in proc.by_mount_source("/run", lambda s: s == mark))
     marker = names.env_marker(stack, node)
     found.update(p.pid for p, _ in proc.marked(names.ENV_MARKER, lambda v: v == marker))
     return sorted(found)

@@ -9,8 +9,9 @@ named after the node, holding the namespaces. Anything that fails before "ready"
 with the reason on stderr.
 
 Inputs (environment): RY_NODE (hostname), RY_NODE_DIR (the node's runtime dir on the host),
-RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_SHIM_TARGETS
-(host binaries the reboot-pending shim is bound over, one per line).
+RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_MOUNT_MARKER
+(source name of the node's /run), RY_SHIM_TARGETS (host binaries the reboot-pending shim is
+bound over, one per line).
 
 Every module is imported before the first mount: the interpreter's own library may live below a
 directory the node mounts over (a pyenv under /root).
@@ -70,7 +71,8 @@ def main() -> None:
 
     # Sources are bound before anything could hide them: /run gets its tmpfs first, /root is
     # the last bind (a checkout under /root stays reachable until then), /tmp comes after it.
-    mount("ry-run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
+    # Its source names the node: every process of the node can be found by it (proc.by_mount_source).
+    mount(env["RY_MOUNT_MARKER"], "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
     for d in ("/run/lock", "/run/sshd", "/run/railyard/hw", "/run/railyard/bin"):
         os.makedirs(d, mode=0o755, exist_ok=True)
     mount(hw, "/run/railyard/hw", flags=MS_BIND)

@@ -92,6 +92,37 @@ def marked(key: str, match) -> list[tuple[Proc, str]]:
     return found
 
 
+def by_mount_source(mountpoint: str, match) -> list[tuple[Proc, str]]:
+    """Live processes whose mount namespace has `mountpoint` mounted from a source for which
+    match(source) is true, each with that source.
+
+    A lab node's mounts name the node (node_init.py mounts its /run from ``ry-<tag>-node:<node>``)
+    and every process of the node lives in its mount namespace, so this finds them all, even
+    sshd, which overwrites its environment with its process title, and even after the node's
+    netns handle was removed.
+    """
+    groups: dict[int, list[int]] = {}
+    mine = ns_inode(os.getpid(), "mnt")
+    for pid in pids():
+        ino = ns_inode(pid, "mnt")
+        if ino is not None and ino != mine:
+            groups.setdefault(ino, []).append(pid)
+    found = []
+    for members in groups.values():
+        source = None
+        for pid in members:
+            try:
+                table = mounts(pid)
+            except OSError:
+                continue
+            hits = [m["source"] for m in table if m["mountpoint"] == mountpoint]
+            source = hits[-1] if hits else ""
+            break
+        if source and match(source):
+            found.extend((Proc(pid, ns_inode(pid), tuple(cmdline(pid))), source) for pid in members if alive(pid))
+    return found
+
+
 def kill_all(procs: list[int], *, what: str, timeout: float = 5.0) -> None:
     """SIGKILL every pid and wait until none is running; lab processes hold no state worth a
     graceful stop, and a lingering one would keep its namespace (and links) alive."""
