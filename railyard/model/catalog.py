@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from railyard.model import pairing, pcie
+from railyard.model import pairing, pcie, yamlio
 from railyard.model.errors import Problem
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -380,25 +380,6 @@ class _Bad(Exception):
 _MISSING = object()
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 class _Reader:
     def __init__(self, rel: str, fixtures: Path):
         self.rel = rel
@@ -410,7 +391,7 @@ class _Reader:
 
     def load(self, path: Path) -> dict | None:
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+            data = yamlio.load(path.read_text(encoding="utf-8"))
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from railyard.model import addressing
+from railyard.model import addressing, yamlio
 from railyard.model.errors import Problem, SpecError
 
 NAMESPACE = "railyard"
@@ -342,31 +342,6 @@ def stack_name_of(path: str | Path) -> str:
     return name
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice: YAML keeps the last one silently, hiding a mistake."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, yaml.Node] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-        except TypeError:  # an unhashable key; construct_mapping reports it with its line
-            break
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark,
-                f"found duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
-                key_node.start_mark,
-            )
-        seen[key] = key_node
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
     """Read and validate a Pulumi stack file; raises SpecError with every problem (never OSError)."""
     p = Path(path)
@@ -385,7 +360,7 @@ def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
         raise SpecError([Problem(shown, f"a file that cannot be read ({exc.strerror or exc})",
                                  "a readable Pulumi stack file")]) from None
     try:
-        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        document = yamlio.load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown

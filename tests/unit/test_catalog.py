@@ -305,7 +305,7 @@ def test_invalid_yaml_reports_the_line(scratch):
 def test_a_key_given_twice_is_refused(scratch):
     _edit(scratch, "switches/qm8700.yaml", "ports: 40\n", "ports: 40\nports: 41\n")
     (line,) = _problems(scratch)
-    assert "switches/qm8700.yaml" in line and "appears twice" in line, line
+    assert "switches/qm8700.yaml" in line and "duplicate key" in line, line
 
 
 def test_an_id_that_differs_from_the_file_name_is_refused(scratch):

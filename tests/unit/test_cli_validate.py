@@ -13,11 +13,7 @@ from railyard.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = Path(__file__).parent / "data" / "bad_stacks"
-# See test_spec.VELA_SPEED_CONFLICT: no speed fits both vela-a100's NICs and sn5600 in the catalog.
-VELA_SPEED_CONFLICT = pytest.mark.xfail(
-    strict=True, reason="catalog: vela-a100 NICs are 100GbE but sn5600 lists no 100gbe ports")
-SHIPPED = ("lab", pytest.param("lab-virtual", marks=VELA_SPEED_CONFLICT), "us-east-bm",
-           pytest.param("us-south-vela", marks=VELA_SPEED_CONFLICT))
+SHIPPED = ("lab", "lab-virtual", "us-east-bm", "us-south-vela")
 
 
 def expected_paths(path: Path) -> list[str]:

@@ -30,8 +30,10 @@ def test_sn5600_breakout_sets_the_radix():
     # switches.csv: 64 OSFP cages of 800GbE, broken out to 128 x 400G or 256 x 200G.
     assert [(g.radix, g.ports_per_cage) for g in (switch_geometry(SN5600, s) for s in ("800gbe", "400gbe", "200gbe"))] \
         == [(64, 1), (128, 2), (256, 4)]
+    # 100G rides on the 256 breakout ports (an assumption labelled in sn5600.yaml).
+    assert switch_geometry(SN5600, "100gbe").radix == 256
     with pytest.raises(FabricError) as exc:
-        switch_geometry(SN5600, "100gbe")
+        switch_geometry(SN5600, "ndr")
     assert exc.value.problems[0].path == "railyard:fabric.compute.speed"
 
 

@@ -23,13 +23,7 @@ from railyard.model.spec import (
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ROOT / "stacks"
 BAD = Path(__file__).parent / "data" / "bad_stacks"
-# The catalog assumes vela-a100 has 2 x 100GbE compute NICs, while sn5600's entry (from switches.csv)
-# has ports at 800, 400 and 200GbE only, so no speed satisfies both the NICs and the switch. strict:
-# once the catalog resolves it, these pass, and the marker must go.
-VELA_SPEED_CONFLICT = pytest.mark.xfail(
-    strict=True, reason="catalog: vela-a100 NICs are 100GbE but sn5600 lists no 100gbe ports")
-SHIPPED = ("lab", pytest.param("lab-virtual", marks=VELA_SPEED_CONFLICT), "us-east-bm",
-           pytest.param("us-south-vela", marks=VELA_SPEED_CONFLICT))
+SHIPPED = ("lab", "lab-virtual", "us-east-bm", "us-south-vela")
 
 
 def bad_files() -> list[Path]:
@@ -139,7 +133,6 @@ def test_lab_stack_is_two_dgx_h100_bare_metal_on_ndr_infiniband():
     assert (c.kind, c.speed, c.switch, c.topology) == ("infiniband", "ndr", "qm9700", "rail-optimized")
 
 
-@VELA_SPEED_CONFLICT
 def test_lab_virtual_stack_runs_one_8_gpu_vm_per_vela_host():
     spec = load_stack_file(STACKS / "Pulumi.lab-virtual.yaml")
     assert (spec.layout, spec.driver) == ("virtual", "lab")
@@ -157,7 +150,6 @@ def test_us_east_bm_stack_has_3584_gpus_on_ndr_rail_optimized_infiniband():
     assert (spec.fabric.compute.kind, spec.fabric.compute.speed) == ("infiniband", "ndr")
 
 
-@VELA_SPEED_CONFLICT
 def test_us_south_vela_stack_is_virtual_vela_over_roce_on_sn5600_with_openstack():
     spec = load_stack_file(STACKS / "Pulumi.us-south-vela.yaml")
     assert (spec.layout, spec.driver) == ("virtual", "openstack")
@@ -165,17 +157,8 @@ def test_us_south_vela_stack_is_virtual_vela_over_roce_on_sn5600_with_openstack(
     assert (spec.fabric.compute.kind, spec.fabric.compute.switch) == ("roce", "sn5600")
 
 
-@pytest.mark.parametrize("stack", ("lab-virtual", "us-south-vela"))
-def test_vela_stacks_have_no_problem_but_the_catalog_speed_conflict(stack):
-    # Keeps the xfails above honest: nothing else may be wrong with these stacks meanwhile.
-    try:
-        load_stack_file(STACKS / f"Pulumi.{stack}.yaml")
-    except SpecError as exc:
-        assert "100gbe" not in load_catalog().switches["sn5600"].speeds
-        assert exc.paths() == ["railyard:fabric.compute.speed"], str(exc)
 
-
-@pytest.mark.parametrize("stack", ("lab", pytest.param("lab-virtual", marks=VELA_SPEED_CONFLICT)))
+@pytest.mark.parametrize("stack", ("lab", "lab-virtual"))
 def test_lab_stacks_take_every_address_from_198_18_0_0_15(stack):
     spec = load_stack_file(STACKS / f"Pulumi.{stack}.yaml")
     for net in (spec.fabric.compute.cidr, spec.fabric.storage.cidr, spec.fabric.management.cidr):
