@@ -1,0 +1,39 @@
+"""The Pulumi program: load the validated stack spec, plan it, build the Cluster, export.
+
+The spec is read from the stack file itself (stacks/Pulumi.<stack>.yaml), the same file
+`railyard validate` checks, so what was validated is what is built.
+"""
+
+from pathlib import Path
+
+import pulumi
+
+from components.cluster import Cluster, ClusterArgs
+from components.driver import DriverNotImplemented, load_driver
+from railyard.model.errors import SpecError
+from railyard.model.plan import make_plan
+from railyard.model.spec import load_stack_file
+
+stack = pulumi.get_stack()
+stack_file = Path.cwd() / "stacks" / f"Pulumi.{stack}.yaml"
+try:
+    spec = load_stack_file(stack_file)
+    plan = make_plan(spec)
+    driver = load_driver(spec, plan)
+except (SpecError, DriverNotImplemented) as exc:
+    # A RunError is shown without a Python traceback; nothing has been registered yet.
+    raise pulumi.RunError(f"{stack_file.name}: {exc}") from None
+
+cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan), driver)
+
+pulumi.export("region", spec.region)
+pulumi.export("layout", spec.layout)
+pulumi.export("inventory", cluster.inventory)
+pulumi.export("fabric", cluster.fabric.summary)
+pulumi.export("networks", cluster.fabric.networks)
+pulumi.export("storage", cluster.storage.endpoints)
+pulumi.export("access", {
+    "user": cluster.access.user,
+    "privateKey": cluster.access.private_key,
+    "ssh": f".venv/bin/railyard lab ssh --stack {spec.stack} NODE",
+})

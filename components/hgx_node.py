@@ -1,0 +1,32 @@
+"""One HGX node (a bare-metal host or a virtual-layout hypervisor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.driver import Access, Driver
+from railyard.model.plan import NodePlan
+
+
+@dataclass
+class HgxNodeArgs:
+    node: NodePlan
+    """The node's plan: name, pool, SKU, management, storage and rail addresses."""
+    access: Access
+    """The stack's SSH access, installed as the node's authorized key."""
+
+
+class HgxNode(pulumi.ComponentResource):
+    """Outputs: `management_ip` and `host_key` (what Ansible checks)."""
+
+    TYPE = "railyard:index:HgxNode"
+
+    def __init__(self, name: str, args: HgxNodeArgs, driver: Driver, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        handle = driver.node(f"{name}-host", args.node, args.access, self, depends_on)
+        self.management_ip = pulumi.Output.from_input(handle.management_ip)
+        self.host_key = handle.host_key
+        self.register_outputs({"management_ip": self.management_ip, "host_key": self.host_key})

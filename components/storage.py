@@ -1,0 +1,29 @@
+"""The storage tiers: object storage, a parallel file system, and each node's local NVMe cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components.driver import Driver
+
+
+@dataclass
+class StorageTiersArgs:
+    plan: dict[str, Any]
+    """The planner's storage summary (capacity and bandwidth per tier)."""
+
+
+class StorageTiers(pulumi.ComponentResource):
+    """Outputs: `plan` and `endpoints` (where each tier is reached)."""
+
+    TYPE = "railyard:index:StorageTiers"
+
+    def __init__(self, name: str, args: StorageTiersArgs, driver: Driver, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        self.endpoints = driver.storage(f"{name}-tiers", self, depends_on)
+        self.plan = args.plan
+        self.register_outputs({"plan": self.plan, "endpoints": self.endpoints})

@@ -1,0 +1,209 @@
+"""Pulumi dynamic resources over the lab runtime: each creates, reads, updates and deletes real
+Linux objects through the functions of this package.
+
+The provider classes live in this importable module on purpose: Pulumi serializes a dynamic
+provider into every resource's state, and dill pickles a class from an importable module by
+reference (a few hundred bytes) instead of by value (its whole code, per resource).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+
+
+class _LabProvider(ResourceProvider):
+    """Shared semantics: inputs listed in REPLACE replace the object, others update it in place;
+    read reports an object removed behind Pulumi's back as gone, so refresh drops it and the next
+    up recreates it; create adopts an existing object of the same name (the runtime converges)."""
+
+    REPLACE: tuple[str, ...] = ("stack",)
+    INPUTS: tuple[str, ...] = ()
+
+    def ensure(self, props: dict) -> dict:  # returns runtime outputs
+        raise NotImplementedError
+
+    def remove(self, props: dict) -> None:
+        raise NotImplementedError
+
+    def observe(self, props: dict) -> dict | None:
+        raise NotImplementedError
+
+    def object_id(self, props: dict) -> str:
+        raise NotImplementedError
+
+    def create(self, props):
+        outs = self.ensure(props)
+        return CreateResult(id_=self.object_id(props), outs={**props, **outs})
+
+    def diff(self, _id, olds, news):
+        changed = [k for k in self.INPUTS if olds.get(k) != news.get(k)]
+        replaces = [k for k in changed if k in self.REPLACE]
+        return DiffResult(changes=bool(changed), replaces=replaces, delete_before_replace=True)
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs={**news, **self.ensure(news)})
+
+    def delete(self, _id, props):
+        self.remove(props)
+
+    def read(self, id_, props):
+        seen = self.observe(props)
+        if seen is None:
+            return ReadResult(id_=None, outs={})  # gone: refresh removes it from state
+        return ReadResult(id_=id_, outs={**props, **seen})
+
+
+class AccessKeyProvider(ResourceProvider):
+    """The stack's SSH key pair (ed25519), generated once; the private key is a Pulumi secret."""
+
+    def create(self, props):
+        with tempfile.TemporaryDirectory() as d:
+            key = Path(d) / "id"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", props["comment"], "-f", str(key)],
+                           check=True)
+            private, public = key.read_text(), (Path(d) / "id.pub").read_text().strip()
+        return CreateResult(id_=props["comment"], outs={**props, "public_key": public, "private_key": private})
+
+    def diff(self, _id, olds, news):
+        return DiffResult(changes=olds.get("comment") != news.get("comment"), replaces=["comment"])
+
+
+class AccessKey(Resource):
+    public_key: pulumi.Output[str]
+    private_key: pulumi.Output[str]
+
+    def __init__(self, name: str, comment: str, opts: pulumi.ResourceOptions | None = None):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["private_key"]))
+        super().__init__(AccessKeyProvider(), name, {"comment": comment, "public_key": None, "private_key": None}, opts)
+
+
+class FabricProvider(_LabProvider):
+    INPUTS = ("stack", "rails", "mgmt_cidr", "host_address")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.fabric_ns(props["stack"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import fabric
+
+        state = fabric.create_fabric(props["stack"], rails=int(props["rails"]), mgmt_cidr=props["mgmt_cidr"],
+                                     host_address=props["host_address"])
+        return {"namespace": state.get("id", self.object_id(props))}
+
+    def observe(self, props):
+        from railyard.drivers.lab import fabric
+
+        state = fabric.read_fabric(props["stack"])
+        return None if state is None else {"namespace": state.get("id", self.object_id(props))}
+
+    def remove(self, props):
+        from railyard.drivers.lab import fabric
+
+        fabric.delete_fabric(props["stack"])
+
+
+class LabFabric(Resource):
+    namespace: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, rails: int, mgmt_cidr: str, host_address: str,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(FabricProvider(), name, {"stack": stack, "rails": rails, "mgmt_cidr": mgmt_cidr,
+                                                  "host_address": host_address, "namespace": None}, opts)
+
+
+class SpineProvider(_LabProvider):
+    INPUTS = ("stack", "gateways")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.spine_ns(props["stack"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import fabric
+
+        fabric.create_spine(props["stack"], gateways=list(props["gateways"]))
+        return {}
+
+    def observe(self, props):
+        from railyard.drivers.lab import fabric
+
+        return None if fabric.read_spine(props["stack"]) is None else {}
+
+    def remove(self, props):
+        from railyard.drivers.lab import fabric
+
+        fabric.delete_spine(props["stack"])
+
+
+class LabSpine(Resource):
+    def __init__(self, name: str, *, stack: str, gateways: list[str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__(SpineProvider(), name, {"stack": stack, "gateways": gateways}, opts)
+
+
+class NodeProvider(_LabProvider):
+    REPLACE = ("stack", "node")
+    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.node_ns(props["stack"], props["node"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import node
+
+        hw = _hw_tree(props)
+        state = node.create_node(
+            props["stack"], props["node"], mgmt=dict(props["mgmt"]), authorized_keys=props["authorized_key"],
+            rails=[dict(r) for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
+            compute_cidr=props.get("compute_cidr") or None, hw_tree_source=hw,
+        )
+        return {"host_key": state["host_key"]}
+
+    def observe(self, props):
+        from railyard.drivers.lab import node
+
+        state = node.read_node(props["stack"], props["node"])
+        if state is None or not state.get("running"):
+            return None
+        return {"host_key": state["host_key"]}
+
+    def remove(self, props):
+        from railyard.drivers.lab import node
+
+        node.delete_node(props["stack"], props["node"])
+
+
+def _hw_tree(props: dict) -> str | None:
+    """The node's hardware tree, built from its catalog entry (None until hwtree exists)."""
+    try:
+        from railyard.drivers.lab import hwtree
+    except ImportError:
+        return None
+    from railyard.drivers.lab import node
+    from railyard.model.catalog import load_catalog
+
+    dest = node.node_dir(props["stack"], props["node"]) / "hw"
+    hwtree.build(load_catalog().nodes[props["sku"]], dest)
+    return str(dest)
+
+
+class LabNode(Resource):
+    host_key: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, node: str, sku: str, mgmt: dict, rails: list[dict],
+                 storage: dict | None, compute_cidr: str | None, authorized_key: Any,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(NodeProvider(), name, {
+            "stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
+            "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None,
+        }, opts)

@@ -1,0 +1,107 @@
+"""Component wiring under Pulumi mocks: resources per node and per rail, names, parents, secrets.
+
+Mocks prove wiring only; tests/engine and tests/lab run the same program on the real engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from railyard.model.plan import make_plan
+from railyard.model.spec import load_stack_file
+
+ROOT = Path(__file__).resolve().parents[2]
+DYNAMIC = "pulumi-python:dynamic:Resource"
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        outs = dict(args.inputs)
+        if args.typ == DYNAMIC:
+            outs.update(host_key="ssh-ed25519 AAAAmock", public_key="ssh-ed25519 AAAAmockpub",
+                        private_key="-----BEGIN OPENSSH PRIVATE KEY-----mock")
+        return f"{args.name}-id", outs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+def build(stack: str):
+    """Run the program's wiring for a shipped stack under mocks; returns (urns, inputs by name, cluster, plan)."""
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack=stack, preview=False)
+    from components.cluster import Cluster, ClusterArgs
+    from components.driver import load_driver
+
+    spec = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    plan = make_plan(spec)
+    cluster = Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
+    inventory = _resolve(cluster.inventory)
+    monitor = pulumi.runtime.settings.get_monitor()
+    urns = list(monitor.resources)
+    return urns, {u.rsplit("::", 1)[1]: monitor.resources[u].state for u in urns}, cluster, plan, inventory
+
+
+def _resolve(output):
+    fut = asyncio.get_event_loop().create_future()
+    output.apply(lambda v: fut.set_result(v) if not fut.done() else None)
+    return asyncio.get_event_loop().run_until_complete(fut)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return build("lab")
+
+
+def test_one_lab_node_resource_per_planned_node_named_after_the_node(lab):
+    urns, state, _, plan, _ = lab
+    hosts = [u for u in urns if u.endswith("-host")]
+    assert sorted(state[u.rsplit("::", 1)[1]]["node"] for u in hosts) == sorted(n.name for n in plan.nodes)
+
+
+def test_node_resources_are_parented_cluster_pool_node(lab):
+    urns, *_ = lab
+    # A mock URN qualifies a type with its parent's type only, so check each level.
+    parent_of = {u.rsplit("::", 1)[1]: u.split("::")[2] for u in urns}
+    assert parent_of["gpu-0-host"] == f"railyard:index:HgxNode${DYNAMIC}"
+    assert parent_of["gpu-0"] == "railyard:index:NodePool$railyard:index:HgxNode"
+    assert parent_of["lab-gpu"] == "railyard:index:Cluster$railyard:index:NodePool"
+
+
+def test_every_rail_nic_carries_its_sku_netdev_name_address_and_gateway(lab):
+    _, state, _, plan, _ = lab
+    rails = state["gpu-0-host"]["rails"]
+    node = plan.node("gpu", 0)
+    assert [r["rail"] for r in rails] == list(range(8))
+    # dgx-h100 names from the catalog (Table 6): rail 0 is mlx5_0 = ibp24s0, rail 1 mlx5_3 = ibp64s0.
+    assert (rails[0]["name"], rails[1]["name"]) == ("ibp24s0", "ibp64s0")
+    assert [r["address"] for r in rails] == [f"{n.ip}/{n.prefixlen}" for n in node.nics]
+    assert rails[0]["gateway"] == "198.19.0.1" and rails[7]["gateway"] == "198.19.224.1"
+
+
+def test_a_spine_resource_exists_because_the_plan_has_spines(lab):
+    urns, state, *_ = lab
+    assert any(u.endswith("::lab-fabric-net-spine") for u in urns)
+    assert len(state["lab-fabric-net-spine"]["gateways"]) == 8
+
+
+def test_inventory_lists_every_node_with_address_and_host_key(lab):
+    *_, plan, inventory = lab
+    assert [(n["name"], n["management_ip"]) for n in inventory] == [(n.name, n.management_ip) for n in plan.nodes]
+    assert all(n["host_key"].startswith("ssh-ed25519 ") for n in inventory)
+
+
+def test_the_private_key_output_is_secret(lab):
+    _, _, cluster, _, _ = lab
+    assert asyncio.get_event_loop().run_until_complete(cluster.access.private_key.is_secret())
+
+
+def test_undriven_cloud_driver_stops_before_any_resource():
+    from components.driver import DriverNotImplemented, load_driver
+
+    spec = load_stack_file(ROOT / "stacks" / "Pulumi.us-east-bm.yaml")
+    with pytest.raises(DriverNotImplemented, match="coreweave"):
+        load_driver(spec, make_plan(spec))
