@@ -1,4 +1,7 @@
-"""`railyard topology import [--json] FILE`: read `nvidia-smi topo -m` or an NCCL topology XML.
+"""`railyard topology import [--json] FILE|DIR`: read `nvidia-smi topo -m`, an NCCL topology XML or sysfs.
+
+A directory is read as a sysfs tree (a host's /sys, or a lab node's /run/railyard/hw/sys) by the
+same code the gpu_nic_affinity role runs on hosts, so both show the same pairing.
 
 Prints the GPUs, the NICs, the NUMA node of each, the PCIe distance classes and the GPU -> NIC
 pairing (the one rule in railyard.model.pairing). A file in another format (an `lspci` capture)
@@ -8,8 +11,10 @@ is refused with one line on stderr and exit 1; a user never sees a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
+from railyard.model.sysfs_discovery import DiscoveryError
 from railyard.model.topology import Topology, TopologyError, parse_topology_file
 
 
@@ -20,18 +25,19 @@ def register(sub) -> None:
     tsub.required = True
     imp = tsub.add_parser(
         "import", help="read `nvidia-smi topo -m` output or an NCCL topology XML",
-        description="Read `nvidia-smi topo -m` output (.tsv or .txt) or an NCCL topology XML "
-                    "(NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) and print the node topology.",
+        description="Read `nvidia-smi topo -m` output (.tsv or .txt), an NCCL topology XML "
+                    "(NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) or a sysfs directory (/sys) and print "
+                    "the node topology.",
     )
     imp.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    imp.add_argument("file", metavar="FILE", help="the captured topology")
+    imp.add_argument("file", metavar="FILE", help="the captured topology, or a sysfs directory")
     imp.set_defaults(func=handle_import)
 
 
 def handle_import(args) -> int:
     try:
-        topo = parse_topology_file(args.file)
-    except TopologyError as exc:
+        topo = Topology.from_sysfs(args.file) if os.path.isdir(args.file) else parse_topology_file(args.file)
+    except (TopologyError, DiscoveryError) as exc:
         print(f"railyard topology import: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug in the parser must still read as one line

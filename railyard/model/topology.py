@@ -1,4 +1,4 @@
-"""A node's GPU/NIC topology: from `nvidia-smi topo -m`, an NCCL topology XML or a catalog SKU.
+"""A node's GPU/NIC topology: from `nvidia-smi topo -m`, an NCCL topology XML, sysfs or a catalog SKU.
 
 A Topology holds the GPUs, the NICs, the NUMA node of each, the distance class of every pair the
 source gives, and whether the source was complete. NIC NUMA nodes that the source does not state are
@@ -7,6 +7,9 @@ is on that node (only SYS crosses nodes). Which NICs carry compute traffic, when
 say, is inferred the same way: a NIC that shares a PCIe complex with a GPU (PIX, PXB or PHB to one)
 is a compute NIC; storage and management adapters sit on host bridges of their own. The GPU -> NIC
 pairing comes from railyard.model.pairing, the one rule.
+
+Stdlib only (with pairing.py, pcie.py and sysfs_discovery.py): hosts run this very file as Ansible
+module_utils, so /etc/railyard/affinity.json and `railyard topology import --json` share one schema.
 
 Excerpts (lines starting `# [EXCERPT` or `<!--`, truncated rows, missing header) give a topology with
 `complete = False` and notes saying what is missing; anything that is neither format (an `lspci`
@@ -21,8 +24,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from railyard.model import pairing as pairing_rule
-from railyard.model import pcie
+try:
+    from railyard.model import pairing as pairing_rule
+    from railyard.model import pcie
+    from railyard.model import sysfs_discovery
+except ImportError:  # shipped to a host as Ansible module_utils (the gpu_nic_affinity role)
+    from ansible.module_utils import railyard_pairing as pairing_rule  # type: ignore[no-redef]
+    from ansible.module_utils import railyard_pcie as pcie  # type: ignore[no-redef]
+    from ansible.module_utils import railyard_sysfs_discovery as sysfs_discovery  # type: ignore[no-redef]
 
 NEAR_CLASSES = frozenset({"PIX", "PXB", "PHB"})
 SAME_NUMA_CLASSES = frozenset({"PIX", "PXB", "PHB", "NODE"})
@@ -57,7 +66,7 @@ class TopoNic:
 @dataclass(frozen=True)
 class Topology:
     source: str
-    format: str  # nvidia-smi | nccl-xml | catalog
+    format: str  # nvidia-smi | nccl-xml | sysfs | catalog
     complete: bool
     gpus: tuple[TopoGpu, ...]
     nics: tuple[TopoNic, ...]
@@ -131,6 +140,34 @@ class Topology:
         if unplaced:
             notes.append(f"{sku.id} does not place {', '.join(unplaced)} in its PCIe tree")
         return _build(f"catalog:{sku.id}", "catalog", not unplaced, gpus, nics, classes, notes)
+
+    @classmethod
+    def from_sysfs(cls, sysfs_root: str | Path = "/sys", *, compute_nics: Iterable[str] | None = None,
+                   nvlink_class: str | None = None) -> "Topology":
+        """The topology a sysfs tree shows (a host's /sys, or a lab node's hardware tree).
+
+        compute_nics: names of the NICs that carry compute traffic, when the caller knows them (the
+                      plan does); otherwise inferred from PCIe adjacency like any other source.
+        nvlink_class: the class between two GPUs (NV18) when they are joined by NVLink, which PCI
+                      sysfs does not show; without it GPU pairs get their PCIe class.
+        """
+        found = sysfs_discovery.discover(str(sysfs_root))
+        wanted = None if compute_nics is None else set(compute_nics)
+        gpus = [_Dev(g.name, "gpu", g.index, g.name, g.numa, pci_bus_id=g.bdf) for g in found.gpus]
+        nics = [_Dev(n.name, "nic", n.index, n.name, n.numa, pci_bus_id=n.bdf,
+                     compute=None if wanted is None else n.name in wanted) for n in found.nics]
+        classes = found.classes()
+        if nvlink_class:
+            for a in found.gpus:
+                for b in found.gpus:
+                    if a.name != b.name:
+                        classes[(a.name, b.name)] = nvlink_class
+        notes = list(found.notes)
+        if wanted is not None:
+            missing = sorted(wanted - {n.name for n in found.nics})
+            if missing:
+                notes.append(f"compute NICs not found in {sysfs_root}: {', '.join(missing)}")
+        return _build(f"sysfs:{sysfs_root}", "sysfs", not found.notes, gpus, nics, classes, notes)
 
 
 def parse_topology_file(path: str | Path) -> Topology:
@@ -368,8 +405,11 @@ def _parse_xml(text: str, source: str) -> Topology:
     notes: list[str] = []
     excerpt = False
     for m in re.finditer(r"<!--(.*?)-->", text, re.S):
-        excerpt = True
-        notes.append(" ".join(m.group(1).split()))
+        # A comment marks an excerpt when it says so; a file's own header (Railyard writes one
+        # saying it manages the file) does not make it partial.
+        if re.search(r"excerpt|chunk|truncated|not captured", m.group(1), re.I):
+            excerpt = True
+            notes.append(" ".join(m.group(1).split()))
     body = re.sub(r"<!--.*?-->", "", text, flags=re.S)
     body = re.sub(r"<\?.*?\?>", "", body, flags=re.S)
     roots: list[_XmlNode] = []

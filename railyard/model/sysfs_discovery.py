@@ -1,0 +1,321 @@
+"""GPUs, RDMA NICs and the PCIe tree between them, read from a sysfs tree: the one reader.
+
+The same file runs in `railyard` (Topology.from_sysfs, `railyard topology import DIR`) and on hosts
+as Ansible module_utils (the gpu_nic_affinity role), so the affinity a host computes and the one the
+CLI shows come from one piece of code. Stdlib only; imports pcie.py the way both places can.
+
+How the tree is read, as NCCL and nvidia-smi read it: every PCI function's directory under
+`<sysfs>/devices` sits below the directories of the bridges above it, so the path from
+`pciDDDD:BB` (the host bridge, i.e. the root complex) down to the function is its PCIe ancestry.
+A PCIe switch shows up as an upstream port with downstream ports below it; pcie.py counts a switch
+as one bridge ("the same switch" is what PIX means), so the ports of one switch collapse into one
+node named by its upstream port. Which bridge is which comes from the PCIe capability's port type
+when the config space is readable (as root on a host), else from the structure PCIe guarantees:
+a bridge on a root bus is a root port, a bridge below a root port or a downstream port is an
+upstream port, a bridge below an upstream port is a downstream port.
+
+GPUs are the functions of a display class (0x0300xx, 0x0302xx), or, where the class is not given,
+those bound to the nvidia driver; they are numbered GPU0.. in bus order, as nvidia-smi numbers
+them. NICs are the functions with an RDMA device (`infiniband/<name>`), named by it. SR-IOV virtual
+functions (those with a `physfn` link) are left out: enabling VFs must not change the topology.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+try:
+    from railyard.model import pcie
+except ImportError:  # shipped to a host as Ansible module_utils
+    from ansible.module_utils import railyard_pcie as pcie  # type: ignore[no-redef]
+
+BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+HOST_BRIDGE_DIR = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
+GPU_CLASSES = ("0x0300", "0x0302")
+GPU_DRIVERS = ("nvidia",)
+# PCIe capability port types (PCIe base spec, Device/Port Type field).
+_ROOT_PORT, _UPSTREAM, _DOWNSTREAM = 4, 5, 6
+
+
+class DiscoveryError(ValueError):
+    """A sysfs tree that cannot be read (missing, or not a sysfs layout)."""
+
+
+@dataclass
+class PciFunction:
+    bdf: str
+    host_bridge: str  # pci0000:15
+    ancestors: tuple[str, ...]  # bdfs of the bridges above, root port first
+    klass: str | None
+    vendor: str | None
+    device: str | None
+    numa: int | None
+    local_cpulist: str | None
+    driver: str | None
+    rdma: tuple[str, ...] = ()
+    netdevs: tuple[str, ...] = ()
+    msi_irqs: tuple[int, ...] = ()
+    sriov_totalvfs: int | None = None
+    sriov_numvfs: int | None = None
+    is_vf: bool = False
+    port_type: int | None = None
+
+    @property
+    def is_bridge(self) -> bool:
+        return (self.klass or "").lower().startswith("0x0604")
+
+    @property
+    def is_gpu(self) -> bool:
+        klass = (self.klass or "").lower()
+        if klass:
+            return klass.startswith(GPU_CLASSES)
+        return self.driver in GPU_DRIVERS
+
+
+@dataclass
+class Gpu:
+    name: str
+    index: int
+    bdf: str
+    numa: int | None
+    local_cpulist: str | None
+
+
+@dataclass
+class Nic:
+    name: str  # the RDMA device (mlx5_0)
+    index: int
+    bdf: str
+    numa: int | None
+    local_cpulist: str | None
+    netdev: str | None
+    msi_irqs: tuple[int, ...]
+    sriov_totalvfs: int | None
+    sriov_numvfs: int | None
+    vendor: str | None
+    device: str | None
+    klass: str | None
+
+
+@dataclass
+class Discovery:
+    """What a sysfs tree holds: GPUs, NICs, the PCIe tree over them, NUMA CPU lists."""
+
+    sysfs_root: str
+    gpus: list[Gpu]
+    nics: list[Nic]
+    tree: "pcie.PcieTree"
+    functions: dict[str, PciFunction]
+    numa_cpulists: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def classes(self) -> dict[tuple[str, str], str]:
+        """The PCIe class of every ordered pair of GPUs and NICs (pcie.py, the one definition)."""
+        names = [g.name for g in self.gpus] + [n.name for n in self.nics]
+        out = {}
+        for a in names:
+            for b in names:
+                if a != b:
+                    out[(a, b)] = pcie.distance_class(self.tree, a, b)
+        return out
+
+    def bridge_nodes(self) -> list["pcie.PcieNode"]:
+        return [n for n in self.tree if n.kind != pcie.ENDPOINT]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _port_type(dev_dir: str) -> int | None:
+    """The PCIe port type from config space; None when it cannot be read (not root, no file)."""
+    try:
+        with open(os.path.join(dev_dir, "config"), "rb") as fh:
+            cfg = fh.read(256)
+    except OSError:
+        return None
+    if len(cfg) < 0x40 or not cfg[0x06] & 0x10:  # no capability list
+        return None
+    ptr, seen = cfg[0x34] & 0xFC, set()
+    while ptr and ptr + 3 < len(cfg) and ptr not in seen:
+        seen.add(ptr)
+        if cfg[ptr] == 0x10:  # PCI Express capability
+            return (cfg[ptr + 2] >> 4) & 0xF
+        ptr = cfg[ptr + 1] & 0xFC
+    return None
+
+
+def read_functions(sysfs_root: str) -> dict[str, PciFunction]:
+    """Every PCI function under <sysfs_root>/bus/pci/devices, with its place in the hierarchy."""
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    if not os.path.isdir(devices):
+        raise DiscoveryError(f"{devices} is not a directory: not a sysfs tree")
+    out: dict[str, PciFunction] = {}
+    for bdf in _listdir(devices):
+        real = os.path.realpath(os.path.join(devices, bdf))
+        parts = real.split(os.sep)
+        # The last pciDDDD:BB component is the root bus (a VMD domain nests one below another).
+        roots = [i for i, p in enumerate(parts) if HOST_BRIDGE_DIR.match(p)]
+        if not roots:
+            continue
+        chain = [p for p in parts[roots[-1] + 1:] if BDF.match(p)]
+        if not chain or chain[-1] != bdf:
+            continue
+        d = real
+        driver = os.path.basename(os.path.realpath(os.path.join(d, "driver"))) \
+            if os.path.exists(os.path.join(d, "driver")) else None
+        numa = _int(_read(os.path.join(d, "numa_node")))
+        irqs = tuple(sorted(int(x) for x in _listdir(os.path.join(d, "msi_irqs")) if x.isdigit()))
+        out[bdf] = PciFunction(
+            bdf=bdf,
+            host_bridge=parts[roots[-1]],
+            ancestors=tuple(chain[:-1]),
+            klass=_read(os.path.join(d, "class")),
+            vendor=_read(os.path.join(d, "vendor")),
+            device=_read(os.path.join(d, "device")),
+            numa=None if numa is None or numa < 0 else numa,
+            local_cpulist=_read(os.path.join(d, "local_cpulist")) or None,
+            driver=driver,
+            rdma=tuple(_listdir(os.path.join(d, "infiniband"))),
+            netdevs=tuple(_listdir(os.path.join(d, "net"))),
+            msi_irqs=irqs,
+            sriov_totalvfs=_int(_read(os.path.join(d, "sriov_totalvfs"))),
+            sriov_numvfs=_int(_read(os.path.join(d, "sriov_numvfs"))),
+            is_vf=os.path.lexists(os.path.join(d, "physfn")),
+            port_type=_port_type(d),
+        )
+    return out
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def discover(sysfs_root: str) -> Discovery:
+    """GPUs, RDMA NICs and the PCIe tree between them, from a sysfs tree (default layout: /sys)."""
+    functions = read_functions(sysfs_root)
+    notes: list[str] = []
+    gpu_fns = sorted((f for f in functions.values() if f.is_gpu and not f.is_vf and not f.is_bridge),
+                     key=lambda f: f.bdf)
+    gpus = [Gpu(f"GPU{i}", i, f.bdf, f.numa, f.local_cpulist) for i, f in enumerate(gpu_fns)]
+    nic_fns = []
+    for f in functions.values():
+        if f.is_vf or not f.rdma:
+            continue
+        for name in f.rdma:
+            nic_fns.append((name, f))
+    nic_fns.sort(key=lambda x: _natural(x[0]))
+    nics = [Nic(name, i, f.bdf, f.numa, f.local_cpulist, f.netdevs[0] if f.netdevs else None, f.msi_irqs,
+                f.sriov_totalvfs, f.sriov_numvfs, f.vendor, f.device, f.klass)
+            for i, (name, f) in enumerate(nic_fns)]
+
+    # Bridge kinds: config space when readable, else the alternation PCIe guarantees.
+    kinds: dict[str, str] = {}
+
+    def bridge_kind(bdf: str, parent_kind: str | None) -> str:
+        f = functions.get(bdf)
+        pt = f.port_type if f else None
+        if pt == _ROOT_PORT:
+            return "root_port"
+        if pt == _UPSTREAM:
+            return "up"
+        if pt == _DOWNSTREAM:
+            return "down"
+        if parent_kind is None:
+            return "root_port"
+        return "down" if parent_kind == "up" else "up"
+
+    nodes: dict[str, pcie.PcieNode] = {}
+    numa_of_root: dict[str, int | None] = {}
+    for f in functions.values():
+        if f.numa is not None and numa_of_root.get(f.host_bridge) is None:
+            numa_of_root[f.host_bridge] = f.numa
+
+    def node_for(f: PciFunction, name: str) -> None:
+        hb = f.host_bridge
+        if hb not in nodes:
+            nodes[hb] = pcie.PcieNode(hb, pcie.HOST_BRIDGE, None, numa_of_root.get(hb))
+        parent_id, parent_kind = hb, None
+        for bdf in f.ancestors:
+            kind = kinds.get(bdf) or bridge_kind(bdf, parent_kind)
+            kinds[bdf] = kind
+            if kind == "root_port":
+                if bdf not in nodes:
+                    nodes[bdf] = pcie.PcieNode(bdf, pcie.ROOT_PORT, parent_id)
+                parent_id = bdf
+            elif kind == "up":
+                if bdf not in nodes:
+                    nodes[bdf] = pcie.PcieNode(bdf, pcie.SWITCH, parent_id)
+                parent_id = bdf
+            # A downstream port belongs to the switch of its upstream port: nothing to add.
+            parent_kind = kind
+        nodes[name] = pcie.PcieNode(name, pcie.ENDPOINT, parent_id)
+
+    for g in gpus:
+        node_for(functions[g.bdf], g.name)
+    for n in nics:
+        node_for(functions[n.bdf], n.name)
+    tree = pcie.PcieTree(nodes.values())
+    cpulists = {}
+    node_dir = os.path.join(sysfs_root, "devices", "system", "node")
+    for entry in _listdir(node_dir):
+        m = re.fullmatch(r"node(\d+)", entry)
+        if m:
+            text = _read(os.path.join(node_dir, entry, "cpulist"))
+            if text:
+                cpulists[int(m.group(1))] = text
+    if not gpus:
+        notes.append(f"{sysfs_root}: no GPU (display-class or nvidia-bound PCI function)")
+    if not nics:
+        notes.append(f"{sysfs_root}: no RDMA NIC (PCI function with an infiniband/ entry)")
+    return Discovery(sysfs_root, gpus, nics, tree, functions, cpulists, notes)
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """CPUs of a kernel cpulist (``0-55,112-167``)."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def cpumask(text: str) -> str:
+    """A cpulist as the kernel's hex mask with comma-separated 32-bit words (NCCL's affinity form)."""
+    mask = 0
+    for cpu in parse_cpulist(text):
+        mask |= 1 << cpu
+    words = []
+    while True:
+        words.append(f"{mask & 0xFFFFFFFF:08x}")
+        mask >>= 32
+        if not mask:
+            break
+    return ",".join(reversed(words))
