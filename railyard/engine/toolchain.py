@@ -72,6 +72,8 @@ class Target:
 
 CLI = Target("cli", TOOLS / "cli", CLI_FILES, ("go.mod", "go.sum", "pulumi-language-python/main.go"))
 K8S = Target("kubernetes", TOOLS / "k8s", K8S_FILES, ("go.mod", "go.sum", "main.go"))
+# The lab's object tier: a real S3-compatible server (SeaweedFS), built the same way.
+SEAWEEDFS = Target("seaweedfs", paths.PROJECT_ROOT / "tools" / "seaweedfs", ("weed",), ("go.mod", "go.sum"))
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,15 @@ def _build_k8s(out: Path) -> None:
              "-o", str(out / "pulumi-resource-kubernetes"), "."], K8S.module_dir, "building pulumi-resource-kubernetes")
 
 
-_BUILDERS: dict[str, Callable[[Path], None]] = {"cli": _build_cli, "kubernetes": _build_k8s}
+def _build_seaweedfs(out: Path) -> None:
+    _log("  go build weed (SeaweedFS)")
+    _run_go(["build", "-ldflags", "-s -w", "-o", str(out / "weed"), "github.com/seaweedfs/seaweedfs/weed"],
+            SEAWEEDFS.module_dir, "building weed")
+
+
+_BUILDERS: dict[str, Callable[[Path], None]] = {
+    "cli": _build_cli, "kubernetes": _build_k8s, "seaweedfs": _build_seaweedfs,
+}
 
 
 def ensure_built(target: Target, go: str) -> Path:
@@ -298,9 +308,14 @@ def ensure(root: Path | None = None, allow_ambient: bool = True) -> Toolchain:
         for name in CLI_FILES:
             _link(cli / name, bindir / name)
         k8s = ensure_built(K8S, go)
-        _link(k8s / "pulumi-resource-kubernetes", bindir / "pulumi-resource-kubernetes")
         install_plugin(k8s, root)
         source, pulumi = "built", cli / "pulumi"
+    if go or not (bindir / "weed").exists():
+        _link(ensure_built(SEAWEEDFS, go or go_version()) / "weed", bindir / "weed")
+    # The project-local layout (all git-ignored); the file backend directory must exist for
+    # Pulumi.yaml's relative backend URL to open.
+    for d in (paths.state_dir(root), paths.local_dir(root) / "lab", paths.local_dir(root) / "runs", paths.bench_dir(root)):
+        d.mkdir(parents=True, exist_ok=True)
     out = subprocess.run([str(bindir / "pulumi"), "version"], capture_output=True, text=True,
                          env=engine_env(root), check=False)
     if out.returncode != 0:

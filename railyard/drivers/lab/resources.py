@@ -164,7 +164,8 @@ class NodeProvider(_LabProvider):
         hw = _hw_tree(props)
         state = node.create_node(
             props["stack"], props["node"], mgmt=dict(props["mgmt"]), authorized_keys=props["authorized_key"],
-            rails=[dict(r) for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
+            # Pulumi's wire format carries every number as a float.
+            rails=[{**r, "rail": int(r["rail"])} for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
             compute_cidr=props.get("compute_cidr") or None, hw_tree_source=hw,
         )
         return {"host_key": state["host_key"]}
@@ -184,16 +185,14 @@ class NodeProvider(_LabProvider):
 
 
 def _hw_tree(props: dict) -> str | None:
-    """The node's hardware tree, built from its catalog entry (None until hwtree exists)."""
-    try:
-        from railyard.drivers.lab import hwtree
-    except ImportError:
-        return None
-    from railyard.drivers.lab import node
+    """The node's hardware tree, built once from its catalog entry: it then holds the state tuning
+    writes (hugepage counters, sriov_numvfs), which an update of the node must not reset."""
+    from railyard.drivers.lab import hwtree, node
     from railyard.model.catalog import load_catalog
 
-    dest = node.node_dir(props["stack"], props["node"]) / "hw"
-    hwtree.build(load_catalog().nodes[props["sku"]], dest)
+    dest = node.node_dir(props["stack"], props["node"]) / "hwtree"
+    if not (dest / "sys").is_dir():
+        hwtree.build_hwtree(load_catalog().nodes[props["sku"]], dest, replace=True)
     return str(dest)
 
 
