@@ -61,3 +61,19 @@ def ensure_stack(stack: str, **kw: Any) -> None:
     """Select STACK, creating it with the passphrase secrets provider the first time."""
     if run(["stack", "select", stack], capture=True, check=False, **kw).returncode != 0:
         run(["stack", "init", stack, "--secrets-provider", "passphrase"], capture=True, **kw)
+
+
+def stack_outputs(stack: str, *, secrets: bool = False, **kw: Any) -> dict:
+    args = ["stack", "output", "--stack", stack]
+    if secrets:
+        args.append("--show-secrets")
+    return run_json(args, **kw)
+
+
+def stack_resource_ids(stack: str, type_: str = "pulumi-python:dynamic:Resource", **kw: Any) -> set[str] | None:
+    """The ids of a stack's resources of one type, from its state; None when the stack is unknown."""
+    proc = run(["stack", "export", "--stack", stack], capture=True, check=False, **kw)
+    if proc.returncode != 0:
+        return None
+    deployment = json.loads(proc.stdout).get("deployment", {})
+    return {r["id"] for r in deployment.get("resources") or () if r.get("type") == type_ and r.get("id")}

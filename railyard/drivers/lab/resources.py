@@ -105,9 +105,16 @@ class FabricProvider(_LabProvider):
         return None if state is None else {"namespace": state.get("id", self.object_id(props))}
 
     def remove(self, props):
-        from railyard.drivers.lab import fabric
+        from railyard import paths
+        from railyard.drivers.lab import fabric, proc
 
         fabric.delete_fabric(props["stack"])
+        # The fabric goes last (everything depends on it): with no node left, the stack's lab
+        # directory goes too, so destroy leaves nothing behind.
+        lab = paths.lab_dir(props["stack"])
+        nodes = lab / "nodes"
+        if lab.exists() and not (nodes.exists() and any(nodes.iterdir())):
+            proc.remove_tree(lab)
 
 
 class LabFabric(Resource):

@@ -1,0 +1,133 @@
+"""`railyard lab nodes|ssh|gc`: look at and reach a lab stack's nodes, and clean up after a lost state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from railyard import paths
+from railyard.engine import pulumi
+from railyard.engine.toolchain import ToolchainError
+
+
+def register(sub) -> None:
+    lab = sub.add_parser("lab", help="the local lab: list nodes, ssh to one, garbage-collect")
+    labsub = lab.add_subparsers(dest="lab_command", metavar="COMMAND")
+    labsub.required = True
+
+    p = labsub.add_parser("nodes", help="one line per node and VM: name, management address, pool, SKU")
+    p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    p.add_argument("--json", action="store_true", help="print the inventory as JSON")
+    p.set_defaults(func=nodes)
+
+    p = labsub.add_parser("ssh", help="open a shell on NODE, or run CMD there and return its exit code")
+    p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    p.add_argument("node", metavar="NODE")
+    p.add_argument("cmd", nargs="*", metavar="CMD")
+    p.set_defaults(func=ssh)
+
+    p = labsub.add_parser("gc", help="remove lab objects of STACK that no state knows about")
+    p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    p.set_defaults(func=gc)
+
+
+def default_stack(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    proc = pulumi.run(["stack", "--show-name"], capture=True, check=False)
+    name = proc.stdout.strip() if proc.returncode == 0 else ""
+    return name or "lab"
+
+
+def inventory_from(outputs: dict) -> list[dict]:
+    """Nodes and, after each, its VMs (virtual layout), from a stack's outputs."""
+    machines = []
+    for node in outputs.get("inventory") or []:
+        machines.append(node)
+        machines.extend({**vm, "pool": node.get("pool"), "sku": "vm", "host": node["name"]}
+                        for vm in node.get("vms") or [])
+    return machines
+
+
+def _fail(msg: str) -> int:
+    print(f"railyard lab: {msg}", file=sys.stderr)
+    return 1
+
+
+def nodes(args) -> int:
+    try:
+        stack = default_stack(args.stack)
+        machines = inventory_from(pulumi.stack_outputs(stack))
+    except (ToolchainError, pulumi.PulumiError) as exc:
+        return _fail(f"cannot read the stack's outputs: {exc}")
+    if args.json:
+        print(json.dumps(machines, indent=2))
+        return 0
+    for m in machines:
+        print(f"{m['name']:<16} {m['management_ip']:<15} {m.get('pool', ''):<10} {m.get('sku', '')}")
+    return 0
+
+
+def ssh(args) -> int:
+    try:
+        stack = default_stack(args.stack)
+        outputs = pulumi.stack_outputs(stack, secrets=True)
+    except (ToolchainError, pulumi.PulumiError) as exc:
+        return _fail(f"cannot read the stack's outputs: {exc}")
+    machines = {m["name"]: m for m in inventory_from(outputs)}
+    target = machines.get(args.node)
+    if target is None:
+        return _fail(f"no node {args.node!r} in stack {stack}; nodes: {', '.join(sorted(machines)) or 'none'}")
+    key = (outputs.get("access") or {}).get("privateKey")
+    if not key:
+        return _fail(f"stack {stack} exports no access key")
+    lab = paths.lab_dir(stack)
+    lab.mkdir(parents=True, exist_ok=True)
+    # The key lives only as long as the ssh process, in a 0600 file in a 0700 directory.
+    with tempfile.TemporaryDirectory(dir=lab, prefix=".ssh-") as d:
+        key_file = Path(d) / "id"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key if key.endswith("\n") else key + "\n")
+        known = Path(d) / "known_hosts"
+        known.write_text("".join(f"{m['management_ip']} {m['host_key']}\n" for m in machines.values()
+                                 if m.get("host_key")))
+        argv = ["ssh", "-i", str(key_file), "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+                f"root@{target['management_ip']}"]
+        if not args.cmd:
+            argv.insert(1, "-t")
+        return subprocess.run([*argv, *args.cmd], check=False).returncode
+
+
+def gc(args) -> int:
+    from railyard.drivers.lab import gc as lab_gc
+    from railyard.drivers.lab.errors import LabError
+
+    try:
+        stack = default_stack(args.stack)
+        known = pulumi.stack_resource_ids(stack)
+    except (ToolchainError, pulumi.PulumiError) as exc:
+        return _fail(str(exc))
+    known = known or set()
+    try:
+        if args.dry_run:
+            orphans = [ns for ns in lab_gc.inventory(stack)["netns"] if ns not in known]
+            print(f"railyard lab gc: stack {stack}: {len(orphans)} namespace(s) no state knows about")
+            for ns in orphans:
+                print(f"  would remove {ns} and everything of it")
+            return 0
+        removed = lab_gc.gc(stack, known)
+    except LabError as exc:
+        return _fail(str(exc))
+    total = sum(len(v) for v in removed.values())
+    print(f"railyard lab gc: stack {stack}: removed {total} object(s) no state knows about")
+    for kind, items in removed.items():
+        for item in items:
+            print(f"  {kind}: {item if isinstance(item, str) else json.dumps(item)}")
+    return 0
