@@ -8,6 +8,7 @@ import pulumi
 
 from components.driver import Driver
 from components.fabric import Fabric, FabricArgs
+from components.host_tuning import HostTuning, HostTuningArgs
 from components.node_pool import NodePool, NodePoolArgs
 from components.storage import StorageTiers, StorageTiersArgs
 from railyard.model.plan import Plan
@@ -44,9 +45,15 @@ class Cluster(pulumi.ComponentResource):
                                        self.fabric.ready, child))
         self.inventory = pulumi.Output.all(*[p.inventory for p in self.pools]).apply(
             lambda pools: [n for nodes in pools for n in nodes])
+        self.tuning = HostTuning(
+            f"{name}-tuning",
+            HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
+                           object_endpoint=self.storage.endpoints.get("object_endpoint")),
+            depends_on=[*self.pools, *self.fabric.ready], opts=child)
         self.register_outputs({
             "inventory": self.inventory,
             "fabric": self.fabric.summary,
             "storage": self.storage.endpoints,
+            "tuning": {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed},
             "access": {"user": self.access.user, "private_key": self.access.private_key},
         })

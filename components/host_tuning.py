@@ -1,0 +1,68 @@
+"""Host tuning: the site playbook over every node, after the nodes exist, from the plan's values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components.driver import Access
+from railyard.model.plan import Plan
+from railyard.model.spec import Spec
+from railyard.tuning import runner
+from railyard.tuning.resource import TuningRun
+
+
+@dataclass
+class HostTuningArgs:
+    spec: Spec
+    plan: Plan
+    inventory: pulumi.Output
+    """The nodes to tune: name, management_ip, host_key (from the node pools)."""
+    access: Access
+    object_endpoint: Any = None
+    """The object tier's S3 endpoint, when the driver runs it."""
+
+
+class HostTuning(pulumi.ComponentResource):
+    """Outputs: `last_run` (the run directory under .railyard/runs/<stack>/) and `changed`."""
+
+    TYPE = "railyard:index:HostTuning"
+
+    def __init__(self, name: str, args: HostTuningArgs, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        spec, plan = args.spec, args.plan
+        self.run_stack = spec.stack
+
+        def hosts(values: list) -> dict:
+            inventory, endpoint = values
+            return {h.name: {"address": h.address, "host_key": h.host_key, "vars": h.vars}
+                    for h in runner.hosts_from(spec, plan, inventory, object_endpoint=endpoint)}
+
+        host_inputs = pulumi.Output.all(args.inventory, args.object_endpoint).apply(hosts)
+        self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
+                             hosts=host_inputs, private_key=args.access.private_key,
+                             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
+        if spec.tuning.preview_drift and pulumi.runtime.is_dry_run():
+            pulumi.Output.all(host_inputs, args.access.private_key).apply(self._report_drift)
+        self.register_outputs({"last_run": self.run.last_run, "changed": self.run.changed})
+
+    def _report_drift(self, values: list) -> None:
+        """Preview with previewDrift: the playbook in check-and-diff mode, each host-level change an
+        info diagnostic on this resource (`NODE: SETTING OLD → NEW`)."""
+        host_inputs, key = values
+        if not host_inputs or not key:
+            return  # nodes not created yet: nothing on them can drift
+        hosts = [runner.Host(name=n, address=h["address"], host_key=h["host_key"], vars=h["vars"])
+                 for n, h in sorted(host_inputs.items())]
+        try:
+            result = runner.run(self.run_stack, hosts, key, check=True)
+        except Exception as exc:  # drift is advisory; preview must not fail on an unreachable node
+            pulumi.log.warn(f"host drift check failed: {exc}", resource=self)
+            return
+        for change in result.changes:
+            pulumi.log.info(str(change), resource=self)
+        for failure in result.failures:
+            pulumi.log.warn(f"drift check: {failure}", resource=self)

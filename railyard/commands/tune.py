@@ -1,0 +1,55 @@
+"""`railyard tune`: the host-tuning playbook outside Pulumi, for operators."""
+
+from __future__ import annotations
+
+import sys
+
+from railyard import paths
+from railyard.engine import pulumi
+from railyard.engine.toolchain import ToolchainError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="run the host-tuning playbook on a stack's nodes (outside Pulumi)")
+    p.add_argument("--stack", "-s", default="lab", help="stack (default: lab)")
+    p.add_argument("--check", action="store_true", help="check mode with diff: report changes, change nothing")
+    p.add_argument("--limit", help="only these hosts (Ansible pattern)")
+    p.add_argument("--tags", help="only these roles (comma-separated tags, e.g. hugepages,sriov)")
+    p.set_defaults(func=handle)
+
+
+def handle(args) -> int:
+    from railyard.model.errors import SpecError
+    from railyard.model.plan import make_plan
+    from railyard.model.spec import load_stack_file
+    from railyard.tuning import runner
+
+    try:
+        spec = load_stack_file(paths.project_root() / "stacks" / f"Pulumi.{args.stack}.yaml")
+        plan = make_plan(spec)
+        outputs = pulumi.stack_outputs(args.stack, secrets=True)
+    except SpecError as exc:
+        print(f"railyard tune: {exc}", file=sys.stderr)
+        return 1
+    except (ToolchainError, pulumi.PulumiError) as exc:
+        print(f"railyard tune: cannot read stack {args.stack}'s outputs (is it up?): {exc}", file=sys.stderr)
+        return 1
+    inventory = outputs.get("inventory") or []
+    key = (outputs.get("access") or {}).get("privateKey")
+    if not inventory or not key:
+        print(f"railyard tune: stack {args.stack} has no nodes or no access key; run `make up STACK={args.stack}`",
+              file=sys.stderr)
+        return 1
+    endpoint = (outputs.get("storage") or {}).get("object_endpoint")
+    hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=endpoint)
+    result = runner.run(args.stack, hosts, key, check=args.check, limit=args.limit, tags=args.tags,
+                        progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    for host, stats in sorted(result.hosts.items()):
+        print(f"{host:<16} ok={stats.ok} changed={stats.changed} failed={stats.failed} "
+              f"unreachable={stats.unreachable}")
+    for change in result.changes:
+        print(f"  would change: {change}")
+    for failure in result.failures:
+        print(f"FAILED {failure}", file=sys.stderr)
+    print(f"artifacts: {result.run_dir}")
+    return 0 if result.ok else 2

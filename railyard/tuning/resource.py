@@ -1,0 +1,55 @@
+"""The host-tuning resource: one run of the site playbook over the cluster's nodes.
+
+Its inputs are every node's role variables and a digest of the playbooks, so `pulumi preview`
+shows which nodes' tuning changes and why (the property paths under `hosts.<node>.vars`), and an
+edit of a role reruns it. A failed host fails the resource with host, task and message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+
+
+class TuningProvider(ResourceProvider):
+    def _run(self, props: dict) -> dict:
+        from railyard.tuning import runner
+
+        hosts = [runner.Host(name=name, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
+                 for name, h in sorted(props["hosts"].items())]
+        result = runner.run(props["stack"], hosts, props["private_key"], user=props["user"],
+                            forks=int(props["forks"]) if props.get("forks") else None)
+        if not result.ok:
+            lines = [str(f) for f in result.failures] or [f"ansible-runner ended {result.status} (rc {result.rc})"]
+            raise Exception("host tuning failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result.run_dir}")
+        return {"last_run": result.run_dir.name, "changed": result.changed}
+
+    def create(self, props):
+        return CreateResult(id_=f"tuning-{props['stack']}", outs={**props, **self._run(props)})
+
+    def diff(self, _id, olds, news):
+        keys = ("stack", "user", "digest", "hosts")
+        return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs={**news, **self._run(news)})
+
+    def delete(self, _id, _props):
+        """Tuning lives on the hosts; removing the resource leaves them as they are."""
+
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs=props)
+
+
+class TuningRun(Resource):
+    last_run: pulumi.Output[str]
+    changed: pulumi.Output[int]
+
+    def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
+                 forks: int | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TuningProvider(), name, {
+            "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
+            "forks": forks, "last_run": None, "changed": None,
+        }, opts)

@@ -1,0 +1,245 @@
+"""Running the site playbook through ansible-runner, for the HostTuning resource and `railyard tune`.
+
+Secrets never stay on disk: the SSH private key lives in a 0600 file in a private temporary
+directory for the length of the run (ansible-runner's own ssh_key would write it into the
+private data dir), secret environment values are scrubbed from the artifacts ansible-runner
+writes (its `command` file records the whole environment), and the run directory is checked
+for any secret value before the run is reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from railyard import paths
+from railyard.templates import render
+
+PLAYBOOKS = paths.PROJECT_ROOT / "playbooks"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    host_key: str
+    vars: dict[str, Any]
+
+
+@dataclass
+class HostResult:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.host}: task '{self.task}': {self.message}"
+
+
+@dataclass
+class Change:
+    """One host-level change, as check-and-diff mode reports it."""
+
+    host: str
+    setting: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.setting} {self.old} → {self.new}"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str
+    rc: int
+    hosts: dict[str, HostResult] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.failures
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+
+def roles_digest() -> str:
+    """A digest of everything the playbook runs (roles, modules, module_utils, the model code they
+    load): a change to any of it changes the tuning resource's inputs, so preview shows it."""
+    h = hashlib.sha256()
+    files = sorted(p for p in PLAYBOOKS.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for p in files:
+        h.update(str(p.relative_to(PLAYBOOKS)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def render_inventory(stack: str, user: str, hosts: Iterable[Host], known_hosts: Path) -> str:
+    return render("inventory.yml.j2", stack=stack, user=user, known_hosts=str(known_hosts),
+                  hosts=[{"name": h.name, "address": h.address, "vars": h.vars} for h in hosts])
+
+
+def _change_lines(host: str, task: str, res: dict) -> list[Change]:
+    """Host-level changes from a module's result: roles report them as `railyard_changes`
+    ([{setting, old, new}]); other modules by their diff, summarised per file."""
+    out = [Change(host, str(c.get("setting", task)), str(c.get("old", "")), str(c.get("new", "")))
+           for c in res.get("railyard_changes") or ()]
+    if out:
+        return out
+    diffs = res.get("diff") or []
+    for d in diffs if isinstance(diffs, list) else [diffs]:
+        if not isinstance(d, dict):
+            continue
+        where = d.get("after_header") or d.get("before_header") or task
+        before, after = d.get("before"), d.get("after")
+        if isinstance(before, str) and isinstance(after, str) and "\n" not in before.strip() + after.strip():
+            out.append(Change(host, str(where), before.strip() or "∅", after.strip() or "∅"))
+        elif isinstance(before, dict) and isinstance(after, dict) and "state" in after:
+            out.append(Change(host, str(where), str(before.get("state", "absent")), str(after.get("state"))))
+        else:
+            out.append(Change(host, str(where), "old content", "new content"))
+    return out or [Change(host, task, "current", "changed")]
+
+
+def run(
+    stack: str,
+    hosts: list[Host],
+    private_key: str,
+    *,
+    user: str = "root",
+    check: bool = False,
+    limit: str | None = None,
+    tags: str | None = None,
+    forks: int | None = None,
+    secret_env: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    keep_runs: int = 20,
+) -> RunResult:
+    """Run playbooks/site.yml against `hosts`; artifacts go to .railyard/runs/<stack>/<timestamp>."""
+    import ansible_runner
+
+    runs = paths.runs_dir(stack)
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    run_dir = runs / stamp
+    run_dir.mkdir()
+    known_hosts = runs / "known_hosts"
+    known_hosts.write_text("".join(f"{h.address} {h.host_key}\n" for h in hosts))
+    inventory = render_inventory(stack, user, hosts, known_hosts)
+    (runs / "inventory.yml").write_text(inventory)
+    (run_dir / "inventory.yml").write_text(inventory)
+
+    result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
+    secrets = [private_key, *(secret_env or {}).values()]
+    with tempfile.TemporaryDirectory(prefix="railyard-key-") as keydir:
+        key_file = Path(keydir) / "id"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(private_key if private_key.endswith("\n") else private_key + "\n")
+        env = {
+            "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+            "ANSIBLE_PRIVATE_KEY_FILE": str(key_file),
+            "ANSIBLE_FORCE_COLOR": "0",
+            **(secret_env or {}),
+        }
+        cmdline = []
+        if check:
+            cmdline += ["--check", "--diff"]
+
+        def on_event(event: dict) -> bool:
+            data = event.get("event_data") or {}
+            kind = event.get("event")
+            host, task = data.get("host", ""), data.get("task", "")
+            if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+                res = data.get("res") or {}
+                msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
+                result.failures.append(Failure(host, task, str(msg).strip()))
+            elif kind == "runner_on_ok" and check and (data.get("res") or {}).get("changed"):
+                result.changes.extend(_change_lines(host, task, data.get("res") or {}))
+            if progress and kind == "playbook_on_task_start":
+                progress(f"task: {task}")
+            # Keep events on disk without their stdout, where a module may echo what it was given.
+            return True
+
+        runner = ansible_runner.run(
+            private_data_dir=str(run_dir),
+            project_dir=str(PLAYBOOKS),
+            playbook="site.yml",
+            inventory=str(run_dir / "inventory.yml"),
+            envvars=env,
+            cmdline=" ".join(cmdline) or None,
+            limit=limit,
+            tags=tags,
+            forks=forks,
+            quiet=True,
+            event_handler=on_event,
+        )
+    result.status, result.rc = runner.status, runner.rc
+    for host, stats in _stats(runner).items():
+        result.hosts[host] = stats
+    _scrub(run_dir, secrets)
+    _prune(runs, keep_runs)
+    return result
+
+
+def _stats(runner: Any) -> dict[str, HostResult]:
+    raw = runner.stats or {}
+    out: dict[str, HostResult] = {}
+    for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("dark", "unreachable"),
+                      ("skipped", "skipped")):
+        for host, n in (raw.get(key) or {}).items():
+            setattr(out.setdefault(host, HostResult()), attr, n)
+    return out
+
+
+def _scrub(run_dir: Path, secrets: list[str]) -> None:
+    """Remove what ansible-runner recorded of the environment, then make sure no secret is left."""
+    shutil.rmtree(run_dir / "env", ignore_errors=True)
+    for command in run_dir.glob("artifacts/*/command"):
+        try:
+            data = json.loads(command.read_text())
+            data["env"] = {k: v for k, v in (data.get("env") or {}).items()
+                           if not any(s and s in str(v) for s in secrets) and not k.startswith(("AWS_", "PULUMI_"))}
+            command.write_text(json.dumps(data, indent=2))
+        except (OSError, ValueError):
+            command.unlink(missing_ok=True)
+    needles = [s.strip().encode() for s in secrets if s and len(s.strip()) >= 8]
+    for p in run_dir.rglob("*"):
+        if p.is_file():
+            blob = p.read_bytes()
+            if any(n in blob for n in needles):
+                p.unlink()  # a file we cannot clean is not kept
+
+
+def _prune(runs: Path, keep: int) -> None:
+    dirs = sorted(d for d in runs.iterdir() if d.is_dir() and d.name[:1].isdigit())
+    for d in dirs[:-keep]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def hosts_from(spec: Any, plan: Any, inventory: list[dict], *, object_endpoint: str | None = None) -> list[Host]:
+    """Hosts to tune: the stack's inventory (addresses, host keys) with each node's role variables."""
+    from railyard.tuning.vars import host_vars
+
+    return [Host(name=n["name"], address=n["management_ip"], host_key=n["host_key"],
+                 vars=host_vars(spec, plan, n["name"], object_endpoint=object_endpoint))
+            for n in inventory]
