@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -158,7 +159,9 @@ def run(
         env = {
             "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
             "ANSIBLE_PRIVATE_KEY_FILE": str(key_file),
-            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1",
+            # ansible-playbook is the virtualenv's, whatever PATH the caller (or Pulumi) had.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **(secret_env or {}),
         }
         cmdline = []
@@ -194,6 +197,11 @@ def run(
             event_handler=on_event,
         )
     result.status, result.rc = runner.status, runner.rc
+    if result.rc != 0 and not result.failures:
+        # No task failed: the run itself did (a bad inventory, a missing ansible-playbook, a
+        # syntax error); its last words are in stdout.
+        tail = (runner.stdout.read() if runner.stdout else "").strip().splitlines()[-5:]
+        result.failures.append(Failure("-", "ansible-playbook", " | ".join(tail) or result.status))
     for host, stats in _stats(runner).items():
         result.hosts[host] = stats
     _scrub(run_dir, secrets)
