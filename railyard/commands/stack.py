@@ -7,6 +7,7 @@ environment, streaming its output.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from railyard import paths
@@ -37,26 +38,30 @@ def stack_file(stack: str):
     return paths.project_root() / "stacks" / f"Pulumi.{stack}.yaml"
 
 
-def validate(stack: str) -> bool:
+def validate(stack: str):
+    """The stack's Spec, or None after saying why nothing will run."""
+    from railyard.model.errors import SpecError
+    from railyard.model.spec import load_stack_file
+
     path = stack_file(stack)
     if not path.is_file():
         print(f"railyard: no stack file {path.relative_to(paths.project_root())}", file=sys.stderr)
-        return False
+        return None
     try:
-        from railyard.model.errors import SpecError
-        from railyard.model.spec import load_stack_file
-    except ImportError:  # the model layer is not installed in this checkout yet
-        return True
-    try:
-        load_stack_file(path)
+        spec = load_stack_file(path)
     except SpecError as exc:
         print(f"railyard: {path.name} is invalid; nothing was changed:\n{exc}", file=sys.stderr)
-        return False
-    return True
+        return None
+    if spec.driver == "lab" and os.geteuid() != 0:
+        print(f"railyard: stack {stack} uses the lab driver, which needs root (it creates network namespaces, "
+              "links, mounts and sshd processes); nothing was changed. Run it as root.", file=sys.stderr)
+        return None
+    return spec
 
 
 def handle(args) -> int:
-    if not validate(args.stack):
+    spec = validate(args.stack)
+    if spec is None:
         return 1
     try:
         pulumi.ensure_stack(args.stack)
@@ -66,4 +71,10 @@ def handle(args) -> int:
         if isinstance(exc, pulumi.PulumiError):
             print(exc.output, file=sys.stderr)
         return 1
+    if proc.returncode == 0 and args.action == "up" and spec.driver == "lab":
+        print(f"\nNodes of {args.stack} (reach one with: .venv/bin/railyard lab ssh --stack {args.stack} NODE [CMD]):")
+        from railyard.commands.lab import inventory_from
+
+        for m in inventory_from(pulumi.stack_outputs(args.stack)):
+            print(f"  {m['name']:<16} {m['management_ip']}")
     return proc.returncode
