@@ -6,11 +6,15 @@ stack's name prefix (names.stack_prefix) and by the node marker in process envir
 by a loose match on a command line, so nothing of another stack or of the host is touched.
 
 Processes are a node's when they live in its netns, in its mount namespace (whose /run is
-mounted from ``ry-<tag>-node:<node>``), or carry ``RAILYARD_LAB=<tag>:<node>``.
+mounted from ``ry-<tag>-node:<node>``), or carry ``RAILYARD_LAB=<tag>:<node>``; the object
+store's when they live in its netns or carry ``RAILYARD_LAB=<tag>:@storage``.
 
-`known` holds object ids as create_fabric, create_spine and create_node return them (the netns
-names ``ry-T-fabric``, ``ry-T-spine``, ``ry-T-n-<node>``). The host's management veth belongs to
-the fabric; a node's processes, runtime dir, mounts and loop devices belong to the node.
+`known` holds object ids as the create functions return them: the netns names ``ry-T-fabric``,
+``ry-T-spine``, ``ry-T-n-<node>`` (a VM's too), ``ry-T-storage`` (the object store), and
+``ry-T-pfs`` (the parallel-FS share, a directory). The host's management veth belongs to the
+fabric; a node's processes, runtime dir, mounts, loop devices, local cache and parallel-FS mount
+belong to the node; a VM not known is deleted before any node, so its VFs go back to its
+hypervisor.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from pathlib import Path
 from typing import Iterable
 
 from railyard import paths
-from railyard.drivers.lab import fabric, names, net, node, proc
+from railyard.drivers.lab import fabric, names, net, node, proc, storage, vm
 from railyard.drivers.lab.errors import require_root
+
+_KEYS = ("netns", "host_links", "processes", "mounts", "loops", "dirs")
 
 
 def _nodes_dir(stack: str, root: Path | None) -> Path:
@@ -30,35 +36,49 @@ def _nodes_dir(stack: str, root: Path | None) -> Path:
 def inventory(stack: str, root: Path | None = None) -> dict:
     """Every lab object of the stack on this machine, as JSON data:
 
-    {"netns": [...], "host_links": [...], "processes": [{"pid", "netns_inode", "argv", "node"}],
+    {"netns": [...], "host_links": [...],
+     "processes": [{"pid", "netns_inode", "argv", "node", "owner"}],
      "mounts": [...], "loops": [{"device", "backing_file"}], "dirs": [...]}
+
+    A process's "owner" is the id it belongs to (a node's or the object store's netns name);
+    "node" is the node's name, None for the object store's.
     """
     prefix = names.stack_prefix(stack)
     tag = names.stack_tag(stack)
     netns = net.netns_list(prefix)
     host_links = sorted(n for n in net.links() if n.startswith(prefix))
 
-    owners: dict[int, str | None] = {}
+    def owner_of(name: str | None) -> str | None:
+        if name == names.STORAGE_MARKER:
+            return names.storage_ns(stack)
+        return names.node_ns(stack, name) if name else None
+
+    owners: dict[int, tuple[str, str | None]] = {}
     for ns in netns:
         ino = net.netns_inode(ns)
         if ino is not None:
             parsed = names.parse_ns(stack, ns)
-            owners[ino] = parsed[1] if parsed else None
+            owners[ino] = (ns, parsed[1] if parsed else None)
     procs: dict[int, dict] = {}
     for p in proc.in_namespaces(set(owners)):
-        procs[p.pid] = {**p.to_json(), "node": owners.get(p.netns)}
+        ns, name = owners[p.netns]
+        procs[p.pid] = {**p.to_json(), "node": name, "owner": ns}
     for p, source in proc.by_mount_source("/run", lambda s: names.parse_mount_marker(stack, s) is not None):
         if p.pid not in procs:
-            procs[p.pid] = {**p.to_json(), "node": names.parse_mount_marker(stack, source)}
+            name = names.parse_mount_marker(stack, source)
+            procs[p.pid] = {**p.to_json(), "node": name, "owner": owner_of(name)}
     for p, value in proc.marked(names.ENV_MARKER, lambda v: v.startswith(tag + ":")):
         if p.pid not in procs:
-            procs[p.pid] = {**p.to_json(), "node": value.split(":", 1)[1]}
+            name = value.split(":", 1)[1]
+            procs[p.pid] = {**p.to_json(), "node": None if name == names.STORAGE_MARKER else name,
+                            "owner": owner_of(name)}
     # Processes sharing a namespace with a marked one whose handle is gone (an `ip netns del`
     # behind our back) belong to that node too.
-    orphan_ns = {p["netns_inode"]: p["node"] for p in procs.values() if p["netns_inode"] not in owners}
+    orphan_ns = {p["netns_inode"]: (p["node"], p["owner"]) for p in procs.values() if p["netns_inode"] not in owners}
     for p in proc.in_namespaces({i for i in orphan_ns if i is not None}):
         if p.pid not in procs:
-            procs[p.pid] = {**p.to_json(), "node": orphan_ns[p.netns]}
+            name, owner = orphan_ns[p.netns]
+            procs[p.pid] = {**p.to_json(), "node": name, "owner": owner}
 
     lab = paths.lab_dir(stack, root)
     mounts = sorted(set(proc.mounts_under(lab)) |
@@ -66,6 +86,7 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     loops = [{"device": d, "backing_file": b} for d, b in proc.loops_backed_under(lab).items()]
     nodes_dir = _nodes_dir(stack, root)
     dirs = sorted(str(p) for p in nodes_dir.iterdir()) if nodes_dir.is_dir() else []
+    dirs += [str(d) for d in (storage.object_store_dir(stack, root), storage.pfs_dir(stack, root)) if d.exists()]
     if lab.exists():
         dirs.append(str(lab))
     return {
@@ -84,12 +105,19 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
     Returns what was removed, in inventory's shape."""
     require_root()
     known = set(known)
-    removed: dict[str, list] = {"netns": [], "host_links": [], "processes": [], "mounts": [], "loops": [], "dirs": []}
+    removed: dict[str, list] = {k: [] for k in _KEYS}
     before = inventory(stack, root)
 
-    # Nodes first (their NICs hang off the fabric), then the spine, then the fabric.
-    order = sorted(before["netns"], key=lambda ns: {"node": 0, "spine": 1, "fabric": 2}.get(
-        (names.parse_ns(stack, ns) or ("other",))[0], 3))
+    def kind(ns: str) -> str:
+        parsed = names.parse_ns(stack, ns) or ("other", None)
+        if parsed[0] == "node" and vm.is_vm(stack, parsed[1], root):
+            return "vm"
+        return parsed[0]
+
+    # VMs first (their VFs go back to their hypervisors), then nodes (their NICs hang off the
+    # fabric), the object store, the spine, the fabric.
+    order = sorted(before["netns"], key=lambda ns: {"vm": 0, "node": 1, "storage": 2, "spine": 3, "fabric": 4}.get(
+        kind(ns), 5))
     for ns in order:
         if ns in known:
             continue
@@ -98,7 +126,14 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
             d = node.node_dir(stack, parsed[1], root)
             if d.exists():
                 removed["dirs"].append(str(d))
-            node.delete_node(stack, parsed[1], root)
+            for dev, backing in proc.loops_backed_under(d).items():
+                removed["loops"].append({"device": dev, "backing_file": backing})
+            if kind(ns) == "vm":
+                vm.delete_vm(stack, parsed[1], root)
+            else:
+                node.delete_node(stack, parsed[1], root)
+        elif parsed and parsed[0] == "storage":
+            storage.delete_object_store(stack, root)
         elif parsed and parsed[0] == "spine":
             fabric.delete_spine(stack)
         elif parsed and parsed[0] == "fabric":
@@ -116,27 +151,38 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
             net.link_delete(link)
             removed["host_links"].append(link)
 
-    # Processes of unknown nodes, and of known nodes outside the node's current netns (an earlier
-    # incarnation whose netns was removed behind our back).
-    current = {n: net.netns_inode(names.node_ns(stack, n)) for n in _known_nodes(stack, known)}
+    # Processes of unknown nodes (and of an unknown object store), and of known ones outside
+    # their current netns (an earlier incarnation whose netns was removed behind our back).
+    current = {ns: net.netns_inode(ns) for ns in known if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage")}
     stray = []
     for p in inventory(stack, root)["processes"]:
-        owner = p["node"]
+        owner = p["owner"]
         if owner not in current or (p["netns_inode"] != current[owner] and p["netns_inode"] is not None):
             stray.append(p)
     proc.kill_all([p["pid"] for p in stray], what=f"stack {stack} processes")
     removed["processes"] = stray
 
+    known_nodes = set(_known_nodes(stack, known))
     nodes_dir = _nodes_dir(stack, root)
     if nodes_dir.is_dir():
         for d in sorted(nodes_dir.iterdir()):
-            if d.name in current:
+            if d.name in known_nodes:
                 continue
             for dev, backing in proc.loops_backed_under(d).items():
                 proc.detach_loop(dev)
                 removed["loops"].append({"device": dev, "backing_file": backing})
             removed["mounts"].extend(proc.unmount_under(d))
             proc.remove_tree(d)
+            removed["dirs"].append(str(d))
+    if names.storage_ns(stack) not in known:
+        d = storage.object_store_dir(stack, root)
+        if d.exists():
+            storage.delete_object_store(stack, root)
+            removed["dirs"].append(str(d))
+    if names.pfs_id(stack) not in known:
+        d = storage.pfs_dir(stack, root)
+        if d.exists():
+            storage.delete_pfs(stack, root)
             removed["dirs"].append(str(d))
     return removed
 

@@ -15,8 +15,10 @@ Layout of one stack with tag ``T``:
     netns  ry-T-fabric        bridges rail0..railN-1, storage, mgmt; ports <nodetag>-r<i>,
                               <nodetag>-s, <nodetag>-m, spine<i>, host
     netns  ry-T-spine         links rail<i> holding each rail's gateway
-    netns  ry-T-n-<node>      one per node; the node's NICs carry the names the caller gives
-                              (the SKU's real netdev names such as ibp24s0)
+    netns  ry-T-n-<node>      one per node, and one per VM (vm.py: a VM is a node with VFs); the
+                              NICs carry the names the caller gives (the SKU's real netdev names
+                              such as ibp24s0)
+    netns  ry-T-storage       the object store (storage.py): link s3, fabric port s3 on storage
     link   ry-T-mgmt          in the root namespace: the host's one veth into the stack
 """
 
@@ -40,6 +42,9 @@ _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 MGMT_BRIDGE = "mgmt"
 STORAGE_BRIDGE = "storage"
 HOST_PORT = "host"  # the fabric end of the host's veth, on the mgmt bridge
+# The object store's veth, both ends (its fabric end on the storage bridge). No node port ends
+# like this (they end -s, -m or -r<i>), and no bridge or spine port is called so.
+OBJECT_STORE_PORT = "s3"
 
 
 def _digest(text: str, n: int) -> str:
@@ -75,6 +80,16 @@ def fabric_ns(stack: str) -> str:
 
 def spine_ns(stack: str) -> str:
     return stack_prefix(stack) + "spine"
+
+
+def storage_ns(stack: str) -> str:
+    """The object store's namespace (storage.py); also the object store's id."""
+    return stack_prefix(stack) + "storage"
+
+
+def pfs_id(stack: str) -> str:
+    """The id of the stack's parallel-FS share (a directory, storage.py); not a namespace."""
+    return stack_prefix(stack) + "pfs"
 
 
 def check_node(node: str) -> str:
@@ -118,13 +133,21 @@ def env_marker(stack: str, node: str) -> str:
     return f"{stack_tag(stack)}:{check_node(node)}"
 
 
+STORAGE_MARKER = "@storage"  # the env marker's part after the tag for the object store's processes; no node name starts with @
+
+
+def storage_env_marker(stack: str) -> str:
+    return f"{stack_tag(stack)}:{STORAGE_MARKER}"
+
+
 def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
-    """("fabric"|"spine", None) or ("node", name) for a netns of the stack, else None."""
+    """("fabric"|"spine"|"storage", None) or ("node", name) for a netns of the stack (a VM's is a
+    node's), else None."""
     prefix = stack_prefix(stack)
     if not netns.startswith(prefix):
         return None
     rest = netns[len(prefix):]
-    if rest in ("fabric", "spine"):
+    if rest in ("fabric", "spine", "storage"):
         return rest, None
     if rest.startswith("n-") and _NODE.fullmatch(rest[2:]):
         return "node", rest[2:]

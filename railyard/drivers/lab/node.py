@@ -48,6 +48,8 @@ from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
 HERE = Path(__file__).resolve().parent
 INIT_SCRIPT = HERE / "node_init.py"
 SHIM_SCRIPT = HERE / "lab-shim.sh"
+AGENT_SCRIPT = HERE / "agent.py"
+AGENT_DIR = "run/railyard/agent"  # relative to the node's root, see agent.py
 
 # What node processes may never do: reboot or kexec the host, load kernel modules, set its clock.
 DROPPED_CAPS = ("sys_boot", "sys_module", "sys_time")
@@ -70,12 +72,19 @@ _FORBIDDEN_DIRS = ("/run", "/etc", "/var", "/boot", "/mnt", "/proc", "/sys", "/d
 @dataclass(frozen=True)
 class Nic:
     """One NIC of a node: `name` is the node-side netdev name, `role` a rail number, "mgmt" or
-    "storage"; `address` an address with prefix; `gateway` (rails only) the rail's gateway."""
+    "storage"; `address` an address with prefix; `gateway` (rails only) the rail's gateway.
+
+    `table` (rail NICs) numbers the NIC's routing rule and table (RULE_PREF_BASE+table,
+    TABLE_BASE+table): the rail for a node's NICs, the VF's position for a VM, which may hold
+    several VFs of one rail. `veth` NICs are made here with a fabric port; the others (a VM's VFs)
+    are moved into the namespace by the caller and only addressed here."""
 
     name: str
     role: int | str
     address: str
     gateway: str | None = None
+    table: int | None = None
+    veth: bool = True
 
     @property
     def bridge(self) -> str:
@@ -118,17 +127,27 @@ def create_node(
     The fabric (and its bridges for every rail used) must exist. Returns read_node's result.
     """
     require_root()
+    nics = _parse_nics(stack, node, mgmt, rails, storage, compute_cidr)
+    keys = parse_keys(node, authorized_keys)
+    return converge(stack, node, nics=nics, keys=keys, compute_cidr=compute_cidr,
+                    hw_tree_source=hw_tree_source, root=root)
+
+
+def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute_cidr: str | None,
+             hw_tree_source: str | None, root: Path | None, attach=None) -> dict:
+    """Bring a namespace set (a node, or a VM, see vm.py) to the request: its dir, netns, veth
+    NICs, addressing, init, sshd and agent. `attach(netns)`, when given, runs once the netns and
+    veths exist and before addressing: it moves in the NICs that are not veths (a VM's VFs).
+    Returns read_node's result."""
     ns = names.node_ns(stack, node)
     fab = names.fabric_ns(stack)
-    nics = _parse_nics(stack, node, mgmt, rails, storage, compute_cidr)
-    keys = _parse_keys(node, authorized_keys)
     d = node_dir(stack, node, root)
     _check_dir_location(d)
 
     if not net.netns_exists(fab):
         raise LabError(f"node {ns}", f"the fabric namespace {fab} does not exist; create the fabric first")
     fab_links = net.links(fab, with_addresses=False)
-    missing = sorted({n.bridge for n in nics} - set(fab_links))
+    missing = sorted({n.bridge for n in nics if n.veth} - set(fab_links))
     if missing:
         raise LabError(f"node {ns}", f"bridges {missing} are missing in {fab}; create the fabric with them first")
 
@@ -141,7 +160,9 @@ def create_node(
     # Before any interface is created, so new ones inherit them; every time, because a create
     # killed right after `ip netns add` leaves a namespace without them.
     net.sysctls(ns, LAB_NETNS_SYSCTLS)
-    _ensure_links(stack, node, ns, fab, nics, fab_links)
+    _ensure_links(stack, node, ns, fab, [n for n in nics if n.veth], fab_links)
+    if attach is not None:
+        attach(ns)
     _ensure_addressing(ns, nics, compute_cidr)
 
     pid = init_pid(stack, node, root)
@@ -151,8 +172,11 @@ def create_node(
     if pid is None:
         _kill_node_processes(stack, node)  # leftovers of an init that died or a removed netns
         pid = _start_init(stack, node, d, hw, root)
-    elif config_changed or not _sshd_pid(stack, node, pid):
-        _restart_sshd(stack, node, pid)
+    else:
+        if config_changed or not _sshd_pid(stack, node, pid):
+            _restart_sshd(stack, node, pid)
+        if not agent_pid(stack, node, root):
+            start_agent(stack, node, root)
     state = read_node(stack, node, root)
     if state is None:
         raise LabError(f"node {ns}", "vanished while it was being created")
@@ -179,7 +203,7 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
             if gw_ip not in iface.network or gw_ip == iface.ip:
                 raise LabError(what, f"gateway {gw} is not another address of {iface.network}")
             gw = str(gw_ip)
-        return Nic(name, role, str(iface), gw)
+        return Nic(name, role, str(iface), gw, role if isinstance(role, int) else None)
 
     nics = [one(mgmt, "mgmt")]
     for spec in rails:
@@ -190,19 +214,28 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
         nics.append(one(spec, rail))
     if storage is not None:
         nics.append(one(storage, "storage"))
-    for kind_, values in (("NIC name", [n.name for n in nics]), ("rail", [n.role for n in nics]),
+    check_unique(ns, nics)
+    check_compute_cidr(ns, nics, compute_cidr)
+    return nics
+
+
+def check_unique(ns: str, nics: list[Nic]) -> None:
+    tables = [n.table for n in nics if n.table is not None]
+    for kind_, values in (("NIC name", [n.name for n in nics]), ("rail", tables),
                           ("address", [n.address.split("/")[0] for n in nics])):
         dup = sorted({str(v) for v in values if values.count(v) > 1})
         if dup:
             raise LabError(f"node {ns}", f"{kind_} used twice: {', '.join(dup)}")
+
+
+def check_compute_cidr(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:
     if any(n.gateway for n in nics):
         if not compute_cidr:
             raise LabError(f"node {ns}", "rails have gateways but no compute_cidr says what lies behind them")
         net.lab_network(compute_cidr, f"node {ns} compute_cidr")
-    return nics
 
 
-def _parse_keys(node: str, keys: str | Sequence[str]) -> list[str]:
+def parse_keys(node: str, keys: str | Sequence[str]) -> list[str]:
     lines = [keys] if isinstance(keys, str) else list(keys)
     out = []
     for k in lines:
@@ -369,7 +402,7 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
         if "UP" not in links.get(nic.name, {}).get("flags", []):
             batch.add(f"link {nic.name}", "link", "set", nic.name, "up")
 
-    rail_nics = {n.role: n for n in nics if isinstance(n.role, int)}
+    rail_nics = {n.table: n for n in nics if n.table is not None}
     wanted_rules = {RULE_PREF_BASE + r: (n.address.split("/")[0], TABLE_BASE + r) for r, n in rail_nics.items()}
     for rule in net.rules(ns):
         pref = rule.get("priority")
@@ -393,7 +426,7 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
         if TABLE_BASE <= table < TABLE_BASE + 100 and table - TABLE_BASE not in rail_nics:
             batch.add(f"route table {table}", "route", "flush", "table", str(table))
     for rail, nic in sorted(rail_nics.items()):
-        table = TABLE_BASE + rail
+        table = TABLE_BASE + rail  # "rail" here is the NIC's table slot (Nic.table)
         iface = ipaddress.ip_interface(nic.address)
         want = {(str(iface.network), None, nic.name)}
         if nic.gateway:
@@ -471,6 +504,7 @@ def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None) -> 
         "RY_MARKER": names.init_marker(stack, node),
         "RY_MOUNT_MARKER": names.mount_marker(stack, node),
         "RY_SHIM_TARGETS": "\n".join(shim_targets()),
+        "RY_AGENT": str(AGENT_SCRIPT),
     })
     # setsid --fork: the init is not our child, so it outlives this process (a Pulumi provider)
     # and never lingers as our zombie.
@@ -543,6 +577,36 @@ def _sshd_pid(stack: str, node: str, init: int) -> int | None:
     if proc.alive(pid) and proc.ns_inode(pid) == proc.ns_inode(init) and "sshd" in " ".join(proc.cmdline(pid)):
         return pid
     return None
+
+
+def agent_pid(stack: str, node: str, root: Path | None = None, *, _init: int | None = None) -> int | None:
+    """The node's SR-IOV agent (agent.py), if it runs in the node; else None."""
+    init = _init or init_pid(stack, node, root)
+    if init is None:
+        return None
+    try:
+        pid = int(Path(f"/proc/{init}/root/{AGENT_DIR}/pid").read_text().strip())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    if comm == "railyard-agent" and proc.alive(pid) and proc.ns_inode(pid, "mnt") == proc.ns_inode(init, "mnt"):
+        return pid
+    return None
+
+
+def start_agent(stack: str, node: str, root: Path | None = None) -> int:
+    """Start the node's agent again (node_init starts the first): a fresh interpreter loads it on
+    the host, then enters the node's namespaces, since the node may hide the interpreter's files."""
+    init = init_pid(stack, node, root)
+    if init is None:
+        raise LabError(f"node {names.node_ns(stack, node)}", "is not running")
+    p = subprocess.run([sys.executable, "-I", "-S", str(AGENT_SCRIPT), "--enter", str(init)],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+                       env=_clean_env(stack, node), cwd="/", start_new_session=True)
+    out = p.stdout.split()
+    if p.returncode != 0 or len(out) != 2 or out[0] != "ready":
+        raise LabError(f"node {names.node_ns(stack, node)}", f"the SR-IOV agent did not start: {p.stderr.strip()}")
+    return int(out[1])
 
 
 def _restart_sshd(stack: str, node: str, init: int) -> None:
@@ -619,7 +683,8 @@ def read_node(stack: str, node: str, root: Path | None = None) -> dict | None:
     d = node_dir(stack, node, root)
     pid = init_pid(stack, node, root)
     links = net.links(ns)
-    nics = {n: net.addresses(i) for n, i in sorted(links.items()) if n != "lo"}
+    # The node's own NICs; VFs (macvlans) belong to the tuning that made them or the VM holding them.
+    nics = {n: net.addresses(i) for n, i in sorted(links.items()) if net.kind(i) == "veth"}
     mgmt = None
     try:
         for line in (d / "etc" / "ssh" / "sshd_config").read_text().splitlines():
@@ -636,6 +701,7 @@ def read_node(stack: str, node: str, root: Path | None = None) -> dict | None:
         "running": pid is not None,
         "init_pid": pid,
         "sshd": bool(pid and _sshd_pid(stack, node, pid)),
+        "agent": bool(pid and agent_pid(stack, node, root, _init=pid)),
         "mgmt_address": mgmt,
         "host_key": host_key(stack, node, root),
         "nics": nics,
@@ -664,6 +730,9 @@ def delete_node(stack: str, node: str, root: Path | None = None) -> dict:
         left = net.wait_links_gone(fab, lambda links: _own_ports(node, links), with_addresses=False)
         for port in sorted(left):
             net.link_delete(port, fab)
+    # Loop devices of the node's local cache (storage.py) free themselves with its last
+    # process; wait for that, so none outlives the node.
+    proc.release_loops(d)
     proc.remove_tree(d)
     return {"id": ns, "deleted": existed}
 

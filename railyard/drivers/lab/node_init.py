@@ -11,13 +11,14 @@ with the reason on stderr.
 Inputs (environment): RY_NODE (hostname), RY_NODE_DIR (the node's runtime dir on the host),
 RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_MOUNT_MARKER
 (source name of the node's /run), RY_SHIM_TARGETS (host binaries the reboot-pending shim is
-bound over, one per line).
+bound over, one per line), RY_AGENT (agent.py, the node's SR-IOV agent, started once sshd runs).
 
 Every module is imported before the first mount: the interpreter's own library may live below a
 directory the node mounts over (a pyenv under /root).
 """
 
 import ctypes
+import importlib.util
 import os
 import sys
 
@@ -62,6 +63,13 @@ def main() -> None:
     node, node_dir, hw, marker = env["RY_NODE"], env["RY_NODE_DIR"], env["RY_HW"], env["RY_MARKER"]
     shim_targets = [t for t in env.get("RY_SHIM_TARGETS", "").splitlines() if t]
     os.chdir("/")
+    # The agent's module (and with it every module it uses) is loaded now, before the mounts
+    # below may hide the interpreter's library; it is forked off once the node is built.
+    agent = None
+    if env.get("RY_AGENT"):
+        spec = importlib.util.spec_from_file_location("railyard_lab_agent", env["RY_AGENT"])
+        agent = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(agent)
 
     # The new mount namespace starts as a copy of the host's, including the host's /run/netns
     # handles of every lab namespace. Each copy would keep its namespace alive after
@@ -125,6 +133,11 @@ def main() -> None:
         except OSError:
             log = ""
         fail(f"sshd did not start (wait status {status}): {log}")
+    if agent is not None:
+        try:
+            agent.daemonize()
+        except OSError as exc:
+            fail(f"the SR-IOV agent did not start: {exc}")
 
     sys.stdout.write(f"ready {os.getpid()}\n")
     sys.stdout.flush()

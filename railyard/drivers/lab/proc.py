@@ -218,3 +218,22 @@ def loops_backed_under(path: Path | str) -> dict[str, str]:
 
 def detach_loop(dev: str) -> None:
     run(["losetup", "-d", dev], obj=f"loop device {dev}", check=False)
+
+
+def release_loops(path: Path | str, timeout: float = 3.0) -> list[str]:
+    """Detach every loop device backed by a file under `path` and wait until the kernel let them
+    go (a filesystem unmounted with its namespace's last process releases its device a moment
+    later; detaching a busy device only marks it to go when unused). Returns the devices."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        loops = loops_backed_under(path)
+        if not loops:
+            return seen
+        for dev in loops:
+            if dev not in seen:
+                seen.append(dev)
+            detach_loop(dev)
+        if time.monotonic() > deadline:
+            raise LabError(f"dir {path}", f"loop devices {sorted(loops)} are still in use")
+        time.sleep(0.02)

@@ -1,0 +1,772 @@
+"""A lab stack's storage tiers: an S3 object store, a local NVMe cache per node, a shared parallel FS.
+
+Object tier (``create_object_store``): a real S3-compatible server, SeaweedFS's ``weed server``
+(master, volume, filer and S3 gateway in one process; built by the toolchain into
+``.railyard/bin/weed``), in a namespace of its own, ``ry-T-storage``, on the stack's storage
+network: a veth ``s3`` on the fabric's storage bridge holds the store's address, so nodes reach it
+over their storage NICs and nothing outside the lab can (the host routes only management
+networks). weed also has its own mount namespace with a private /tmp, because it puts unix
+sockets of its gRPC services at fixed /tmp paths: on the host's /tmp they would be reachable from
+outside the lab and collide between stacks. Its data, logs and S3 identity file live in
+``<lab dir>/storage`` (0700; the identity file, which holds the secret key, 0600). The access key
+is returned, the secret key never. create makes the bucket and uploads a deterministic sample
+dataset (SHAKE-256 of the shard's name, so every lab has the same bytes) with a manifest of
+SHA-256 sums, through boto3 run in the store's network namespace (the host itself cannot reach the
+storage network).
+
+Local cache tier (``create_cache``): per node, sparse image files under the node's runtime dir
+on loop devices, formatted with the configured filesystem and mounted at the configured mount
+point inside the node's mount namespace only. A RAID level over several images needs the kernel's
+md driver (``/proc/mdstat``); without it (as on the lab's own CI machine) one image stands in for
+the array and the result says so in "note". After mounting, the loop devices are marked to
+detach themselves (``losetup -d`` on a busy device sets autoclear), so a node that dies leaves no
+loop device behind.
+
+Parallel-FS tier (``create_pfs`` and ``create_pfs_mount``): a directory under the lab dir,
+``<lab dir>/pfs``, bound into each node at its mount point. It stands in for Lustre or GPFS: the
+same files seen from every node, with none of their striping, locking or bandwidth.
+
+Ids (for gc): the object store's is its netns name; the parallel-FS share's is names.pfs_id; a
+node's cache and parallel-FS mount belong to the node (``<node id>/cache``, ``<node id>/pfs``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from railyard import paths
+from railyard.drivers.lab import names, net, node, proc
+from railyard.drivers.lab.errors import LabError, require_root
+from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
+
+HERE = Path(__file__).resolve().parent
+MOUNTNS = HERE / "mountns.py"
+
+S3_PORT = 8333
+# weed's other services listen on the store's address too, in its own namespace only.
+WEED_PORTS = {"master": 9333, "volume": 8080, "filer": 8888}
+DEFAULT_DATASET = {"prefix": "sample/", "shards": 4, "shard_bytes": 4 << 20}
+DATASET_VERSION = "railyard-sample-v1"
+START_TIMEOUT_S = 60.0
+
+
+def object_store_dir(stack: str, root: Path | None = None) -> Path:
+    return paths.lab_dir(stack, root) / "storage"
+
+
+def pfs_dir(stack: str, root: Path | None = None) -> Path:
+    return paths.lab_dir(stack, root) / "pfs"
+
+
+def weed_binary(root: Path | None = None) -> Path:
+    return paths.bin_dir(root) / "weed"
+
+
+# --- the sample dataset -------------------------------------------------------------------------
+
+def shard_bytes(index: int, size: int) -> bytes:
+    """Shard `index` of the sample dataset: the same bytes in every lab, from its name alone."""
+    return hashlib.shake_256(f"{DATASET_VERSION}/{index}".encode()).digest(size)
+
+
+def sample_manifest(prefix: str = DEFAULT_DATASET["prefix"], shards: int = DEFAULT_DATASET["shards"],
+                    size: int = DEFAULT_DATASET["shard_bytes"]) -> dict:
+    """The manifest create_object_store uploads as ``<prefix>manifest.json``."""
+    return {
+        "dataset": DATASET_VERSION,
+        "shards": [{"key": f"{prefix}shard-{i:05d}.bin", "bytes": size,
+                    "sha256": hashlib.sha256(shard_bytes(i, size)).hexdigest()} for i in range(shards)],
+    }
+
+
+def _dataset(dataset: dict | None) -> dict | None:
+    if dataset is None:
+        return None
+    d = {**DEFAULT_DATASET, **dataset}
+    if not isinstance(d["prefix"], str) or (d["prefix"] and not d["prefix"].endswith("/")):
+        raise LabError("object store dataset", f"prefix must be empty or end with '/', got {d['prefix']!r}")
+    for key, top in (("shards", 1000), ("shard_bytes", 256 << 20)):
+        if not isinstance(d[key], int) or isinstance(d[key], bool) or not 0 < d[key] <= top:
+            raise LabError("object store dataset", f"{key} must be 1..{top}, got {d[key]!r}")
+    return {k: d[k] for k in DEFAULT_DATASET}
+
+
+# --- the object store ---------------------------------------------------------------------------
+
+def create_object_store(
+    stack: str,
+    *,
+    address: str,
+    access_key: str,
+    secret_key: str,
+    bucket: str,
+    dataset: dict | None = DEFAULT_DATASET,
+    port: int = S3_PORT,
+    root: Path | None = None,
+) -> dict:
+    """Ensure the stack's S3 store runs at `address` with the bucket and the sample dataset.
+
+    address:    the store's address with prefix on the storage network, e.g. ``198.18.100.250/24``
+    access_key, secret_key: the one identity the store accepts (an admin of it); the secret is
+                written only to the store's identity file and handed to boto3 on stdin
+    bucket:     created if missing
+    dataset:    {"prefix": "sample/", "shards": 4, "shard_bytes": 4 MiB}, uploaded unless every
+                object is there with its size; None uploads nothing
+    port:       the S3 port
+
+    The fabric (with its storage bridge) must exist. Returns read_object_store's result.
+    """
+    require_root()
+    sns, fab = names.storage_ns(stack), names.fabric_ns(stack)
+    what = f"object store {sns}"
+    iface = net.lab_interface(address, what)
+    _check_key(access_key, "access_key", what)
+    _check_key(secret_key, "secret_key", what)
+    _check_bucket(bucket, what)
+    ds = _dataset(dataset)
+    if not isinstance(port, int) or not 1 <= port <= 65535 - 10000 or port in WEED_PORTS.values():
+        raise LabError(what, f"port must be 1..55535 and not one of weed's own {sorted(WEED_PORTS.values())}")
+    weed = weed_binary(root)
+    if not os.access(weed, os.X_OK):
+        raise LabError(what, f"{weed} is missing; the toolchain builds it (make toolchain, or "
+                             "python -m railyard.engine.toolchain)")
+    if not net.netns_exists(fab):
+        raise LabError(what, f"the fabric namespace {fab} does not exist; create the fabric first")
+    if names.STORAGE_BRIDGE not in net.links(fab, with_addresses=False):
+        raise LabError(what, f"the fabric {fab} has no {names.STORAGE_BRIDGE} bridge")
+
+    d = object_store_dir(stack, root)
+    node._check_dir_location(d)
+    for sub in (d, d / "data"):
+        sub.mkdir(parents=True, exist_ok=True)
+        os.chmod(sub, 0o700)
+    identity = {"identities": [{"name": "railyard", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                                "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
+    changed = node._write_if_changed(d / "s3.json", json.dumps(identity, indent=1, sort_keys=True) + "\n", 0o600)
+    config = {"address": str(iface), "port": port, "bucket": bucket, "access_key": access_key, "dataset": ds}
+    argv = _weed_argv(weed, d, str(iface.ip), port)
+    changed |= node._write_if_changed(d / "config.json", json.dumps({**config, "argv": argv}, indent=1,
+                                                                    sort_keys=True) + "\n", 0o600)
+
+    net.netns_add(sns)
+    net.sysctls(sns, LAB_NETNS_SYSCTLS)
+    _ensure_port(stack, sns, fab, str(iface))
+
+    pid = _weed_pid(stack, root)
+    if pid is not None and changed:
+        proc.kill_all([pid], what=f"{what} weed")  # its flags or identities changed: start over
+        pid = None
+    if pid is None:
+        _kill_store_processes(stack)
+        pid = _start_weed(stack, d, argv)
+    _seed(stack, d, str(iface.ip), port, access_key, secret_key, bucket, ds, pid)
+    state = read_object_store(stack, root)
+    if state is None:
+        raise LabError(what, "vanished while it was being created")
+    return state
+
+
+def _check_key(value: str, name: str, what: str) -> None:
+    if not isinstance(value, str) or not 3 <= len(value) <= 128 or not value.isprintable() or " " in value:
+        raise LabError(what, f"{name} must be 3-128 printable characters without spaces")
+
+
+def _check_bucket(bucket: str, what: str) -> None:
+    ok = isinstance(bucket, str) and 3 <= len(bucket) <= 63 and all(c.islower() or c.isdigit() or c in "-." for c in bucket)
+    if not ok or bucket[0] in "-." or bucket[-1] in "-.":
+        raise LabError(what, f"bucket {bucket!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
+
+
+def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
+    return [
+        str(weed), "server",
+        f"-dir={d / 'data'}", f"-ip={ip}", f"-ip.bind={ip}",
+        f"-master.port={WEED_PORTS['master']}", f"-volume.port={WEED_PORTS['volume']}",
+        "-filer", f"-filer.port={WEED_PORTS['filer']}",
+        "-s3", f"-s3.port={port}", f"-s3.config={d / 's3.json'}",
+        # The lab has no way out and wants none tried; nor the catalog endpoints beside S3.
+        "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+        # Small volumes, no replicas: a lab store holds megabytes, on one server.
+        "-master.volumeSizeLimitMB=64", "-volume.max=16", "-master.defaultReplication=000",
+        "-volume.preStopSeconds=0", "-metricsPort=0",
+    ]
+
+
+def _ensure_port(stack: str, sns: str, fab: str, address: str) -> None:
+    port = names.OBJECT_STORE_PORT
+    inner = net.links(sns).get(port)
+    outer = net.links(fab, with_addresses=False).get(port)
+    paired = (inner is not None and outer is not None and inner.get("link_index") == outer.get("ifindex"))
+    batch = net.Batch(fab)
+    if not paired:
+        if inner is not None:
+            net.link_delete(port, sns)
+        if outer is not None:
+            net.link_delete(port, fab)
+        batch.add(f"link {port}", "link", "add", port, "address", names.mac(stack, fab, port), "type", "veth",
+                  "peer", "name", port, "address", names.mac(stack, sns, port), "netns", sns)
+    batch.add(f"link {port}", "link", "set", port, "master", names.STORAGE_BRIDGE, "up")
+    batch.run()
+    inner = net.links(sns).get(port)
+    sbatch = net.Batch(sns)
+    net.queue_addresses(sbatch, port, inner, [address])
+    sbatch.add(f"link {port}", "link", "set", port, "up")
+    sbatch.add("link lo", "link", "set", "lo", "up")
+    sbatch.run()
+
+
+def _weed_pid(stack: str, root: Path | None = None) -> int | None:
+    """weed, if it runs in the store's current netns."""
+    try:
+        pid = int((object_store_dir(stack, root) / "weed.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    ino = net.netns_inode(names.storage_ns(stack))
+    argv = proc.cmdline(pid)
+    if ino is None or not proc.alive(pid) or proc.ns_inode(pid) != ino or not argv or not argv[0].endswith("weed"):
+        return None
+    return pid
+
+
+def _store_processes(stack: str) -> list[int]:
+    found = set()
+    ino = net.netns_inode(names.storage_ns(stack))
+    if ino is not None:
+        found.update(p.pid for p in proc.in_namespaces({ino}))
+    marker = names.storage_env_marker(stack)
+    found.update(p.pid for p, _ in proc.marked(names.ENV_MARKER, lambda v: v == marker))
+    return sorted(found)
+
+
+def _kill_store_processes(stack: str) -> None:
+    proc.kill_all(_store_processes(stack), what=f"object store {names.storage_ns(stack)}")
+
+
+def _start_weed(stack: str, d: Path, argv: list[str]) -> int:
+    sns = names.storage_ns(stack)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LANG": "C.UTF-8",
+           names.ENV_MARKER: names.storage_env_marker(stack)}
+    (d / "weed.pid").unlink(missing_ok=True)
+    # A private /tmp (for weed's fixed-path unix sockets), then weed itself in place of the shell,
+    # so the pid the shell writes is weed's.
+    script = ('mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && echo $$ > "$2" && shift 2 && '
+              'exec "$@" >>"$LOG" 2>&1')
+    env["LOG"] = str(d / "weed.log")
+    cmd = ["setsid", "--fork", "nsenter", f"--net={net.netns_path(sns)}", "--",
+           "unshare", "--mount", "--propagation", "private", "--",
+           "sh", "-c", script, "weed", f"{names.stack_prefix(stack)}storage", str(d / "weed.pid"), *argv]
+    net.run(cmd, obj=f"object store {sns} weed", env=env)
+    deadline = time.monotonic() + 10
+    while True:
+        pid = _weed_pid(stack)
+        if pid is not None:
+            return pid
+        if time.monotonic() > deadline:
+            raise LabError(f"object store {sns}", f"weed did not start: {_log_tail(d)}")
+        time.sleep(0.01)
+
+
+def _log_tail(d: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join((d / "weed.log").read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _seed(stack: str, d: Path, ip: str, port: int, access_key: str, secret_key: str, bucket: str,
+          ds: dict | None, pid: int) -> dict:
+    """Wait for S3, make the bucket, upload the dataset (what is missing of it): boto3 in the
+    store's netns, the secret on stdin."""
+    request = {"endpoint": f"http://{ip}:{port}", "access_key": access_key, "secret_key": secret_key,
+               "bucket": bucket, "dataset": ds, "timeout": START_TIMEOUT_S}
+    return s3_in_netns(names.storage_ns(stack), "seed", request, obj=f"object store {names.storage_ns(stack)}",
+                       log=d)
+
+
+def s3_in_netns(netns: str, op: str, request: dict, *, obj: str, log: Path | None = None,
+                timeout: float = START_TIMEOUT_S + 60) -> dict:
+    """Run an S3 operation (`op` of _client_main) with boto3 inside `netns`; the request,
+    secret included, goes on stdin. Returns the operation's JSON result."""
+    argv = ["nsenter", f"--net={net.netns_path(netns)}", "--",
+            sys.executable, "-m", "railyard.drivers.lab.storage", op]
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "PYTHONPATH": str(paths.PROJECT_ROOT), "AWS_EC2_METADATA_DISABLED": "true"}
+    try:
+        p = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
+                           env=env, cwd="/")
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(obj, f"S3 {op} did not finish within {timeout:g}s") from exc
+    if p.returncode != 0:
+        tail = f"; weed log:\n{_log_tail(log)}" if log else ""
+        raise LabError(obj, f"S3 {op} failed: {(p.stderr or p.stdout).strip()[-2000:]}{tail}")
+    return json.loads(p.stdout)
+
+
+def read_object_store(stack: str, root: Path | None = None) -> dict | None:
+    """The store as it is now, or None when its netns is gone:
+
+    {"id", "stack", "netns", "endpoint", "address", "port", "bucket", "access_key", "running",
+     "pid", "data_dir", "dataset": {"prefix", "shards", "shard_bytes", "manifest"}|None}"""
+    sns = names.storage_ns(stack)
+    if not net.netns_exists(sns):
+        return None
+    d = object_store_dir(stack, root)
+    try:
+        config = json.loads((d / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    addrs = net.addresses(net.links(sns).get(names.OBJECT_STORE_PORT) or {})
+    address = addrs[0] if addrs else None
+    pid = _weed_pid(stack, root)
+    ds = config.get("dataset")
+    return {
+        "id": sns,
+        "stack": stack,
+        "netns": sns,
+        "endpoint": f"http://{address.split('/')[0]}:{config.get('port', S3_PORT)}" if address else None,
+        "address": address,
+        "port": config.get("port"),
+        "bucket": config.get("bucket"),
+        "access_key": config.get("access_key"),
+        "running": pid is not None,
+        "pid": pid,
+        "data_dir": str(d / "data"),
+        "dataset": {**ds, "manifest": f"{ds['prefix']}manifest.json"} if ds else None,
+    }
+
+
+def object_store_exists(stack: str) -> bool:
+    return net.netns_exists(names.storage_ns(stack))
+
+
+def delete_object_store(stack: str, root: Path | None = None) -> dict:
+    """Stop weed, remove the store's namespace (its veth with it) and its directory, data included."""
+    require_root()
+    sns, fab = names.storage_ns(stack), names.fabric_ns(stack)
+    d = object_store_dir(stack, root)
+    existed = net.netns_exists(sns) or d.exists()
+    _kill_store_processes(stack)
+    net.netns_delete(sns)
+    if net.netns_exists(fab):
+        port = names.OBJECT_STORE_PORT
+        for name in net.wait_links_gone(fab, lambda links: {port} & set(links), with_addresses=False):
+            net.link_delete(name, fab)
+    proc.remove_tree(d)
+    return {"id": sns, "deleted": existed}
+
+
+# --- S3 client operations, run inside a namespace (python -m railyard.drivers.lab.storage OP) ---
+
+def _client(req: dict):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=req["endpoint"], aws_access_key_id=req["access_key"],
+                        aws_secret_access_key=req["secret_key"], region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
+                                      connect_timeout=5, read_timeout=60))
+
+
+def _wait_for(endpoint: str, timeout: float) -> None:
+    host, port = endpoint.split("//", 1)[1].rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _op_seed(req: dict) -> dict:
+    from botocore.exceptions import ClientError
+
+    _wait_for(req["endpoint"], req["timeout"])
+    s3 = _client(req)
+    bucket = req["bucket"]
+    deadline = time.monotonic() + req["timeout"]
+    while True:  # the gateway answers before the filer and volumes are ready
+        try:
+            try:
+                s3.head_bucket(Bucket=bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                    raise
+                s3.create_bucket(Bucket=bucket)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    uploaded = []
+    ds = req.get("dataset")
+    if ds:
+        manifest = sample_manifest(ds["prefix"], ds["shards"], ds["shard_bytes"])
+        have = {o["Key"]: o["Size"] for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=ds["prefix"]) for o in page.get("Contents", [])}
+        for i, shard in enumerate(manifest["shards"]):
+            if have.get(shard["key"]) == shard["bytes"]:
+                continue
+            while True:
+                try:
+                    s3.put_object(Bucket=bucket, Key=shard["key"], Body=shard_bytes(i, shard["bytes"]),
+                                  Metadata={"sha256": shard["sha256"]})
+                    break
+                except Exception:  # a fresh store may still be growing its first volumes
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            uploaded.append(shard["key"])
+        body = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
+        key = f"{ds['prefix']}manifest.json"
+        if have.get(key) != len(body) or uploaded:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
+            uploaded.append(key)
+    return {"bucket": bucket, "uploaded": uploaded}
+
+
+def _op_list(req: dict) -> dict:
+    """Every object under a prefix with its size, and (verify) the SHA-256 of its bytes."""
+    s3 = _client(req)
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=req["bucket"], Prefix=req.get("prefix", "")):
+        for o in page.get("Contents", []):
+            item = {"key": o["Key"], "bytes": o["Size"]}
+            if req.get("verify"):
+                item["sha256"] = hashlib.sha256(s3.get_object(Bucket=req["bucket"], Key=o["Key"])["Body"].read()).hexdigest()
+            out.append(item)
+    return {"objects": out}
+
+
+def _op_put_get(req: dict) -> dict:
+    """Put an object, read it back: what a client on a node does (for tests)."""
+    s3 = _client(req)
+    body = req["body"].encode()
+    s3.put_object(Bucket=req["bucket"], Key=req["key"], Body=body)
+    back = s3.get_object(Bucket=req["bucket"], Key=req["key"])["Body"].read()
+    return {"key": req["key"], "equal": back == body, "bytes": len(back)}
+
+
+_OPS = {"seed": _op_seed, "list": _op_list, "put-get": _op_put_get}
+
+
+def _client_main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in _OPS:
+        sys.stderr.write(f"usage: python -m railyard.drivers.lab.storage {{{','.join(_OPS)}}} < request.json\n")
+        return 2
+    req = json.load(sys.stdin)
+    try:
+        result = _OPS[argv[0]](req)
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, which raises LabError
+        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        return 1
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+# --- the local NVMe cache -----------------------------------------------------------------------
+
+def md_available() -> bool:
+    """Whether the kernel offers md (software RAID): it shows /proc/mdstat when it does."""
+    return Path("/proc/mdstat").exists()
+
+
+def _cache_dir(stack: str, node_name: str, root: Path | None) -> Path:
+    return node.node_dir(stack, node_name, root) / "cache"
+
+
+def _cache_id(stack: str, node_name: str) -> str:
+    return f"{names.node_ns(stack, node_name)}/cache"
+
+
+def _md_name(stack: str, node_name: str) -> str:
+    return f"{names.stack_prefix(stack)}{names.node_tag(node_name)}-cache"
+
+
+def create_cache(stack: str, node_name: str, *, mount: str = "/mnt/cache", fs: str = "xfs", raid: str = "raid0",
+                 drives: int = 1, size_gib: float = 1.0, root: Path | None = None) -> dict:
+    """Ensure the node's local NVMe cache: `drives` sparse images of `size_gib` each, as one
+    `raid` array where md exists (else one image, said in "note"), formatted `fs` (xfs, ext4)
+    and mounted at `mount` inside the node. The node must run. Returns read_cache's result."""
+    require_root()
+    what = f"cache of node {names.node_ns(stack, node_name)}"
+    if fs not in ("xfs", "ext4"):
+        raise LabError(what, f"fs must be xfs or ext4, got {fs!r}")
+    if raid not in ("raid0", "raid1", "raid10", "none"):
+        raise LabError(what, f"raid must be raid0, raid1, raid10 or none, got {raid!r}")
+    if not isinstance(drives, int) or isinstance(drives, bool) or not 1 <= drives <= 16:
+        raise LabError(what, f"drives must be 1..16, got {drives!r}")
+    # xfs refuses filesystems under 300 MB.
+    if not isinstance(size_gib, (int, float)) or not 0.5 <= size_gib <= 64:
+        raise LabError(what, f"size_gib must be 0.5..64 (sparse: only what is written takes disk), got {size_gib!r}")
+    mount = _check_mount_point(mount, what)
+    pid = node.init_pid(stack, node_name, root)
+    if pid is None:
+        raise LabError(what, "the node is not running")
+
+    use_md = raid != "none" and drives > 1 and md_available()
+    count = drives if use_md else 1
+    note = None
+    if raid != "none" and drives > 1 and not use_md:
+        note = (f"this kernel has no md driver (no /proc/mdstat), so one loop device stands in for the "
+                f"{raid} array of {drives} drives")
+    d = _cache_dir(stack, node_name, root)
+    d.mkdir(parents=True, exist_ok=True)
+    size = int(size_gib * (1 << 30))
+    config = {"mount": mount, "fs": fs, "raid": raid if use_md else "none", "requested_raid": raid,
+              "drives": drives, "images": count, "size_bytes": size, "note": note}
+    old = _cache_config(d)
+    if old and {k: old.get(k) for k in ("fs", "raid", "images", "size_bytes")} != \
+            {k: config[k] for k in ("fs", "raid", "images", "size_bytes")}:
+        delete_cache(stack, node_name, root)  # a different device or filesystem: start over (a cache holds copies)
+        d.mkdir(parents=True, exist_ok=True)
+    elif old and old.get("mount") != mount:
+        _unmount_in_node(pid, old["mount"], what)
+    node._write_if_changed(d / "cache.json", json.dumps(config, indent=1, sort_keys=True) + "\n", 0o644)
+
+    loops = []
+    for i in range(count):
+        image = d / f"nvme{i}.img"
+        if not image.exists():
+            with open(image, "wb") as f:
+                f.truncate(size)
+        attached = proc.loops_backed_under(image)
+        loops.append(next(iter(attached)) if attached else
+                     net.run(["losetup", "--find", "--show", str(image)], obj=f"{what} loop device").stdout.strip())
+    device = loops[0]
+    if use_md:
+        device = _ensure_md(stack, node_name, raid, loops, what)
+    if _fs_type(device) != fs:
+        mkfs = ["mkfs.xfs", "-q", "-f", device] if fs == "xfs" else ["mkfs.ext4", "-q", "-F", device]
+        net.run(mkfs, obj=f"{what} mkfs", timeout=120)
+    if not _mounted_in_node(pid, mount, device):
+        _unmount_in_node(pid, mount, what)
+        node.run_in_node(stack, node_name, ["sh", "-c", 'mkdir -p "$1" && mount -t "$2" "$3" "$1"', "mount",
+                                            mount, fs, device], check=True, root=root)
+    # Detach once unused: the node's end (its last process) frees the loop devices too.
+    for loop in loops:
+        net.run(["losetup", "-d", loop], obj=f"{what} loop device {loop}", check=False)
+    state = read_cache(stack, node_name, root)
+    if state is None or not state["mounted"]:
+        raise LabError(what, f"{device} is not mounted at {mount} in the node")
+    return state
+
+
+def _check_mount_point(mount: str, what: str) -> str:
+    if not isinstance(mount, str) or not mount.startswith("/") or mount.rstrip("/") in ("", "/proc", "/sys", "/dev", "/run"):
+        raise LabError(what, f"mount point must be an absolute path other than /, /proc, /sys, /dev, /run: {mount!r}")
+    norm = os.path.normpath(mount)
+    if any(part in ("..", ".") for part in mount.split("/")) or "\n" in mount or " " in mount:
+        raise LabError(what, f"mount point {mount!r} must be a plain path")
+    return norm
+
+
+def _cache_config(d: Path) -> dict | None:
+    try:
+        return json.loads((d / "cache.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fs_type(device: str) -> str | None:
+    p = net.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device], obj=f"blkid {device}", check=False)
+    return p.stdout.strip() or None
+
+
+def _ensure_md(stack: str, node_name: str, raid: str, loops: list[str], what: str) -> str:
+    """An md array over the loop devices (only where /proc/mdstat exists; untested on machines
+    without md, which the lab's CI machine is)."""
+    name = _md_name(stack, node_name)
+    path = f"/dev/md/{name}"
+    if not os.path.exists(path):
+        level = {"raid0": "0", "raid1": "1", "raid10": "10"}[raid]
+        net.run(["mdadm", "--create", path, "--run", "--quiet", f"--level={level}", "--metadata=1.2",
+                 f"--raid-devices={len(loops)}", f"--name={name}", *loops], obj=f"{what} md array", timeout=60)
+    return os.path.realpath(path)
+
+
+def _mounted_in_node(pid: int, mount: str, device: str) -> bool:
+    try:
+        table = proc.mounts(pid)
+    except OSError:
+        return False
+    hits = [m for m in table if m["mountpoint"] == mount]
+    return bool(hits) and os.path.realpath(hits[-1]["source"]) == os.path.realpath(device)
+
+
+def _unmount_in_node(pid: int, mount: str, what: str) -> None:
+    try:
+        table = proc.mounts(pid)
+    except OSError:
+        return
+    if any(m["mountpoint"] == mount for m in table):
+        net.run(["nsenter", "-t", str(pid), "--mount", "--", "umount", "-l", mount], obj=f"{what} umount {mount}")
+
+
+def read_cache(stack: str, node_name: str, root: Path | None = None) -> dict | None:
+    """The node's cache, or None when it has none:
+
+    {"id", "node", "mount", "fs", "raid", "requested_raid", "drives", "images": [paths],
+     "size_bytes", "device", "mounted", "note"}"""
+    d = _cache_dir(stack, node_name, root)
+    config = _cache_config(d)
+    if config is None:
+        return None
+    images = [str(d / f"nvme{i}.img") for i in range(config["images"]) if (d / f"nvme{i}.img").exists()]
+    pid = node.init_pid(stack, node_name, root)
+    device, mounted = None, False
+    if pid is not None:
+        try:
+            hits = [m for m in proc.mounts(pid) if m["mountpoint"] == config["mount"]]
+        except OSError:
+            hits = []
+        if hits and hits[-1]["fstype"] == config["fs"]:
+            device = hits[-1]["source"]
+            backing = proc.loops_backed_under(d)
+            mounted = device in backing or (config["raid"] != "none" and device.startswith("/dev/md"))
+    return {"id": _cache_id(stack, node_name), "node": node_name, **{k: config[k] for k in (
+        "mount", "fs", "raid", "requested_raid", "drives", "size_bytes", "note")},
+        "images": images, "device": device if mounted else None, "mounted": mounted}
+
+
+def cache_exists(stack: str, node_name: str, root: Path | None = None) -> bool:
+    return (_cache_dir(stack, node_name, root) / "cache.json").exists()
+
+
+def delete_cache(stack: str, node_name: str, root: Path | None = None) -> dict:
+    """Unmount the cache in the node, stop its array, detach its loop devices, remove its images."""
+    require_root()
+    what = f"cache of node {names.node_ns(stack, node_name)}"
+    d = _cache_dir(stack, node_name, root)
+    config = _cache_config(d)
+    existed = d.exists()
+    pid = node.init_pid(stack, node_name, root)
+    if config and pid is not None:
+        _unmount_in_node(pid, config["mount"], what)
+    md = f"/dev/md/{_md_name(stack, node_name)}"
+    if os.path.exists(md):
+        net.run(["mdadm", "--stop", md], obj=f"{what} md array", check=False)
+    proc.release_loops(d)
+    proc.remove_tree(d)
+    return {"id": _cache_id(stack, node_name), "deleted": existed}
+
+
+# --- the parallel FS ----------------------------------------------------------------------------
+
+def create_pfs(stack: str, root: Path | None = None) -> dict:
+    """Ensure the stack's shared directory (the stand-in for Lustre or GPFS)."""
+    require_root()
+    d = pfs_dir(stack, root)
+    node._check_dir_location(d)
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o755)
+    return read_pfs(stack, root)  # type: ignore[return-value]
+
+
+def read_pfs(stack: str, root: Path | None = None) -> dict | None:
+    d = pfs_dir(stack, root)
+    if not d.is_dir():
+        return None
+    return {"id": names.pfs_id(stack), "stack": stack, "path": str(d)}
+
+
+def pfs_exists(stack: str, root: Path | None = None) -> bool:
+    return pfs_dir(stack, root).is_dir()
+
+
+def delete_pfs(stack: str, root: Path | None = None) -> dict:
+    """Unmount the share from every node of the stack, then remove it and its files."""
+    require_root()
+    d = pfs_dir(stack, root)
+    existed = d.exists()
+    nodes_dir = paths.lab_dir(stack, root) / "nodes"
+    if nodes_dir.is_dir():
+        for n in sorted(p.name for p in nodes_dir.iterdir()):
+            if (nodes_dir / n / "pfs.json").exists():
+                delete_pfs_mount(stack, n, root)
+    proc.remove_tree(d)
+    return {"id": names.pfs_id(stack), "deleted": existed}
+
+
+def _pfs_mount_id(stack: str, node_name: str) -> str:
+    return f"{names.node_ns(stack, node_name)}/pfs"
+
+
+def create_pfs_mount(stack: str, node_name: str, *, mount: str = "/mnt/pfs", root: Path | None = None) -> dict:
+    """Ensure the stack's share is mounted at `mount` inside the node (creating the share if
+    needed). The node must run. Returns read_pfs_mount's result."""
+    require_root()
+    what = f"parallel FS of node {names.node_ns(stack, node_name)}"
+    mount = _check_mount_point(mount, what)
+    pid = node.init_pid(stack, node_name, root)
+    if pid is None:
+        raise LabError(what, "the node is not running")
+    share = Path(create_pfs(stack, root)["path"])
+    record = node.node_dir(stack, node_name, root) / "pfs.json"
+    try:
+        old = json.loads(record.read_text()).get("mount")
+    except (OSError, ValueError):
+        old = None
+    if old and old != mount:
+        _unmount_in_node(pid, old, what)
+    node._write_if_changed(record, json.dumps({"mount": mount}) + "\n", 0o644)
+    if not _share_mounted(pid, mount, share):
+        _unmount_in_node(pid, mount, what)
+        net.run([sys.executable, "-I", "-S", str(MOUNTNS), "bind", str(pid), str(share), mount],
+                obj=f"{what} bind {share} at {mount}")
+    state = read_pfs_mount(stack, node_name, root)
+    if state is None or not state["mounted"]:
+        raise LabError(what, f"{share} is not mounted at {mount} in the node")
+    return state
+
+
+def _share_mounted(pid: int, mount: str, share: Path) -> bool:
+    try:
+        if not any(m["mountpoint"] == mount for m in proc.mounts(pid)):
+            return False
+    except OSError:
+        return False
+    # The mount point as the node sees it (through its init's root) is the share itself.
+    seen = node._identity(Path(f"/proc/{pid}/root{mount}"))
+    return seen is not None and seen == node._identity(share)
+
+
+def read_pfs_mount(stack: str, node_name: str, root: Path | None = None) -> dict | None:
+    record = node.node_dir(stack, node_name, root) / "pfs.json"
+    try:
+        mount = json.loads(record.read_text())["mount"]
+    except (OSError, ValueError, KeyError):
+        return None
+    pid = node.init_pid(stack, node_name, root)
+    share = pfs_dir(stack, root)
+    return {"id": _pfs_mount_id(stack, node_name), "node": node_name, "mount": mount, "share": str(share),
+            "mounted": bool(pid and share.is_dir() and _share_mounted(pid, mount, share))}
+
+
+def pfs_mount_exists(stack: str, node_name: str, root: Path | None = None) -> bool:
+    return (node.node_dir(stack, node_name, root) / "pfs.json").exists()
+
+
+def delete_pfs_mount(stack: str, node_name: str, root: Path | None = None) -> dict:
+    require_root()
+    what = f"parallel FS of node {names.node_ns(stack, node_name)}"
+    record = node.node_dir(stack, node_name, root) / "pfs.json"
+    state = read_pfs_mount(stack, node_name, root)
+    pid = node.init_pid(stack, node_name, root)
+    if state and pid is not None:
+        _unmount_in_node(pid, state["mount"], what)
+    record.unlink(missing_ok=True)
+    return {"id": _pfs_mount_id(stack, node_name), "deleted": state is not None}
+
+
+if __name__ == "__main__":
+    sys.exit(_client_main(sys.argv[1:]))
