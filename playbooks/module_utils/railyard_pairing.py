@@ -1,0 +1,1 @@
+../../railyard/model/pairing.py

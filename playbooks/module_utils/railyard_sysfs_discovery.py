@@ -1,0 +1,1 @@
+../../railyard/model/sysfs_discovery.py

@@ -1,0 +1,1 @@
+"""Host tuning: role variables for playbooks/ built from the spec and the plan (no Ansible here)."""
