@@ -13,7 +13,12 @@ declare -A want=(
   [ps]=procps
   [nsenter]=util-linux
   [setpriv]=util-linux
+  [blkid]=util-linux
+  [findmnt]=util-linux
+  [curl]=curl
 )
+# md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
+if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
 missing=()
 for cmd in "${!want[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("${want[$cmd]}")

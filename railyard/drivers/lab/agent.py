@@ -101,10 +101,13 @@ def read(path, default=None):
         return default
 
 
-def write(path, text):
-    """Write in place, not by rename: the watched inode stays the same, as a sysfs file does."""
+def write(path, text, mode=None):
+    """Write in place, not by rename: the watched inode stays the same, as a sysfs file does.
+    `mode` as sysfs shows it (0444 read-only, 0644 writable; root writes either)."""
     with open(path, "w") as f:
         f.write(text)
+    if mode is not None:
+        os.chmod(path, mode)
 
 
 def symlink(target, path):
@@ -233,11 +236,38 @@ class Pf:
             return default
 
     @property
+    def group(self):
+        """The link group of this PF's VFs in the node (stable, from its address)."""
+        return 1 + int(hashlib.sha256(self.bdf.encode()).hexdigest()[:6], 16)
+
+    @property
     def total(self):
         return self.int_attr("sriov_totalvfs", 0)
 
+    def offset(self):
+        """First VF Offset: the tree's sriov_offset, else what ConnectX-class devices use: the VFs
+        of function 0 right after the device's last PF function, each later PF's after those of
+        the PFs before it (a dual-port card with 8 VFs each: 00.2-01.1, then 01.2-...)."""
+        given = self.int_attr("sriov_offset", None)
+        if given is not None:
+            return given
+        m = _BDF.fullmatch(self.bdf)
+        if not m:
+            return 1
+        parent = os.path.dirname(self.dir)
+        prefix = self.bdf[:-1]
+        pfs = []
+        for fn in range(8):
+            sib = os.path.join(parent, f"{prefix}{fn}")
+            if os.path.isdir(sib) and not os.path.islink(os.path.join(sib, "physfn")):
+                pfs.append((fn, sib))
+        mine = int(m.group(4))
+        before = sum(_int(read(os.path.join(sib, "sriov_totalvfs"), "0")) or 0 for fn, sib in pfs if fn < mine)
+        last = max((fn for fn, _ in pfs), default=mine)
+        return last - mine + 1 + before
+
     def vf_bdf(self, index):
-        return vf_bdf(self.bdf, self.int_attr("sriov_offset", 1), self.int_attr("sriov_stride", 1), index)
+        return vf_bdf(self.bdf, self.offset(), self.int_attr("sriov_stride", 1), index)
 
     def vf_dir(self, index):
         return os.path.join(os.path.dirname(self.dir), self.vf_bdf(index))
@@ -369,6 +399,11 @@ class Agent:
             if m and info.get("link") == pf.netdev and (info.get("linkinfo") or {}).get("info_kind") == "macvlan":
                 if int(m.group(2)) >= n:
                     stray.append(name)
+        if n == 0 and stray:
+            # One deletion for all: the kernel then waits for one RCU grace period, not one per VF
+            # (127 VFs: a tenth of a second instead of seconds).
+            batch.append(f"link del group {pf.group}")
+            stray = [name for name in stray if have[name].get("group") != str(pf.group)]
         for name in sorted(stray):
             batch.append(f"link del dev {name}")
         k = n
@@ -384,15 +419,20 @@ class Agent:
         if n and pf.netdev not in have:
             log({"pf": pf.bdf, "error": "ENODEV", "message": f"the PF netdev {pf.netdev} is missing; VFs wait for it"})
             return
+        # Settings first, virtfn links last: a reader that waits for virtfn<n-1> (as udev settles
+        # on a real host) finds every part of every VF.
         for i in range(n):
-            cfg = st["vfs"].setdefault(str(i), dict(DEFAULT_VF))
+            self._ensure_settings(pf, i, st["vfs"].setdefault(str(i), dict(DEFAULT_VF)))
+        for i in range(n):
+            cfg = st["vfs"][str(i)]
             name = vf_netdev(pf.netdev, i)
             mac = self._vf_mac(pf, i, cfg)
             if pf.assigned(i):
                 continue  # given to a VM: its netdev lives there
             info = have.get(name)
             if info is None:
-                batch.append(f"link add link {pf.netdev} name {name} address {mac} type macvlan mode bridge")
+                batch.append(f"link add link {pf.netdev} name {name} address {mac} group {pf.group} "
+                             "type macvlan mode bridge")
             elif info.get("address") != mac:
                 batch.append(f"link set dev {name} address {mac}")
             up = cfg.get("link_state") != "Down"
@@ -425,13 +465,13 @@ class Agent:
         for attr in COPIED:
             value = pf.attr(attr)
             if value is not None and read(os.path.join(vdir, attr)) != value + "\n":
-                write(os.path.join(vdir, attr), value + "\n")
+                write(os.path.join(vdir, attr), value + "\n", 0o444)
         device = pf.attr("sriov_vf_device") or pf.attr("device")
         if device is not None:
             if not device.startswith("0x"):
                 device = "0x" + device
             if read(os.path.join(vdir, "device")) != device + "\n":
-                write(os.path.join(vdir, "device"), device + "\n")
+                write(os.path.join(vdir, "device"), device + "\n", 0o444)
         symlink(os.path.relpath(pf.dir, vdir), os.path.join(vdir, "physfn"))
         drivers = os.path.join(self.root, DRIVERS)
         assigned = pf.assigned(i)
@@ -440,9 +480,10 @@ class Agent:
             symlink(os.path.relpath(os.path.join(drivers, PF_DRIVER), vdir), os.path.join(vdir, "driver"))
             netdir = os.path.join(vdir, "net", name)
             os.makedirs(netdir, exist_ok=True)
+            symlink(os.path.relpath(vdir, netdir), os.path.join(netdir, "device"))
             mac = self._vf_mac(pf, i, cfg)
             if read(os.path.join(netdir, "address")) != mac + "\n":
-                write(os.path.join(netdir, "address"), mac + "\n")
+                write(os.path.join(netdir, "address"), mac + "\n", 0o444)
             class_net = os.path.join(self.root, CLASS_NET)
             if os.path.isdir(class_net):
                 symlink(os.path.relpath(netdir, class_net), os.path.join(class_net, name))
@@ -451,16 +492,20 @@ class Agent:
         entry = os.path.join(self.root, DEVICES, vbdf)
         if os.path.islink(pf.entry):
             symlink(os.path.relpath(vdir, os.path.dirname(entry)), entry)
+        self._ensure_settings(pf, i, cfg)
+        symlink(os.path.relpath(vdir, pf.dir), os.path.join(pf.dir, f"virtfn{i}"))
+
+    @staticmethod
+    def _ensure_settings(pf, i, cfg):
         sdir = os.path.join(pf.dir, "sriov", str(i))
         os.makedirs(sdir, exist_ok=True)
         for attr, usage in USAGE.items():
             path = os.path.join(sdir, attr)
             if read(path) is None:
-                write(path, usage)
+                write(path, usage, 0o644)
         text = render_config(i, cfg)
         if read(os.path.join(sdir, "config")) != text:
-            write(os.path.join(sdir, "config"), text)
-        symlink(os.path.relpath(vdir, pf.dir), os.path.join(pf.dir, f"virtfn{i}"))
+            write(os.path.join(sdir, "config"), text, 0o644)
 
     def _remove_vf_tree(self, pf, i):
         name = vf_netdev(pf.netdev, i) if pf.netdev else None
@@ -485,13 +530,15 @@ class Agent:
     # --- per-VF settings ---
 
     def on_setting(self, pf, index, attr):
+        """Take a write to sriov/<index>/<attr>; True when a setting changed (the caller then
+        converges the PF once for all the settings written together)."""
         path = os.path.join(pf.dir, "sriov", str(index), attr)
         raw = read(path, "")
         if raw == USAGE[attr]:
-            return  # our own reset
+            return False  # our own reset
         st = self.pf_state(pf)
         if index >= st["num_vfs"]:
-            return
+            return False
         cfg = st["vfs"].setdefault(str(index), dict(DEFAULT_VF))
         value = raw.strip()
         new = None
@@ -508,15 +555,17 @@ class Agent:
             new = value if value in ("ON", "OFF") else None
         elif attr == "link_state":
             new = value if value in ("Up", "Down", "Follow") else None
+        changed = False
         if new is None:
             log({"pf": pf.bdf, "vf": index, "file": f"sriov/{index}/{attr}", "wrote": raw, "error": "EINVAL",
                  "errno": errno.EINVAL, "message": f"{value!r} is not a valid {attr}"})
         else:
+            changed = cfg.get(attr) != new
             cfg[attr] = new
             self._save_state()
             log({"pf": pf.bdf, "vf": index, "file": f"sriov/{index}/{attr}", "wrote": raw, attr: new})
-            self.converge(pf)
         write(path, USAGE[attr])
+        return changed
 
 
 def render_config(index, cfg):
@@ -667,13 +716,20 @@ def run(root=HW):
         for d, writes in numvfs_writes.items():
             if d in pfs:
                 apply(pfs[d], writes)
+        touched = set()
         for d, index, attr in sorted(settings):
             if d not in pfs:
                 continue
             try:
-                agent.on_setting(pfs[d], index, attr)
+                if agent.on_setting(pfs[d], index, attr):
+                    touched.add(d)
             except Exception as exc:
                 log({"pf": pfs[d].bdf, "vf": index, "error": "EIO", "message": f"{type(exc).__name__}: {exc}"})
+        for d in sorted(touched):
+            try:
+                agent.converge(pfs[d])
+            except Exception as exc:
+                log({"pf": pfs[d].bdf, "error": "EIO", "message": f"{type(exc).__name__}: {exc}"})
 
 
 # --- starting -------------------------------------------------------------------------------------

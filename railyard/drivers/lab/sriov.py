@@ -45,20 +45,29 @@ def _pfs(tree: Path) -> dict[str, agent.Pf]:
     return {pf.netdev: pf for pf in agent.find_pfs(str(tree)) if pf.netdev}
 
 
+def _pf_named(tree: Path, name: str) -> agent.Pf | None:
+    """The PF whose netdev, or whose RDMA device (``mlx5_0``, as the plan names NICs), is `name`."""
+    for p in agent.find_pfs(str(tree)):
+        if p.netdev == name or os.path.isdir(os.path.join(p.dir, "infiniband", name)):
+            return p
+    return None
+
+
 def find_vf(stack: str, node_name: str, pf: str, slot: int, root: Path | None = None) -> Vf:
-    """VF `slot` of PF netdev `pf` on the node; LabError when the node's tuning has not made it."""
+    """VF `slot` of the PF named `pf` (its netdev or RDMA device name) on the node; LabError when
+    the node's tuning has not made it. Vf.pf is the PF's netdev."""
     what = f"VF {slot} of {pf} on node {names.node_ns(stack, node_name)}"
     tree = hw_root(stack, node_name, root)
     if tree is None:
         raise LabError(what, "the node is not running")
-    p = _pfs(tree).get(pf)
-    if p is None:
-        raise LabError(what, f"no SR-IOV PF with netdev {pf} in the node's hardware tree ({tree})")
+    p = _pf_named(tree, pf)
+    if p is None or p.netdev is None:
+        raise LabError(what, f"no SR-IOV PF with netdev or RDMA device {pf} in the node's hardware tree")
     count = len([n for n in os.listdir(p.dir) if n.startswith("virtfn")])
     if not 0 <= slot < count or not os.path.islink(os.path.join(p.dir, f"virtfn{slot}")):
         raise LabError(what, f"{pf} has {count} VFs (sriov_numvfs {p.attr('sriov_numvfs')}); the node's "
                              "SR-IOV tuning must create the VF before a VM can take it")
-    return Vf(pf, slot, p.bdf, p.vf_bdf(slot), Path(p.dir), Path(p.vf_dir(slot)), agent.vf_netdev(pf, slot))
+    return Vf(p.netdev, slot, p.bdf, p.vf_bdf(slot), Path(p.dir), Path(p.vf_dir(slot)), agent.vf_netdev(p.netdev, slot))
 
 
 def _driver_link(tree: Path, vf: Vf, driver: str) -> None:

@@ -166,11 +166,23 @@ def create_object_store(
     if pid is None:
         _kill_store_processes(stack)
         pid = _start_weed(stack, d, argv)
-    _seed(stack, d, str(iface.ip), port, access_key, secret_key, bucket, ds, pid)
+    # The bucket and dataset are checked through S3 (a second of boto3) unless this very weed
+    # process already seeded them for this configuration.
+    seeded = json.dumps({"pid": pid, "config": config}, sort_keys=True)
+    if _read(d / "seeded.json") != seeded:
+        _seed(stack, d, str(iface.ip), port, access_key, secret_key, bucket, ds, pid)
+        node._write_if_changed(d / "seeded.json", seeded, 0o600)
     state = read_object_store(stack, root)
     if state is None:
         raise LabError(what, "vanished while it was being created")
     return state
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def _check_key(value: str, name: str, what: str) -> None:
@@ -512,6 +524,9 @@ def create_cache(stack: str, node_name: str, *, mount: str = "/mnt/cache", fs: s
     pid = node.init_pid(stack, node_name, root)
     if pid is None:
         raise LabError(what, "the node is not running")
+    # Before anything changes: a mount point the node cannot create (on the host's read-only
+    # root) fails here and leaves the node's current cache as it is.
+    node.run_in_node(stack, node_name, ["mkdir", "-p", mount], check=True, root=root)
 
     use_md = raid != "none" and drives > 1 and md_available()
     count = drives if use_md else 1
@@ -550,8 +565,7 @@ def create_cache(stack: str, node_name: str, *, mount: str = "/mnt/cache", fs: s
         net.run(mkfs, obj=f"{what} mkfs", timeout=120)
     if not _mounted_in_node(pid, mount, device):
         _unmount_in_node(pid, mount, what)
-        node.run_in_node(stack, node_name, ["sh", "-c", 'mkdir -p "$1" && mount -t "$2" "$3" "$1"', "mount",
-                                            mount, fs, device], check=True, root=root)
+        node.run_in_node(stack, node_name, ["mount", "-t", fs, device, mount], check=True, root=root)
     # Detach once unused: the node's end (its last process) frees the loop devices too.
     for loop in loops:
         net.run(["losetup", "-d", loop], obj=f"{what} loop device {loop}", check=False)

@@ -99,8 +99,9 @@ def create_vm(
     mgmt, storage:   as for create_node (veths on the fabric's mgmt and storage bridges)
     vfs:             [{"name": "vf0", "pf": "mlx5_0", "slot": 0, "rail": 0,
                        "address": "198.19.0.3/18", "gateway": "198.19.0.1"}, ...], from the
-                     plan's VmPlan.vfs (name, pf, slot, rail; address = ip/prefixlen); the
-                     gateway only where a spine routes the rail (then compute_cidr is needed)
+                     plan's VmPlan.vfs (name, pf, slot, rail; address = ip/prefixlen); `pf` is
+                     the PF's netdev or its RDMA device name (the plan's); the gateway only
+                     where a spine routes the rail (then compute_cidr is needed)
     hypervisor:      the node whose VFs these are; it must run, and its tuning must have made
                      the VFs (sriov_numvfs in its hardware tree)
 
@@ -129,11 +130,13 @@ def create_vm(
     keys = node.parse_keys(vm, authorized_keys)
     # Find every VF before anything changes: a VF the tuning has not made fails the create here.
     found = {v["name"]: sriov.find_vf(stack, hypervisor, v["pf"], v["slot"], root) for v in wanted}
+    for v in wanted:
+        v["pf_netdev"] = found[v["name"]].pf  # `pf` may be the RDMA name the plan uses
 
     # VFs held before and not asked for now go back first, so a VF may move between a VM's names.
     old = {v["name"]: v for v in (record or {}).get("vfs", [])}
     for name, v in old.items():
-        if name not in found or (v["pf"], v["slot"]) != (found[name].pf, found[name].slot):
+        if name not in found or (v.get("pf_netdev", v["pf"]), v["slot"]) != (found[name].pf, found[name].slot):
             _return_vf(stack, vm, hypervisor, v, root)
     # Recorded before the VFs move, so delete and gc give back what a crashed create took.
     d = node.node_dir(stack, vm, root)
@@ -190,7 +193,7 @@ def _return_vf(stack: str, vm: str, hypervisor: str, v: dict, root: Path | None)
         vf = sriov.find_vf(stack, hypervisor, v["pf"], v["slot"], root)
     except LabError:
         vf = None
-    hv_name = vf.netdev if vf else agent.vf_netdev(v["pf"], v["slot"])
+    hv_name = vf.netdev if vf else agent.vf_netdev(v.get("pf_netdev", v["pf"]), v["slot"])
     links = net.links(vm_ns, with_addresses=False)
     current = v["name"] if v["name"] in links else (hv_name if hv_name in links else None)
     if current is None or net.kind(links[current]) != "macvlan":
