@@ -9,7 +9,7 @@ module: railyard_sysfs
 short_description: Set kernel attributes under /sys and /proc in place
 description:
   - Writes values to sysfs and procfs attribute files (C(sriov_numvfs), C(nr_hugepages),
-    C(smp_affinity_list)) the way the kernel expects them: opened and written in place, never by
+    C(smp_affinity_list)) the way the kernel expects them, opened and written in place, never by
     the temporary-file-and-rename that M(ansible.builtin.copy) does, which pseudo-filesystems refuse.
   - An attribute already at its value is left alone, so a second run reports no change.
   - Attributes are never created; a missing file means the kernel does not offer it, and fails.

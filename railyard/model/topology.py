@@ -476,18 +476,22 @@ def _parse_xml(text: str, source: str) -> Topology:
             placeholders.add(parent_id)
             tree_nodes.append(pcie.PcieNode(parent_id, pcie.HOST_BRIDGE))
         klass = node.attrs.get("class", "")
-        if klass.startswith("0x0604"):
+        # A <gpu> or <nic> child says what the device is when the class is not given (NCCL's own
+        # files always have one; a file written from a tree that lacks it may not).
+        has_gpu = any(c.tag == "gpu" for c in node.children)
+        has_nic = any(c.tag == "nic" for c in node.children)
+        if klass.startswith("0x0604") and not (has_gpu or has_nic):
             tree_nodes.append(pcie.PcieNode(bus, pcie.SWITCH, parent_id))
             for child in node.children:
                 visit(child, bus, numa)
             return
         tree_nodes.append(pcie.PcieNode(bus, pcie.ENDPOINT, parent_id))
-        if klass.startswith("0x03"):
+        if klass.startswith("0x03") or has_gpu:
             gpu_el = next((c for c in node.children if c.tag == "gpu"), None)
             dev = gpu_el.attrs.get("dev") if gpu_el is not None else None
             index = int(dev) if dev and dev.isdigit() else len(gpus)
             gpus.append(_Dev(bus, "gpu", index, bus, numa, pci_bus_id=bus))
-        elif klass.startswith("0x02"):
+        elif klass.startswith("0x02") or has_nic:
             nets = [c for nic in node.children if nic.tag == "nic" for c in nic.children if c.tag == "net"]
             for net in nets or [None]:
                 name = net.attrs.get("name") if net is not None else None

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 FAKE_IP = Path(__file__).resolve().parent / "fake_ip.py"
 STACKS = {"dgx-h100": "lab", "vela-a100": "lab-virtual"}
-DATASET = {"train/shard-000.bin": os.urandom(3000), "train/shard-001.bin": b"railyard" * 900,
+DATASET = {"train/shard-000.bin": bytes(range(256)) * 12, "train/shard-001.bin": b"railyard" * 900,
            "train/labels/index.json": b'{"classes": 10}', "eval/other.bin": b"not staged"}
 
 
@@ -39,7 +39,7 @@ class Run:
     def failed_tasks(self) -> list[str]:
         out = []
         for e in self.events:
-            if e.get("event") == "runner_on_failed" and not e["event_data"].get("ignore_errors"):
+            if e.get("event") in ("runner_on_failed", "runner_item_on_failed") and not e["event_data"].get("ignore_errors"):
                 res = e["event_data"].get("res", {})
                 out.append(f"{e['event_data'].get('task')}: {res.get('msg')}")
         return out

@@ -1,0 +1,1 @@
+../../dataset_cache/library/dataset_cache_stage.py

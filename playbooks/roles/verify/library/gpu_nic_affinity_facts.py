@@ -1,0 +1,1 @@
+../../gpu_nic_affinity/library/gpu_nic_affinity_facts.py

@@ -1,0 +1,127 @@
+"""The roles' contracts, checked statically: argument specs match defaults, every default is
+commented, modules are documented and support check mode, names are fully qualified, templates
+carry the managed-by header, module_utils are the model's own files, reboots are gated."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+ROLES = sorted(p.name for p in (PLAYBOOKS / "roles").iterdir() if p.is_dir())
+MODULES = sorted({p.resolve() for p in PLAYBOOKS.glob("**/library/*.py")})
+
+
+def _yaml(path: Path):
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def test_the_site_playbook_runs_every_role():
+    plays = _yaml(PLAYBOOKS / "site.yml")
+    used = {r["role"] for play in plays for r in play["roles"]}
+    assert used == set(ROLES)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_and_defaults_name_the_same_variables_with_the_same_values(role):
+    defaults = _yaml(PLAYBOOKS / "roles" / role / "defaults/main.yml")
+    options = _yaml(PLAYBOOKS / "roles" / role / "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options), (
+        f"{role}: only in defaults {sorted(set(defaults) - set(options))}, "
+        f"only in argument_specs {sorted(set(options) - set(defaults))}")
+    for name, value in defaults.items():
+        assert name.startswith(role + "_"), f"{role}: public variable {name} lacks the role prefix"
+        spec_default = options[name].get("default")
+        if isinstance(value, str) and "{{" in value:
+            continue  # defaults that follow another role's variable are templated at run time
+        assert spec_default == value, f"{role}: {name} defaults to {value!r}, argument_specs says {spec_default!r}"
+        assert options[name].get("description"), f"{role}: {name} has no description in argument_specs"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_default_is_explained_by_a_comment_above_it(role):
+    lines = (PLAYBOOKS / "roles" / role / "defaults/main.yml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[a-z_]+:", line):
+            block = []
+            for above in reversed(lines[:i]):
+                if not above.strip():
+                    break
+                block.append(above)
+            assert any(b.lstrip().startswith("#") for b in block), f"{role}: {line.split(':')[0]} has no comment"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_internal_variables_are_double_underscore_prefixed(role):
+    path = PLAYBOOKS / "roles" / role / "vars/main.yml"
+    if path.exists():
+        for name in _yaml(path):
+            assert name.startswith(f"__{role}_"), f"{role}: vars/main.yml defines {name}"
+
+
+def _tasks(path: Path):
+    for task in _yaml(path) if path.exists() else []:
+        yield task
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_modules_are_fully_qualified_or_the_projects_own(role):
+    own = {p.stem for p in PLAYBOOKS.glob("**/library/*.py")}
+    keys = {"name", "when", "loop", "loop_control", "register", "vars", "notify", "listen", "tags",
+            "check_mode", "changed_when", "failed_when", "become", "no_log", "delegate_to", "run_once"}
+    for f in ("tasks/main.yml", "handlers/main.yml"):
+        for task in _tasks(PLAYBOOKS / "roles" / role / f):
+            module = next(k for k in task if k not in keys)
+            assert module in own or re.fullmatch(r"[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+", module), \
+                f"{role}/{f}: task {task.get('name')!r} uses {module}"
+            if module in own:
+                assert (PLAYBOOKS / "library" / f"{module}.py").exists() or \
+                    (PLAYBOOKS / "roles" / role / "library" / f"{module}.py").exists(), \
+                    f"{role}: {module} is in neither playbooks/library nor the role's library"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.stem)
+def test_custom_modules_are_documented_and_support_check_mode(module):
+    source = module.read_text()
+    tree = ast.parse(source)
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert {"DOCUMENTATION", "EXAMPLES", "RETURN"} <= names, f"{module.name}: missing docs"
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and n.targets[0].id in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
+            yaml.safe_load(n.value.value)  # each must be valid YAML
+    doc = yaml.safe_load(next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                              and n.targets[0].id == "DOCUMENTATION"))
+    assert doc["module"] == module.stem
+    assert "supports_check_mode=True" in source
+
+
+def test_module_utils_are_the_model_files_themselves_not_copies():
+    for link in (PLAYBOOKS / "module_utils").iterdir():
+        assert link.is_symlink(), f"{link.name} is a copy; it must link to railyard/model"
+        target = Path(os.path.realpath(link))
+        assert target.parent == ROOT / "railyard/model" and link.name == f"railyard_{target.name}"
+    cfg = (PLAYBOOKS / "ansible.cfg").read_text()
+    assert re.search(r"^module_utils\s*=\s*\./module_utils$", cfg, re.M)
+
+
+@pytest.mark.parametrize("template", sorted(PLAYBOOKS.glob("roles/*/templates/*.j2")), ids=lambda p: p.name)
+def test_templates_start_with_the_managed_by_header(template):
+    first = template.read_text().splitlines()[0]
+    assert "Managed by Railyard" in first, f"{template.name}: {first!r}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_reboots_only_in_handlers_gated_by_reboot_ok(role):
+    for f in ("tasks/main.yml", "handlers/main.yml"):
+        for task in _tasks(PLAYBOOKS / "roles" / role / f):
+            if "ansible.builtin.reboot" in task:
+                assert f == "handlers/main.yml", f"{role}: a reboot outside handlers"
+                assert task.get("when") == f"{role}_reboot_ok | bool", f"{role}: reboot not gated by {role}_reboot_ok"
+            text = yaml.safe_dump(task)
+            assert "rc.local" not in text and "echo " not in text, f"{role}: {task.get('name')}"
