@@ -11,6 +11,7 @@ from components.fabric import Fabric, FabricArgs
 from components.host_tuning import HostTuning, HostTuningArgs
 from components.node_pool import NodePool, NodePoolArgs
 from components.storage import StorageTiers, StorageTiersArgs
+from components.virtual_machine import VirtualMachine, VirtualMachineArgs
 from railyard.model.plan import Plan
 from railyard.model.spec import Spec
 
@@ -21,6 +22,8 @@ class ClusterArgs:
     """The validated stack configuration."""
     plan: Plan
     """The plan made from it: fabric, addresses, storage sizing, pairing."""
+    protect: bool = False
+    """Protect the cluster and everything under it (long-lived stacks), so a stray destroy fails."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -30,6 +33,10 @@ class Cluster(pulumi.ComponentResource):
     TYPE = "railyard:index:Cluster"
 
     def __init__(self, name: str, args: ClusterArgs, driver: Driver, opts: pulumi.ResourceOptions | None = None):
+        # Children inherit protect from their parent, so this reaches every driver resource
+        # without the driver knowing; a node's delete or replace then needs a deliberate unprotect.
+        if args.protect:
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True))
         super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         summary = args.plan.summary()
@@ -49,7 +56,26 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-tuning",
             HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
                            object_endpoint=self.storage.endpoints.get("object_endpoint")),
-            depends_on=[*self.pools, *self.fabric.ready], opts=child)
+            # The machines themselves, not the pools: a pool's descendants include the VMs, which
+            # come after tuning.
+            depends_on=[r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready),
+            opts=child)
+        # The virtual layout, ordered as on real hosts: hypervisor -> host tuning -> VMs.
+        self.vms: list[tuple[str, VirtualMachine]] = []
+        for pool in self.pools:
+            for node_component, plan_node in zip(pool.nodes, pool.plans):
+                for vm in plan_node.vms:
+                    self.vms.append((plan_node.name, VirtualMachine(
+                        vm.name, VirtualMachineArgs(vm=vm, hypervisor=plan_node.name, access=self.access), driver,
+                        [self.tuning], pulumi.ResourceOptions(parent=node_component))))
+        if self.vms:
+            vm_entries = pulumi.Output.all(*[
+                pulumi.Output.all(v.management_ip, v.host_key).apply(
+                    lambda x, host=host, name=v.pulumi_resource_name: {"name": name, "host": host, "management_ip": x[0],
+                                                       "host_key": x[1]})
+                for host, v in self.vms])
+            self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
+                lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
         self.register_outputs({
             "inventory": self.inventory,
             "fabric": self.fabric.summary,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pulumi
 
-from railyard.model.plan import NodePlan, Plan
+from railyard.model.plan import NodePlan, Plan, VmPlan
 from railyard.model.spec import Spec
 
 # driver name -> "module:Class". Cloud drivers are validated but not implemented yet.
@@ -39,7 +39,8 @@ class Access:
 
 @dataclass
 class NodeHandle:
-    resource: pulumi.Resource
+    ready: list[pulumi.Resource]
+    """What must exist before the node is tuned (the machine, its storage)."""
     management_ip: str
     host_key: pulumi.Output[str]
 
@@ -65,6 +66,12 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle: ...
+
+
+    @abc.abstractmethod
+    def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
+           depends_on: list[pulumi.Resource]) -> NodeHandle:
+        """A VM of the virtual layout on `hypervisor`, after its tuning made the VFs."""
 
 
 def load_driver(spec: Spec, plan: Plan) -> Driver:

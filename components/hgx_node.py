@@ -27,6 +27,7 @@ class HgxNode(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         handle = driver.node(f"{name}-host", args.node, args.access, self, depends_on)
+        self.ready = handle.ready
         self.management_ip = pulumi.Output.from_input(handle.management_ip)
         self.host_key = handle.host_key
         self.register_outputs({"management_ip": self.management_ip, "host_key": self.host_key})

@@ -28,6 +28,7 @@ class NodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodePoolArgs, driver: Driver, depends_on: list[pulumi.Resource],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
+        self.plans = list(args.nodes)
         # Children are named after the node, not the pool's position, so growing a pool adds
         # nodes without renaming (and so replacing) the ones that exist.
         self.nodes = [

@@ -105,3 +105,24 @@ def test_undriven_cloud_driver_stops_before_any_resource():
     spec = load_stack_file(ROOT / "stacks" / "Pulumi.us-east-bm.yaml")
     with pytest.raises(DriverNotImplemented, match="coreweave"):
         load_driver(spec, make_plan(spec))
+
+
+def test_virtual_layout_puts_each_planned_vm_on_its_hypervisor_with_its_vfs():
+    urns, state, _, plan, inventory = build("lab-virtual")
+    parent_of = {u.rsplit("::", 1)[1]: u.split("::")[2] for u in urns}
+    for node in plan.nodes:
+        for vm in node.vms:
+            assert parent_of[vm.name] == "railyard:index:HgxNode$railyard:index:VirtualMachine", vm.name
+            guest = state[f"{vm.name}-guest"]
+            assert guest["hypervisor"] == node.name
+            assert [(v["pf"], v["rail"]) for v in guest["vfs"]] == [(v.pf, v.rail) for v in vm.vfs]
+    listed = {n["name"]: [m["name"] for m in n["vms"]] for n in inventory}
+    assert listed == {n.name: [vm.name for vm in n.vms] for n in plan.nodes}
+
+
+def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(lab):
+    urns, state, *_ = lab
+    assert sum(u.endswith("-host-storage") for u in urns) == 2
+    assert state["gpu-0-host-storage"]["cache_mount"] == "/mnt/cache"
+    assert state["gpu-0-host-storage"]["fs"] == "xfs"
+    assert state["lab-storage-tiers"]["bucket"] == "datasets"

@@ -213,3 +213,150 @@ class LabNode(Resource):
             "stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
             "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None,
         }, opts)
+
+
+class ObjectStoreProvider(_LabProvider):
+    """The stack's S3-compatible object tier (SeaweedFS) with its bucket and sample dataset. Its
+    one identity is generated at create and kept as secret outputs."""
+
+    REPLACE = ("stack", "address")
+    INPUTS = ("stack", "address", "bucket")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.storage_ns(props["stack"])
+
+    def create(self, props):
+        import secrets
+
+        keys = {"access_key": "RY" + secrets.token_hex(9).upper(), "secret_key": secrets.token_urlsafe(30)}
+        outs = self._ensure({**props, **keys})
+        return CreateResult(id_=self.object_id(props), outs={**props, **keys, **outs})
+
+    def update(self, _id, olds, news):
+        keys = {k: olds[k] for k in ("access_key", "secret_key")}
+        return UpdateResult(outs={**news, **keys, **self._ensure({**news, **keys})})
+
+    def _ensure(self, props):
+        from railyard.drivers.lab import storage
+
+        state = storage.create_object_store(props["stack"], address=props["address"], access_key=props["access_key"],
+                                            secret_key=props["secret_key"], bucket=props["bucket"])
+        return {"endpoint": state["endpoint"], "dataset_prefix": (state.get("dataset") or {}).get("prefix", "")}
+
+    def observe(self, props):
+        from railyard.drivers.lab import storage
+
+        state = storage.read_object_store(props["stack"])
+        if state is None or not state.get("running"):
+            return None
+        return {"endpoint": state["endpoint"]}
+
+    def remove(self, props):
+        from railyard.drivers.lab import storage
+
+        storage.delete_object_store(props["stack"])
+
+
+class LabObjectStore(Resource):
+    endpoint: pulumi.Output[str]
+    dataset_prefix: pulumi.Output[str]
+    access_key: pulumi.Output[str]
+    secret_key: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, address: str, bucket: str, opts: pulumi.ResourceOptions | None = None):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["secret_key"]))
+        super().__init__(ObjectStoreProvider(), name, {
+            "stack": stack, "address": address, "bucket": bucket, "endpoint": None, "dataset_prefix": None,
+            "access_key": None, "secret_key": None}, opts)
+
+
+class NodeStorageProvider(_LabProvider):
+    """A node's local NVMe cache (loop-device images, the configured fs, mounted in the node) and its
+    mount of the stack's shared parallel-FS directory."""
+
+    REPLACE = ("stack", "node", "fs", "drives", "size_gib")
+    INPUTS = ("stack", "node", "cache_mount", "fs", "raid", "drives", "size_gib", "pfs_mount")
+
+    def object_id(self, props):
+        return f"{props['node']}-storage"
+
+    def ensure(self, props):
+        from railyard.drivers.lab import storage
+
+        cache = storage.create_cache(props["stack"], props["node"], mount=props["cache_mount"], fs=props["fs"],
+                                     raid=props["raid"], drives=int(props["drives"]), size_gib=float(props["size_gib"]))
+        out = {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
+        if props.get("pfs_mount"):
+            storage.create_pfs_mount(props["stack"], props["node"], mount=props["pfs_mount"])
+        return out
+
+    def observe(self, props):
+        from railyard.drivers.lab import storage
+
+        cache = storage.read_cache(props["stack"], props["node"])
+        if cache is None or not cache.get("mounted"):
+            return None
+        return {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
+
+    def remove(self, props):
+        from railyard.drivers.lab import storage
+
+        if props.get("pfs_mount"):
+            storage.delete_pfs_mount(props["stack"], props["node"])
+        storage.delete_cache(props["stack"], props["node"])
+
+
+class LabNodeStorage(Resource):
+    def __init__(self, name: str, *, stack: str, node: str, cache_mount: str, fs: str, raid: str, drives: int,
+                 size_gib: float, pfs_mount: str | None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(NodeStorageProvider(), name, {
+            "stack": stack, "node": node, "cache_mount": cache_mount, "fs": fs, "raid": raid, "drives": drives,
+            "size_gib": size_gib, "pfs_mount": pfs_mount, "cache_device": None, "cache_note": None}, opts)
+
+
+class VmProvider(_LabProvider):
+    REPLACE = ("stack", "vm", "hypervisor")
+    INPUTS = ("stack", "vm", "hypervisor", "mgmt", "vfs", "storage", "compute_cidr", "authorized_key")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.node_ns(props["stack"], props["vm"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import vm
+
+        state = vm.create_vm(
+            props["stack"], props["vm"], hypervisor=props["hypervisor"], mgmt=dict(props["mgmt"]),
+            authorized_keys=props["authorized_key"],
+            vfs=[{**v, "slot": int(v["slot"]), "rail": int(v["rail"])} for v in props["vfs"]],
+            storage=dict(props["storage"]) if props.get("storage") else None,
+            compute_cidr=props.get("compute_cidr") or None,
+        )
+        return {"host_key": state["host_key"]}
+
+    def observe(self, props):
+        from railyard.drivers.lab import vm
+
+        state = vm.read_vm(props["stack"], props["vm"])
+        if state is None or not state.get("running"):
+            return None
+        return {"host_key": state["host_key"]}
+
+    def remove(self, props):
+        from railyard.drivers.lab import vm
+
+        vm.delete_vm(props["stack"], props["vm"])
+
+
+class LabVm(Resource):
+    host_key: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, vm: str, hypervisor: str, mgmt: dict, vfs: list[dict],
+                 storage: dict | None, compute_cidr: str | None, authorized_key: Any,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(VmProvider(), name, {
+            "stack": stack, "vm": vm, "hypervisor": hypervisor, "mgmt": mgmt, "vfs": vfs, "storage": storage,
+            "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None}, opts)
