@@ -12,6 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.roles
+
 
 def test_playbooks_are_ansible_lint_clean_at_the_production_profile():
     lint = Path(sys.executable).parent / "ansible-lint"
