@@ -167,6 +167,26 @@ def _port_type(dev_dir: str) -> int | None:
     return None
 
 
+def acs_control(dev_dir: str) -> int | None:
+    """The ACS Control register of a bridge (bit 0, Source Validation, means ACS is on), or None
+    when the extended config space cannot be read (not root) or has no ACS capability."""
+    try:
+        with open(os.path.join(dev_dir, "config"), "rb") as fh:
+            cfg = fh.read(4096)
+    except OSError:
+        return None
+    ptr, seen = 0x100, set()
+    while 0x100 <= ptr and ptr + 8 <= len(cfg) and ptr not in seen:
+        seen.add(ptr)
+        header = int.from_bytes(cfg[ptr:ptr + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == 0x000D:  # Access Control Services
+            return int.from_bytes(cfg[ptr + 6:ptr + 8], "little")
+        ptr = (header >> 20) & 0xFFC
+    return None
+
+
 def read_functions(sysfs_root: str) -> dict[str, PciFunction]:
     """Every PCI function under <sysfs_root>/bus/pci/devices, with its place in the hierarchy."""
     devices = os.path.join(sysfs_root, "bus", "pci", "devices")

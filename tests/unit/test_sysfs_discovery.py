@@ -129,3 +129,13 @@ def test_cli_topology_import_reads_a_sysfs_directory_and_agrees(trees, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out == Topology.from_sysfs(trees["dgx-h100"] / "sys").to_json()
     assert out["format"] == "sysfs"
+
+
+def test_acs_control_is_read_from_the_extended_config_space(tmp_path):
+    cfg = bytearray(4096)
+    cfg[0x100:0x104] = (0x000D | (1 << 16)).to_bytes(4, "little")  # ACS capability, version 1, last
+    cfg[0x106:0x108] = (0x001D).to_bytes(2, "little")  # SrcValid, ReqRedir, CmplRedir, UpstreamFwd
+    (tmp_path / "config").write_bytes(bytes(cfg))
+    assert sysfs_discovery.acs_control(str(tmp_path)) & 1
+    (tmp_path / "config").write_bytes(bytes(256))  # what a reader who is not root gets
+    assert sysfs_discovery.acs_control(str(tmp_path)) is None
