@@ -55,7 +55,7 @@ class Cluster(pulumi.ComponentResource):
         self.tuning = HostTuning(
             f"{name}-tuning",
             HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
-                           object_endpoint=self.storage.endpoints.get("object_endpoint")),
+                           storage=self.storage.endpoints, extra_vars=driver.tuning_vars()),
             # The machines themselves, not the pools: a pool's descendants include the VMs, which
             # come after tuning.
             depends_on=[r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready),

@@ -68,6 +68,11 @@ class Driver(abc.ABC):
              depends_on: list[pulumi.Resource]) -> NodeHandle: ...
 
 
+    def tuning_vars(self) -> dict[str, Any]:
+        """Role variables the driver's machines need on top of the plan's (e.g. where the lab
+        presents sysfs and procfs). Real hosts need none."""
+        return {}
+
     @abc.abstractmethod
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
            depends_on: list[pulumi.Resource]) -> NodeHandle:

@@ -21,8 +21,10 @@ class HostTuningArgs:
     inventory: pulumi.Output
     """The nodes to tune: name, management_ip, host_key (from the node pools)."""
     access: Access
-    object_endpoint: Any = None
-    """The object tier's S3 endpoint, when the driver runs it."""
+    extra_vars: dict[str, Any] | None = None
+    """The driver's own role variables (Driver.tuning_vars)."""
+    storage: Any = None
+    """The storage tiers' outputs: the dataset prefix to stage and the object store's identity."""
 
 
 class HostTuning(pulumi.ComponentResource):
@@ -37,28 +39,33 @@ class HostTuning(pulumi.ComponentResource):
         self.run_stack = spec.stack
 
         def hosts(values: list) -> dict:
-            inventory, endpoint = values
+            inventory, storage = values
             return {h.name: {"address": h.address, "host_key": h.host_key, "vars": h.vars}
-                    for h in runner.hosts_from(spec, plan, inventory, object_endpoint=endpoint)}
+                    for h in runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
+                                               dataset_prefix=storage.get("dataset_prefix") or "",
+                                               extra_vars=args.extra_vars)}
 
-        host_inputs = pulumi.Output.all(args.inventory, args.object_endpoint).apply(hosts)
+        storage = pulumi.Output.from_input(args.storage or {})
+        public = storage.apply(lambda s: {k: (s or {}).get(k) for k in ("object_endpoint", "dataset_prefix")})
+        host_inputs = pulumi.Output.all(args.inventory, public).apply(hosts)
+        secret_vars = pulumi.Output.secret(storage.apply(lambda s: runner.object_store_vars(s or {})))
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
-                             hosts=host_inputs, private_key=args.access.private_key,
+                             hosts=host_inputs, private_key=args.access.private_key, secret_vars=secret_vars,
                              opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         if spec.tuning.preview_drift and pulumi.runtime.is_dry_run():
-            pulumi.Output.all(host_inputs, args.access.private_key).apply(self._report_drift)
+            pulumi.Output.all(host_inputs, args.access.private_key, secret_vars).apply(self._report_drift)
         self.register_outputs({"last_run": self.run.last_run, "changed": self.run.changed})
 
     def _report_drift(self, values: list) -> None:
         """Preview with previewDrift: the playbook in check-and-diff mode, each host-level change an
         info diagnostic on this resource (`NODE: SETTING OLD → NEW`)."""
-        host_inputs, key = values
+        host_inputs, key, secret_vars = values
         if not host_inputs or not key:
             return  # nodes not created yet: nothing on them can drift
         hosts = [runner.Host(name=n, address=h["address"], host_key=h["host_key"], vars=h["vars"])
                  for n, h in sorted(host_inputs.items())]
         try:
-            result = runner.run(self.run_stack, hosts, key, check=True)
+            result = runner.run(self.run_stack, hosts, key, check=True, secret_vars=secret_vars)
         except Exception as exc:  # drift is advisory; preview must not fail on an unreachable node
             pulumi.log.warn(f"host drift check failed: {exc}", resource=self)
             return

@@ -23,6 +23,9 @@ missing=()
 for cmd in "${!want[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("${want[$cmd]}")
 done
+# The system Python is what Ansible runs modules with on the lab's nodes (they share the host's
+# /usr); the dataset_cache role talks S3 through boto3 there, as it would on a real host.
+/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "railyard: missing host packages: ${missing[*]} (install them as root: apt-get install ${missing[*]})" >&2

@@ -40,9 +40,14 @@ def handle(args) -> int:
         print(f"railyard tune: stack {args.stack} has no nodes or no access key; run `make up STACK={args.stack}`",
               file=sys.stderr)
         return 1
-    endpoint = (outputs.get("storage") or {}).get("object_endpoint")
-    hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=endpoint)
+    storage = outputs.get("storage") or {}
+    from components.driver import load_driver
+
+    hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
+                              dataset_prefix=storage.get("dataset_prefix") or "",
+                              extra_vars=load_driver(spec, plan).tuning_vars())
     result = runner.run(args.stack, hosts, key, check=args.check, limit=args.limit, tags=args.tags,
+                        secret_vars=runner.object_store_vars(storage),
                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     for host, stats in sorted(result.hosts.items()):
         print(f"{host:<16} ok={stats.ok} changed={stats.changed} failed={stats.failed} "

@@ -13,24 +13,39 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 
+def _wire_numbers(value: Any) -> Any:
+    """Pulumi's wire format carries every number as a float; role variables want their integers
+    back (a hugepage count written as "512.0" is not a count)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _wire_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire_numbers(v) for v in value]
+    return value
+
+
 class TuningProvider(ResourceProvider):
     def _run(self, props: dict) -> dict:
+        from pathlib import Path
+
         from railyard.tuning import runner
 
-        hosts = [runner.Host(name=name, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
-                 for name, h in sorted(props["hosts"].items())]
-        result = runner.run(props["stack"], hosts, props["private_key"], user=props["user"],
-                            forks=int(props["forks"]) if props.get("forks") else None)
-        if not result.ok:
-            lines = [str(f) for f in result.failures] or [f"ansible-runner ended {result.status} (rc {result.rc})"]
-            raise Exception("host tuning failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result.run_dir}")
-        return {"last_run": result.run_dir.name, "changed": result.changed}
+        result = runner.run_isolated({
+            "stack": props["stack"], "hosts": _wire_numbers(props["hosts"]), "private_key": props["private_key"],
+            "user": props["user"], "forks": int(props["forks"]) if props.get("forks") else None,
+            "secret_vars": props.get("secret_vars") or {},
+        })
+        if not result["ok"]:
+            lines = result["failures"] or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"]
+            raise Exception("host tuning failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result['run_dir']}")
+        return {"last_run": Path(result["run_dir"]).name, "changed": result["changed"]}
 
     def create(self, props):
         return CreateResult(id_=f"tuning-{props['stack']}", outs={**props, **self._run(props)})
 
     def diff(self, _id, olds, news):
-        keys = ("stack", "user", "digest", "hosts")
+        keys = ("stack", "user", "digest", "hosts", "secret_vars")
         return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id, _olds, news):
@@ -48,8 +63,9 @@ class TuningRun(Resource):
     changed: pulumi.Output[int]
 
     def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
-                 forks: int | None = None, opts: pulumi.ResourceOptions | None = None):
+                 secret_vars: Any = None, forks: int | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TuningProvider(), name, {
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
-            "forks": forks, "last_run": None, "changed": None,
+            "secret_vars": pulumi.Output.secret(secret_vars or {}), "forks": forks, "last_run": None,
+            "changed": None,
         }, opts)

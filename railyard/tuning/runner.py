@@ -132,6 +132,7 @@ def run(
     tags: str | None = None,
     forks: int | None = None,
     secret_env: dict[str, str] | None = None,
+    secret_vars: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     keep_runs: int = 20,
 ) -> RunResult:
@@ -150,7 +151,7 @@ def run(
     (run_dir / "inventory.yml").write_text(inventory)
 
     result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
-    secrets = [private_key, *(secret_env or {}).values()]
+    secrets = [private_key, *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
     with tempfile.TemporaryDirectory(prefix="railyard-key-") as keydir:
         key_file = Path(keydir) / "id"
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -165,6 +166,14 @@ def run(
             **(secret_env or {}),
         }
         cmdline = []
+        if secret_vars:
+            # Secret role variables (object-store credentials) as an extra-vars file beside the key:
+            # never in the inventory, the run directory or a command line.
+            vars_file = Path(keydir) / "secret-vars.json"
+            fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(secret_vars, f)
+            cmdline += ["-e", f"@{vars_file}"]
         if check:
             cmdline += ["--check", "--diff"]
 
@@ -200,8 +209,11 @@ def run(
     if result.rc != 0 and not result.failures:
         # No task failed: the run itself did (a bad inventory, a missing ansible-playbook, a
         # syntax error); its last words are in stdout.
-        tail = (runner.stdout.read() if runner.stdout else "").strip().splitlines()[-5:]
-        result.failures.append(Failure("-", "ansible-playbook", " | ".join(tail) or result.status))
+        out = ((runner.stdout.read() if runner.stdout else "") + "\n" +
+               (runner.stderr.read() if getattr(runner, "stderr", None) else "")).strip()
+        tail = out.splitlines()[-8:]
+        result.failures.append(Failure("-", "ansible-playbook",
+                                       " | ".join(tail) or f"{result.status} (rc {result.rc}) before any output"))
     for host, stats in _stats(runner).items():
         result.hosts[host] = stats
     _scrub(run_dir, secrets)
@@ -244,10 +256,52 @@ def _prune(runs: Path, keep: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def hosts_from(spec: Any, plan: Any, inventory: list[dict], *, object_endpoint: str | None = None) -> list[Host]:
-    """Hosts to tune: the stack's inventory (addresses, host keys) with each node's role variables."""
+def hosts_from(spec: Any, plan: Any, inventory: list[dict], *, object_endpoint: str | None = None,
+               dataset_prefix: str = "", extra_vars: dict[str, Any] | None = None) -> list[Host]:
+    """Hosts to tune: the stack's inventory (addresses, host keys) with each node's role variables
+    and the driver's own (extra_vars)."""
     from railyard.tuning.vars import host_vars
 
     return [Host(name=n["name"], address=n["management_ip"], host_key=n["host_key"],
-                 vars=host_vars(spec, plan, n["name"], object_endpoint=object_endpoint))
+                 vars={**host_vars(spec, plan, n["name"], object_endpoint=object_endpoint,
+                                     dataset_prefix=dataset_prefix), **(extra_vars or {})})
             for n in inventory]
+
+
+def run_isolated(request: dict) -> dict:
+    """run() in a child process, for callers inside a gRPC server (Pulumi's dynamic provider):
+    ansible-runner forks, and forking a process that runs gRPC threads is not safe. The request
+    (private key included) travels on the child's stdin, never on its command line."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "railyard.tuning.runner"], input=json.dumps(request),
+                          capture_output=True, text=True, check=False)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "failures": [f"-: tuning runner crashed (exit {proc.returncode}): "
+                                          f"{' | '.join(proc.stderr.strip().splitlines()[-8:])}"],
+                "changed": 0, "changes": [], "run_dir": ""}
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.read())
+    hosts = [Host(name=n, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
+             for n, h in sorted(request["hosts"].items())]
+    result = run(request["stack"], hosts, request["private_key"], user=request.get("user", "root"),
+                 check=bool(request.get("check")), forks=request.get("forks"),
+                 secret_vars=request.get("secret_vars") or None)
+    print(json.dumps({"ok": result.ok, "status": result.status, "rc": result.rc, "changed": result.changed,
+                      "failures": [str(f) for f in result.failures], "changes": [str(c) for c in result.changes],
+                      "run_dir": str(result.run_dir)}))
+
+
+def object_store_vars(storage: dict[str, Any]) -> dict[str, Any]:
+    """The dataset_cache role's secret variables from a stack's storage outputs."""
+    if not storage.get("access_key"):
+        return {}
+    return {"dataset_cache_access_key": storage["access_key"], "dataset_cache_secret_key": storage["secret_key"]}
+
+
+if __name__ == "__main__":
+    _main()
