@@ -69,7 +69,8 @@ class HostTuning(pulumi.ComponentResource):
         except Exception as exc:  # drift is advisory; preview must not fail on an unreachable node
             pulumi.log.warn(f"host drift check failed: {exc}", resource=self)
             return
-        for change in result.changes:
+        # Grouped by node (stable sort keeps each node's changes in playbook order).
+        for change in sorted(result.changes, key=lambda c: c.host):
             pulumi.log.info(str(change), resource=self)
         for failure in result.failures:
             pulumi.log.warn(f"drift check: {failure}", resource=self)

@@ -151,7 +151,10 @@ def main():
         after_lines.append(f"{label}: {value if changed else current}")
     changed = any(r["changed"] for r in results)
     diff = dict(before="\n".join(before_lines) + "\n", after="\n".join(after_lines) + "\n")
-    module.exit_json(changed=changed, results=results, diff=diff)
+    # One line per changed attribute for Railyard's drift report (NODE: SETTING OLD -> NEW).
+    railyard_changes = [dict(setting=s["label"] or s["path"], old=r["before"], new=r["after"])
+                        for s, r in zip(module.params["settings"], results) if r["changed"]]
+    module.exit_json(changed=changed, results=results, diff=diff, railyard_changes=railyard_changes)
 
 
 if __name__ == "__main__":

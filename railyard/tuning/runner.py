@@ -110,7 +110,8 @@ def _change_lines(host: str, task: str, res: dict) -> list[Change]:
     for d in diffs if isinstance(diffs, list) else [diffs]:
         if not isinstance(d, dict):
             continue
-        where = d.get("after_header") or d.get("before_header") or task
+        # before_header names the file on the host; after_header may be a template's temp copy.
+        where = d.get("before_header") or d.get("after_header") or task
         before, after = d.get("before"), d.get("after")
         if isinstance(before, str) and isinstance(after, str) and "\n" not in before.strip() + after.strip():
             out.append(Change(host, str(where), before.strip() or "∅", after.strip() or "∅"))
@@ -185,8 +186,12 @@ def run(
                 res = data.get("res") or {}
                 msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
                 result.failures.append(Failure(host, task, str(msg).strip()))
-            elif kind == "runner_on_ok" and check and (data.get("res") or {}).get("changed"):
-                result.changes.extend(_change_lines(host, task, data.get("res") or {}))
+            elif kind in ("runner_on_ok", "runner_item_on_ok") and check and (data.get("res") or {}).get("changed"):
+                res = data.get("res") or {}
+                items = res.get("results") if isinstance(res.get("results"), list) else []
+                if not any(isinstance(r, dict) and "ansible_loop_var" in r for r in items):
+                    # (a loop's summary repeats what its items reported)
+                    result.changes.extend(_change_lines(host, task, res))
             if progress and kind == "playbook_on_task_start":
                 progress(f"task: {task}")
             # Keep events on disk without their stdout, where a module may echo what it was given.
