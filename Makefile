@@ -32,8 +32,9 @@ setup: toolchain deps
 up: setup
 	$(RY) up --stack $(STACK)
 
+# FORCE=1: a long-lived stack's resources are protected; unprotect them deliberately, then destroy.
 down: setup
-	$(RY) down --stack $(STACK)
+	$(RY) down --stack $(STACK) $(if $(FORCE),--force)
 
 preview: setup
 	$(RY) preview --stack $(STACK)

@@ -10,6 +10,7 @@ import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from components.driver import DriverNotImplemented, load_driver
+from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
 from railyard.model.plan import make_plan
 from railyard.model.spec import load_stack_file
@@ -24,7 +25,12 @@ except (SpecError, DriverNotImplemented) as exc:
     # A RunError is shown without a Python traceback; nothing has been registered yet.
     raise pulumi.RunError(f"{stack_file.name}: {exc}") from None
 
-cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan), driver)
+# A stack without railyard:ephemeral is long-lived: its cluster is protected (docs/lifecycle.md).
+cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan, protect=spec.ephemeral is None), driver)
+if spec.ephemeral is not None:
+    expiry = Expiry(f"{spec.stack}-expiry", stack=spec.stack, ttl=spec.ephemeral.ttl,
+                    ttl_seconds=spec.ephemeral.ttl_seconds)
+    pulumi.export("expiresAt", expiry.expires_at)
 
 pulumi.export("region", spec.region)
 pulumi.export("layout", spec.layout)

@@ -24,6 +24,10 @@ def register(sub) -> None:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--stack", "-s", default="lab", help="stack name (stacks/Pulumi.<stack>.yaml); default: lab")
         p.add_argument("extra", nargs="*", help="extra arguments passed to pulumi after --")
+        if name == "down":
+            p.add_argument("--force", action="store_true",
+                           help="a long-lived stack: unprotect every resource (pulumi state unprotect --all), "
+                                "then destroy")
         p.set_defaults(func=handle, action=name)
 
 
@@ -65,7 +69,12 @@ def handle(args) -> int:
         return 1
     try:
         pulumi.ensure_stack(args.stack)
+        if args.action == "down" and not unprotect_for_down(args.stack, args.force):
+            return 1
         proc = pulumi.run([*PULUMI_ARGS[args.action], "--stack", args.stack, *args.extra], check=False)
+        if args.action == "up":
+            # Even after a failed up: whatever it created is ephemeral and must be reaped.
+            report_expiry(args.stack)
     except (ToolchainError, pulumi.PulumiError) as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         if isinstance(exc, pulumi.PulumiError):
@@ -78,3 +87,37 @@ def handle(args) -> int:
         for m in inventory_from(pulumi.stack_outputs(args.stack)):
             print(f"  {m['name']:<16} {m['management_ip']}")
     return proc.returncode
+
+
+def unprotect_for_down(stack: str, force: bool) -> bool:
+    """Whether `down` may go on: a long-lived stack's protected resources stop it unless --force,
+    which unprotects them first. Checked before the engine starts, because `destroy --skip-preview`
+    would delete every unprotected resource before it reached the first protected one."""
+    from railyard.lifecycle import backend
+
+    urns = backend.protected(backend.export(stack))
+    if not urns:
+        return True
+    if not force:
+        print(f"railyard: stack {stack} is long-lived: {len(urns)} of its resources are protected (a stack "
+              f"without railyard:ephemeral protects its cluster), so nothing was destroyed.\n"
+              f"To destroy it deliberately: railyard down --stack {stack} --force "
+              f"(make down STACK={stack} FORCE=1), which runs `pulumi state unprotect --all` and then destroys.",
+              file=sys.stderr)
+        return False
+    print(f"railyard: unprotecting {len(urns)} resources of {stack} (--force)", file=sys.stderr)
+    pulumi.run(["state", "unprotect", "--all", "--yes", "--stack", stack], capture=True)
+    return True
+
+
+def report_expiry(stack: str) -> None:
+    from railyard import lifecycle
+    from railyard.lifecycle import backend
+
+    when = backend.sync_expiry_tag(stack)
+    if when is None:
+        return
+    now = lifecycle.utcnow()
+    life = lifecycle.classify(stack, when, now)
+    note = " — `railyard reap` destroys it" if life.state == lifecycle.EXPIRED else ""
+    print(f"\nStack {stack} is ephemeral: {life.describe(now)}{note} (stack tag {lifecycle.EXPIRES_TAG}).")

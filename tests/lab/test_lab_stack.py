@@ -35,6 +35,8 @@ STACK_CONFIG = {
         "storage": {"cidr": "198.18.96.0/20"},
         "management": {"cidr": "198.18.80.0/20"},
     },
+    # Ephemeral, so its cluster is not protected and the last test's plain destroy may remove it.
+    "railyard:ephemeral": {"ttl": "1h"},
 }
 
 
