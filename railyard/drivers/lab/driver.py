@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 
 from components.driver import Access, Driver, NodeHandle
-from railyard.drivers.lab import resources
+from railyard.drivers.lab import hwtree, resources
 from railyard.model.catalog import load_catalog
 from railyard.model.plan import NodePlan, VmPlan
 
@@ -94,7 +94,7 @@ class LabDriver(Driver):
         storage_prefix = ipaddress.ip_network(networks["storage"]["cidr"]).prefixlen
         rails = []
         for nic in node.nics:
-            rail = {"name": sku.nic(nic.name).netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"}
+            rail = {"name": hwtree.netdev_name(sku, nic.name), "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"}
             if has_spine:
                 rail["gateway"] = gateways[nic.rail].split("/")[0]
             rails.append(rail)
