@@ -8,16 +8,13 @@ A stack of the test's own in a copy of the project with a throwaway backend (nev
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
 
 from railyard import paths
 from railyard.drivers.lab import gc
-from railyard.engine.toolchain import engine_env
+from .stack_project import StackProject
 
 ROOT = paths.PROJECT_ROOT
 STACK = "ttune"
@@ -36,6 +33,8 @@ def config(percent: int) -> dict:
             "storage": {"cidr": "198.18.144.0/20"},
             "management": {"cidr": "198.18.128.0/20"},
         },
+        # Ephemeral: a long-lived stack protects its resources, and the test destroys this one.
+        "railyard:ephemeral": {"ttl": "2h"},
         "railyard:storage": {"object": {"bucket": "datasets"}, "localCache": {"mount": "/mnt/cache", "fs": "xfs"},
                              "parallelFs": {"kind": "lustre", "mount": "/mnt/pfs", "capacityTiB": 10}},
         "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": percent, "perNuma": True},
@@ -43,53 +42,12 @@ def config(percent: int) -> dict:
     }
 
 
-class Project:
-    def __init__(self, base: Path):
-        self.dir = base / "project"
-        (self.dir / "stacks").mkdir(parents=True)
-        for name in ("__main__.py", "components"):
-            os.symlink(ROOT / name, self.dir / name)
-        (self.dir / "Pulumi.yaml").write_text(
-            "name: railyard\nruntime:\n  name: python\n  options:\n"
-            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
-        (base / "state").mkdir()
-        self.env = {**engine_env(ROOT), "PULUMI_BACKEND_URL": f"file://{base / 'state'}", "PULUMI_CONFIG_PASSPHRASE": ""}
-        self.set(40)
-
-    def set(self, percent: int) -> None:
-        path = self.dir / "stacks" / f"Pulumi.{STACK}.yaml"
-        doc = yaml.safe_load(path.read_text()) if path.exists() else {}
-        doc["config"] = config(percent)
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-    def pulumi(self, *args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), *args, "--stack", STACK, "--non-interactive"],
-                              cwd=self.dir, env=self.env, text=True, capture_output=True, timeout=900, check=False)
-        assert proc.returncode == 0, f"pulumi {' '.join(args)}:\n{proc.stdout[-5000:]}\n{proc.stderr[-3000:]}"
-        return proc
-
-    def ssh(self, node: str, command: str) -> str:
-        out = json.loads(self.pulumi("stack", "output", "--json", "--show-secrets").stdout)
-        target = next(n for n in out["inventory"] if n["name"] == node)
-        d = self.dir / ".ssh"
-        d.mkdir(exist_ok=True, mode=0o700)
-        (d / "id").write_text(out["access"]["privateKey"])
-        (d / "id").chmod(0o600)
-        (d / "kh").write_text("".join(f"{n['management_ip']} {n['host_key']}\n" for n in out["inventory"]))
-        proc = subprocess.run(["ssh", "-i", str(d / "id"), "-o", f"UserKnownHostsFile={d / 'kh'}",
-                               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                               f"root@{target['management_ip']}", command],
-                              text=True, capture_output=True, timeout=60, check=False)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     if not (paths.bin_dir(ROOT) / "pulumi").exists():
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(STACK)
-    p = Project(tmp_path_factory.mktemp("tuning"))
+    p = StackProject(tmp_path_factory.mktemp("tuning"), STACK, config(40))
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     yield p
     subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), "destroy", "--yes", "--skip-preview", "--stack", STACK,
@@ -100,18 +58,18 @@ def project(tmp_path_factory):
 def test_up_tunes_every_node_and_pairs_gpus_from_the_pcie_tree(project):
     project.pulumi("up", "--yes", "--skip-preview")
     for node in ("gpu-0", "gpu-1"):
-        affinity = json.loads(project.ssh(node, "cat /etc/railyard/affinity.json"))
+        affinity = json.loads(project.ssh(node, "cat /etc/railyard/affinity.json").stdout)
         assert {g["name"]: g["nic"] for g in affinity["gpus"]} == DGX_H100_TABLE_6, node
-        nccl = project.ssh(node, "cat /etc/nccl.conf")
+        nccl = project.ssh(node, "cat /etc/nccl.conf").stdout
         assert "NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1" in nccl
 
 
 def test_hugepages_are_split_across_numa_nodes_and_the_cache_is_staged(project):
     counters = project.ssh("gpu-0", "cat /run/railyard/hw/sys/devices/system/node/node*/hugepages/"
-                                    "hugepages-1048576kB/nr_hugepages").split()
+                                    "hugepages-1048576kB/nr_hugepages").stdout.split()
     # 40% of a DGX H100's 2 TB (2048 GiB) in 1 GiB pages, split by the GPUs on each NUMA node (4 + 4).
     assert counters == ["410", "409"] or counters == ["409", "410"] or counters == ["410", "410"], counters
-    listing = project.ssh("gpu-1", "cd /mnt/cache/datasets && sha256sum -c manifest.sha256 2>/dev/null || ls")
+    listing = project.ssh("gpu-1", "ls /mnt/cache/datasets").stdout
     assert "shard-00000.bin" in listing
 
 
@@ -120,11 +78,11 @@ def test_second_up_reports_no_change(project):
 
 
 def test_a_hugepage_edit_previews_as_a_tuning_change_with_host_drift_lines(project):
-    project.set(50)
+    project.write(config(50))
     try:
         preview = json.loads(project.pulumi("preview", "--diff", "--json").stdout)
     finally:
-        project.set(40)
+        project.write(config(40))
     changed = {s["urn"].rsplit("::", 1)[1]: s["op"] for s in preview["steps"] if s["op"] != "same"}
     assert changed == {"ttune-tuning-run": "update"}, changed
     lines = [d["message"].strip() for d in preview.get("diagnostics", [])
@@ -134,7 +92,7 @@ def test_a_hugepage_edit_previews_as_a_tuning_change_with_host_drift_lines(proje
 
 
 def test_runs_keep_no_secret_on_disk(project):
-    out = json.loads(project.pulumi("stack", "output", "--json", "--show-secrets").stdout)
+    out = project.outputs(secrets=True)
     secrets = [out["access"]["privateKey"].strip(), out["storage"]["secret_key"]]
     runs = paths.runs_dir(STACK)
     files = [p for p in runs.rglob("*") if p.is_file()]
