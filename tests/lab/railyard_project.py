@@ -1,0 +1,126 @@
+"""A copy of the project that the `railyard` CLI itself runs in, with a backend of its own.
+
+`railyard up|down|review|reap` find their project through RAILYARD_ROOT, so a test points that at
+a directory holding the program (links to __main__.py and components/), stack files of its own,
+and `.railyard/bin` and `.railyard/pulumi-home` linked to the checkout's toolchain. Its lab runtime
+directories then live under the copy too (paths.lab_dir follows RAILYARD_ROOT), and the user's
+`lab` stack and `.railyard/state` are never touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from railyard import paths
+from railyard.drivers.lab import gc, net
+from railyard.engine.toolchain import engine_env
+
+ROOT = paths.PROJECT_ROOT
+
+
+def lab_config(nodes: int, mgmt: str, storage: str, **extra) -> dict:
+    """A bare-metal lab stack of `nodes` DGX H100 on the given management and storage networks."""
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": nodes}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": storage},
+            "management": {"cidr": mgmt},
+        },
+        **extra,
+    }
+
+
+def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -> list[str]:
+    """`count` /prefix networks from 198.18.192.0/18 that no host route overlaps (the default lab
+    and the other lab tests take theirs lower down or from the top /24s)."""
+    out: list[str] = []
+    taken = set(taken or ())
+    for net_ in ipaddress.ip_network("198.18.192.0/18").subnets(new_prefix=prefix):
+        cidr = str(net_)
+        if cidr in taken or net.overlapping_routes(cidr):
+            continue
+        out.append(cidr)
+        if len(out) == count:
+            return out
+    raise RuntimeError(f"no {count} free /{prefix} networks in 198.18.192.0/18")
+
+
+class RailyardProject:
+    def __init__(self, base: Path, backend_url: str | None = None, env: dict[str, str] | None = None):
+        self.base = base
+        self.dir = base / "project"
+        (self.dir / "stacks").mkdir(parents=True)
+        for name in ("__main__.py", "components"):
+            os.symlink(ROOT / name, self.dir / name)
+        (self.dir / "Pulumi.yaml").write_text(
+            "name: railyard\nruntime:\n  name: python\n  options:\n"
+            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+        local = paths.local_dir(self.dir)
+        local.mkdir()
+        for name in ("bin", "pulumi-home"):
+            os.symlink(paths.local_dir(ROOT) / name, local / name)
+        if backend_url is None:
+            (base / "state").mkdir()
+            backend_url = f"file://{base / 'state'}"
+        self.env = {**os.environ, **(env or {}), "RAILYARD_ROOT": str(self.dir),
+                    "PULUMI_BACKEND_URL": backend_url, "PULUMI_CONFIG_PASSPHRASE": ""}
+        self.stacks: list[str] = []
+
+    def stack_file(self, stack: str) -> Path:
+        return self.dir / "stacks" / f"Pulumi.{stack}.yaml"
+
+    def write_stack(self, stack: str, config: dict) -> None:
+        """Write the stack's config, keeping what the engine added (its encryptionsalt)."""
+        path = self.stack_file(stack)
+        doc = yaml.safe_load(path.read_text()) if path.exists() else {}
+        doc["config"] = config
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        if stack not in self.stacks:
+            self.stacks.append(stack)
+
+    def railyard(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=self.dir, env=self.env,
+                              text=True, capture_output=True, timeout=timeout, check=False)
+        if check:
+            assert proc.returncode == 0, f"railyard {' '.join(args)} exited {proc.returncode}:\n" \
+                                         f"{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+        return proc
+
+    def pulumi(self, *args: str, stack: str | None = None, check: bool = True,
+               timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        argv = [str(paths.bin_dir(ROOT) / "pulumi"), *args, *(["--stack", stack] if stack else []), "--non-interactive"]
+        proc = subprocess.run(argv, cwd=self.dir, env=engine_env(self.dir, self.env), text=True, capture_output=True,
+                              timeout=timeout, check=False)
+        if check:
+            assert proc.returncode == 0, f"pulumi {' '.join(args)} exited {proc.returncode}:\n" \
+                                         f"{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+        return proc
+
+    def stack_names(self) -> list[str]:
+        return sorted(s["name"] for s in json.loads(self.pulumi("stack", "ls", "--json").stdout))
+
+    def tags(self, stack: str) -> dict[str, str]:
+        return json.loads(self.pulumi("stack", "tag", "ls", "--json", stack=stack).stdout)
+
+    def leftovers(self, stack: str) -> dict:
+        """The stack's lab objects still on this machine (empty lists when none)."""
+        inv = gc.inventory(stack, self.dir)
+        return {k: v for k, v in inv.items() if k != "stack" and v}
+
+    def cleanup(self) -> None:
+        """Whatever a failed test left: unprotect, destroy, then remove every lab object by name."""
+        for stack in self.stacks:
+            if self.pulumi("stack", "select", stack, check=False).returncode == 0:
+                self.pulumi("state", "unprotect", "--all", "--yes", stack=stack, check=False)
+                self.pulumi("destroy", "--yes", "--skip-preview", stack=stack, check=False)
+            gc.destroy_all(stack, self.dir)
