@@ -80,6 +80,11 @@ class Step:
         """create, update, replace or delete (the three replacement steps are one replace)."""
         return "replace" if self.op in REPLACE_OPS else self.op
 
+    @property
+    def engine_owned(self) -> bool:
+        """The stack itself and providers: counted as Pulumi counts them, but no one's change."""
+        return self.urn.type == "pulumi:pulumi:Stack" or self.urn.type.startswith("pulumi:providers:")
+
     def changes(self) -> list[Change]:
         if self.kind in ("create", "delete"):
             return []  # the whole resource comes or goes; its properties are not a change
@@ -128,8 +133,6 @@ def load(data: dict, stack: str) -> Preview:
         if raw.get("op") in ("same", "read", "refresh") or raw.get("op") is None:
             continue
         urn = parse_urn(raw["urn"])
-        if urn.type == "pulumi:pulumi:Stack" or urn.type.startswith("pulumi:providers:"):
-            continue
         old, new = raw.get("oldState") or {}, raw.get("newState") or {}
         parent = new.get("parent") or old.get("parent")
         steps.append(Step(

@@ -31,6 +31,7 @@ PLURAL = {"HgxNode": "nodes", "VirtualMachine": "VMs"}
 SECTIONS = (("Replaced or deleted", ("replace", "delete")), ("Updated", ("update", "drift")), ("Created", ("create",)))
 DRIFT_KIND = "HostTuning"
 _DRIFT_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*): (.+)$")
+_NOT_IMPLEMENTED = re.compile(r"railyard:driver '([^']+)' is validated but not implemented yet")
 _URN = re.compile(r"urn:pulumi:[^\s'\"`]+::([^\s'\"`]+)")
 _PROTECTED = re.compile(r'resource "([^"]+)" cannot be (?:deleted|replaced)\s+because it is protected'
                         r'|unable to (?:delete|replace) resource "([^"]+)"\s+as it is currently marked for protection')
@@ -77,13 +78,18 @@ class Unit:
         return out
 
     def verdict(self) -> Verdict:
-        verdicts = [classify_step(self.kind, s, [c.path for c in s.changes()]) for s in self.resources]
+        # Folded paths (hosts.*.vars...), so the reason reads the same whichever node came first.
+        verdicts = [classify_step(self.kind, s, [format_path(p) for p, *_ in fan_out(s.changes(), s.old or {},
+                                                                                      s.new or {})])
+                    for s in self.resources]
         return worst([*verdicts, *(classify_line(line) for line in self.drift)])
 
 
 def units_of(preview: Preview) -> list[Unit]:
     units: dict[tuple[str, str], Unit] = {}
     for step in preview.steps:
+        if step.engine_owned:
+            continue
         if step.urn.component:
             key = (step.urn.component, step.urn.name)
         elif step.parent is not None and step.parent.component:
@@ -130,14 +136,18 @@ def names(items: list[str], noun: str = "") -> str:
     return shown + (f" … and {rest} more{(' ' + noun) if noun else ''}" if rest > 0 else "")
 
 
-def short(message: str) -> str:
-    """An engine message for a comment: URNs as resource names, no `error:` prefixes."""
+def short(message: str, brief: bool = False) -> str:
+    """An engine message for a comment: URNs as resource names, no `error:` prefixes; `brief`
+    for the summary line."""
     m = _PROTECTED.search(message)
     if m:
         # The engine's advice names URNs and program edits; ours fits a long-lived Railyard stack.
         name = (m.group(1) or m.group(2)).rsplit("::", 1)[-1]
-        return (f"{name} cannot be deleted because it is protected: this stack is long-lived, and removing or "
-                f"replacing its resources needs a deliberate `pulumi state unprotect` first (docs/lifecycle.md)")
+        if brief:
+            return f"{name} is protected (a long-lived stack)"
+        return (f"{name} cannot be deleted or replaced because it is protected: this stack is long-lived, and "
+                f"removing or replacing its resources needs a deliberate `pulumi state unprotect` first "
+                f"(docs/lifecycle.md)")
     text = _URN.sub(lambda m: m.group(1), message.strip())
     text = re.sub(r"^(error|warning): ", "", text, flags=re.M)
     return " ".join(text.split())
@@ -167,30 +177,44 @@ def summary_line(review: StackReview) -> str:
     units = units_of(review.preview)
     worst_ = stack_verdict(review, units).disruption
     tail = f" · **{worst_.label}**" if worst_ > Disruption.IN_PLACE else " · in place"
+    driver = not_implemented(review.preview)
+    if driver:
+        return f"{head}: not previewed: {driver}"
     if review.preview.failed:
-        return f"{head}: **preview failed**, so `up` would fail too: {first_error(review.preview)}" + \
-            (f" (seen before it stopped: {counts_line(review.preview, units)}{tail})" if review.preview.steps else "")
+        seen = f"; worst change before it stopped: **{worst_.label}**" if worst_ > Disruption.IN_PLACE else ""
+        return f"{head}: **preview failed**, `up` would fail too: {first_error(review.preview)}{seen}"
     if not units:
         return f"{head}: no changes"
     return f"{head}: {counts_line(review.preview, units)}{tail}"
 
 
+def not_implemented(preview: Preview) -> str | None:
+    """The program's own stop for a driver that is validated but not implemented (components/driver.py)."""
+    for e in errors_of(preview):
+        m = _NOT_IMPLEMENTED.search(e)
+        if m:
+            return (f"railyard:driver `{m.group(1)}` is not implemented yet, so the program stops before declaring "
+                    "anything (nothing to compare)")
+    return None
+
+
 def first_error(preview: Preview) -> str:
-    errors = errors_of(preview)
+    errors = errors_of(preview, brief=True)
     text = errors[0] if errors else "the engine stopped"
     return text if len(text) <= 160 else text[:157] + "…"
 
 
-def errors_of(preview: Preview) -> list[str]:
+def errors_of(preview: Preview, brief: bool = False) -> list[str]:
     if preview.failure:
-        return [short(preview.failure)]
+        return [short(preview.failure, brief)]
     out: list[str] = []
     for d in preview.errors:
-        text = short(d.message)
+        text = short(d.message, brief)
         if text and text not in out:
             out.append(text)
     # The engine's closing "preview failed" says nothing the real error has not said.
-    meaningful = [e for e in out if e.rstrip(".") not in ("preview failed", "update failed")]
+    meaningful = [e for e in out if e.rstrip(".") not in ("preview failed", "update failed")
+                  and not e.startswith("an unhandled error occurred: program exited with non-zero exit code")]
     return meaningful or out
 
 
@@ -300,6 +324,10 @@ def render_stack(review: StackReview) -> list[str]:
         out.append("")
     if review.preview is None:
         out += [f"Not previewed: {review.skipped}", ""]
+        return out
+    driver = not_implemented(review.preview)
+    if driver:
+        out += [f"Not previewed: {driver}. The program said:", "", *(f"> {e}" for e in errors_of(review.preview)), ""]
         return out
     if review.preview.failed:
         out.append("**Preview failed**; `up` would stop at the same place:")

@@ -57,7 +57,7 @@ def holds_data(kind: str | None, step: Step) -> bool:
     return kind in DATA_KINDS or bool(DATA_WORDS.search(step.urn.name)) or bool(DATA_WORDS.search(step.urn.type))
 
 
-def classify_step(kind: str | None, step: Step, paths: Iterable[Path]) -> Verdict:
+def classify_step(kind: str | None, step: Step, paths: Iterable[Path | str]) -> Verdict:
     """The disruption of one step of a unit of kind `kind` (HgxNode, HostTuning...), from its op and
     the names of the properties that change."""
     op = step.kind
