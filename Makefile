@@ -42,8 +42,9 @@ preview: setup
 test: setup
 	$(VENV)/bin/pytest -q
 
+# REVIEW_ARGS: railyard review's options, e.g. "--base origin/main --output review.md" (CI does).
 review: setup
-	$(RY) review
+	$(RY) review $(REVIEW_ARGS)
 
 bench: setup
 	$(RY) bench
