@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -21,11 +22,13 @@ def in_node(c, script: str, check: bool = True) -> str:
     return p.stdout
 
 
-def wait_until(what: str, cond, timeout: float = 2.0) -> float:
+# Generous: other lab stacks and benches may share the machine's two cores. Speed is asserted
+# where it is measured, not here.
+def wait_until(what: str, cond, timeout: float = 10.0, log=None) -> float:
     started = time.monotonic()
     while not cond():
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout}s")
+            raise AssertionError(f"{what}: not within {timeout}s" + (f"; agent log: {log()}" if log else ""))
         time.sleep(0.005)
     return time.monotonic() - started
 
@@ -58,6 +61,11 @@ def settled(c, pf: str, n: int) -> bool:
         not (d / f"virtfn{n}").is_symlink()
 
 
+def wait_vfs(c, pf: str, n: int) -> float:
+    return wait_until(f"{n} VFs on {pf}", lambda: settled(c, pf, n),
+                      log=lambda: (sriov.agent_log(c.stack, "hv-0")[-8:], sorted(vf_links(c, pf))))
+
+
 def vf_links(c, pf: str) -> dict[str, dict]:
     return {n: i for n, i in net.links(names.node_ns(c.stack, "hv-0")).items()
             if net.kind(i) == "macvlan" and i.get("link") == pf}
@@ -79,7 +87,6 @@ def test_the_node_runs_its_agent_without_the_caps_nodes_lack(hw_node):
 
 def test_writing_sriov_numvfs_makes_vfs_within_a_second_and_0_removes_them(hw_node, record_property):
     c, pf = hw_node, hw_node.pfs[0]
-    started = time.monotonic()
     in_node(c, f"echo 4 > {c.pf}/sriov_numvfs")
     made = wait_until("4 VFs", lambda: len(vf_links(c, pf)) == 4 and
                       os.path.islink(sriov.hw_root(c.stack, "hv-0") / c.pf.removeprefix("/run/railyard/hw/") / "virtfn3"))
@@ -102,17 +109,28 @@ def test_writing_sriov_numvfs_makes_vfs_within_a_second_and_0_removes_them(hw_no
     assert "class-net" in lines and "bus" in lines
     assert {"config", "mac", "trust", "spoofcheck", "link_state"} <= set(lines)
 
-    started_rm = time.monotonic()
     in_node(c, f"echo 0 > {c.pf}/sriov_numvfs")
     pf_dir = sriov.hw_root(c.stack, "hv-0") / c.pf.removeprefix("/run/railyard/hw/")
     removed = wait_until("VFs gone", lambda: not vf_links(c, pf) and not list(pf_dir.glob("virtfn*"))
                          and not (pf_dir / "sriov").exists())
     assert not in_node(c, f"ls /run/railyard/hw/sys/class/net | grep v; ls {c.pf} | grep -x sriov", check=False)
-    record_property("vfs_4_made_s", made)
-    record_property("vfs_4_removed_s", removed)
-    print(f"\n4 VFs made in {made:.3f}s (write to last virtfn link), removed in {removed:.3f}s "
-          f"(whole call {time.monotonic() - started:.3f}s, removal {time.monotonic() - started_rm:.3f}s)")
-    assert made < 1.0 and removed < 1.0
+
+    # Timed from the write (its process included) to the tree complete; the median of a few
+    # rounds, as other work on the machine may hold up any one of them.
+    made_s, removed_s = [made], [removed]
+    for _ in range(3):
+        t = time.monotonic()
+        in_node(c, f"echo 4 > {c.pf}/sriov_numvfs")
+        wait_vfs(c, pf, 4)
+        made_s.append(time.monotonic() - t)
+        t = time.monotonic()
+        in_node(c, f"echo 0 > {c.pf}/sriov_numvfs")
+        wait_until("VFs gone", lambda: settled(c, pf, 0) and not (pf_dir / "sriov").exists())
+        removed_s.append(time.monotonic() - t)
+    record_property("vfs_4_made_s", made_s)
+    record_property("vfs_4_removed_s", removed_s)
+    print(f"\n4 VFs made in {['%.3f' % x for x in made_s]}s, removed in {['%.3f' % x for x in removed_s]}s")
+    assert statistics.median(made_s) < 1.0 and statistics.median(removed_s) < 1.0, (made_s, removed_s)
 
 
 def test_all_127_vfs_of_a_pf(hw_node, record_property):
@@ -121,10 +139,10 @@ def test_all_127_vfs_of_a_pf(hw_node, record_property):
     path = f"/run/railyard/hw/sys/bus/pci/devices/{bdf}/sriov_numvfs"
     in_node(c, f"echo 127 > {path}")
     made = wait_until("127 VFs", lambda: len(vf_links(c, pf)) == 127 and
-                      (c.tree / "sys/bus/pci/devices" / bdf / "virtfn126").is_symlink(), timeout=10)
+                      (c.tree / "sys/bus/pci/devices" / bdf / "virtfn126").is_symlink(), timeout=60)
     in_node(c, f"echo 0 > {path}")
     removed = wait_until("127 VFs gone", lambda: not vf_links(c, pf) and
-                         not (c.tree / "sys/bus/pci/devices" / bdf / "virtfn0").is_symlink(), timeout=10)
+                         not (c.tree / "sys/bus/pci/devices" / bdf / "virtfn0").is_symlink(), timeout=60)
     record_property("vfs_127_made_s", made)
     record_property("vfs_127_removed_s", removed)
     print(f"\n127 VFs made in {made:.3f}s, removed in {removed:.3f}s")
@@ -133,11 +151,12 @@ def test_all_127_vfs_of_a_pf(hw_node, record_property):
 def test_a_count_over_a_count_is_refused_as_the_kernel_refuses_it(hw_node):
     c, pf = hw_node, hw_node.pfs[0]
     in_node(c, f"echo 2 > {c.pf}/sriov_numvfs")
-    wait_until("2 VFs", lambda: settled(c, pf, 2))
+    wait_vfs(c, pf, 2)
     before = len(errors(c))
     for value, errno_name in (("3", "EBUSY"), ("128", "ERANGE"), ("two", "EINVAL")):
         in_node(c, f"echo {value} > {c.pf}/sriov_numvfs")
-        wait_until(f"refusal of {value}", lambda: len(errors(c)) > before)
+        wait_until(f"refusal of {value}", lambda: len(errors(c)) > before,
+                   log=lambda: sriov.agent_log(c.stack, "hv-0")[-12:])
         err = errors(c)[-1]
         assert (err["error"], err["wrote"]) == (errno_name, value), err
         before += 1
@@ -147,7 +166,7 @@ def test_a_count_over_a_count_is_refused_as_the_kernel_refuses_it(hw_node):
     assert "Disable before enabling 3 VFs" in errors(c)[-3]["message"]
     # The documented way: 0 first, then the new count.
     in_node(c, f"echo 0 > {c.pf}/sriov_numvfs; echo 3 > {c.pf}/sriov_numvfs")
-    wait_until("3 VFs", lambda: settled(c, pf, 3))
+    wait_vfs(c, pf, 3)
     assert in_node(c, f"cat {c.pf}/sriov_numvfs").strip() == "3"
     assert len(errors(c)) == before
 
@@ -155,7 +174,7 @@ def test_a_count_over_a_count_is_refused_as_the_kernel_refuses_it(hw_node):
 def test_vf_settings_are_set_and_read_where_mlx5_presents_them(hw_node):
     c, pf = hw_node, hw_node.pfs[0]
     in_node(c, f"echo 0 > {c.pf}/sriov_numvfs; sleep 0.1; echo 2 > {c.pf}/sriov_numvfs")
-    wait_until("2 VFs", lambda: settled(c, pf, 2))
+    wait_vfs(c, pf, 2)
     s = f"{c.pf}/sriov/1"
     in_node(c, f"echo 02:00:00:aa:bb:01 > {s}/mac; echo ON > {s}/trust; echo ON > {s}/spoofcheck; "
                f"echo Down > {s}/link_state")
@@ -180,7 +199,7 @@ def test_vf_settings_are_set_and_read_where_mlx5_presents_them(hw_node):
 def test_the_agent_converges_after_a_restart_and_a_write_made_while_it_was_down(hw_node):
     c, pf = hw_node, hw_node.pfs[0]
     in_node(c, f"echo 0 > {c.pf}/sriov_numvfs; sleep 0.1; echo 2 > {c.pf}/sriov_numvfs")
-    wait_until("2 VFs", lambda: settled(c, pf, 2))
+    wait_vfs(c, pf, 2)
     macs = {n: i["address"] for n, i in vf_links(c, pf).items()}
     old = node.agent_pid(c.stack, "hv-0")
     proc.kill_all([old], what="test")

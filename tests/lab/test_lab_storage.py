@@ -168,6 +168,21 @@ def test_delete_cache_and_pfs_mount_leave_no_mount_or_loop_device(stored):
     assert storage.read_cache(stored.stack, "st-1") is None and storage.delete_cache(stored.stack, "st-1")["deleted"] is False
 
 
+def test_gc_keeps_known_storage_and_removes_an_unknown_store(stored):
+    stack = stored.stack
+    nodes = {names.fabric_ns(stack)} | {names.node_ns(stack, n) for n in ("st-0", "st-1")}
+    removed = gc.gc(stack, nodes | {names.storage_ns(stack)})
+    assert not any(removed.values()), removed
+    assert storage.read_object_store(stack)["running"]
+    weed = stored.store["pid"]
+    removed = gc.gc(stack, nodes)  # a state that lost the store
+    assert removed["netns"] == [names.storage_ns(stack)]
+    assert str(storage.object_store_dir(stack)) in removed["dirs"]
+    assert not proc.alive(weed) and storage.read_object_store(stack) is None
+    # The parallel FS stays: the known nodes mount it.
+    assert storage.pfs_exists(stack) and storage.read_pfs_mount(stack, "st-0")["mounted"]
+
+
 def test_destroy_leaves_nothing_of_the_stack(stored):
     stack = stored.stack
     prefix = names.stack_prefix(stack)

@@ -9,6 +9,12 @@ refresh. Every function that changes the machine needs root and says so at once 
     net     `ip` helpers: namespaces, links, bridges, addresses, routes, rules
     fabric  per-stack fabric namespace (rail, storage, mgmt bridges), host veth, spine
     node    node namespaces, their init, sshd, running commands inside, reboot-pending
+    agent   the per-node SR-IOV agent (runs inside a node; standard library only)
+    sriov   the host's view of a node's PFs and VFs; VF passthrough marks
+    vm      VMs on hypervisor nodes, given the hypervisor's VFs
+    storage the S3 object store (SeaweedFS), local cache on loop devices, shared parallel FS
+    mountns binding a host directory into a node's mount namespace (a script)
+    hwtree  a node's sysfs/procfs tree from the catalog
     gc      inventory of a stack's objects; removal of unknown ones; destroy_all
     proc    processes, mounts and loop devices read from /proc and /sys
 

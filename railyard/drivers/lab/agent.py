@@ -306,6 +306,7 @@ class Agent:
         self.root = root
         self.hostname = hostname or os.uname().nodename
         self.state_path = os.path.join(AGENT_DIR, "state.json")
+        self.own_writes = {}
         self.state = self._load_state()
 
     # state: {"pfs": {bdf: {"num_vfs": n, "vfs": {"0": {"mac": ..., ...}}}}}
@@ -339,14 +340,28 @@ class Agent:
 
     # --- sriov_numvfs ---
 
-    def on_numvfs(self, pf, writes=1):
-        """Apply what sriov_numvfs says now, as the kernel would apply one write."""
+    def on_numvfs(self, pf, writes=1, later_writes=None, scan=False):
+        """Apply what sriov_numvfs says now, as the kernel would apply one write.
+
+        later_writes() counts writes to this file that completed after the agent last looked
+        (their events are queued): the content read may be theirs, so they count as part of
+        this burst, and the file is read again until no further write landed."""
         st = self.pf_state(pf)
         current = st["num_vfs"]
         raw = pf.attr("sriov_numvfs", "")
+        while later_writes is not None:
+            more = later_writes()
+            if not more:
+                break
+            writes += more
+            raw = pf.attr("sriov_numvfs", "")
+        if raw == "":
+            return  # a write under way (opened and truncated, not written): its close comes next
         if raw == str(current):
-            self.converge(pf)
-            return
+            if writes or scan:
+                self.converge(pf)
+            return  # else only the agent's own write, or one already taken with an earlier burst
+        writes = max(writes, 1)  # a scan that finds a changed count saw a write whose event it missed
         refuse = None
         try:
             want = int(raw, 0)
@@ -373,10 +388,31 @@ class Agent:
         if refuse is not None:
             log({"pf": pf.bdf, "file": "sriov_numvfs", "wrote": raw, "error": refuse[0],
                  "errno": getattr(errno, refuse[0]), "message": refuse[1]})
-            write(os.path.join(pf.dir, "sriov_numvfs"), f"{current}\n")  # the kernel's value stays
+            self.write_numvfs(pf, current)  # the kernel's value stays
             return
         self.set_count(pf, want)
         log({"pf": pf.bdf, "file": "sriov_numvfs", "wrote": raw, "num_vfs": want})
+
+    def write_numvfs(self, pf, n):
+        """The agent's own write of sriov_numvfs: counted, so its event is not taken for a write
+        of tuning's."""
+        self.own_writes[pf.dir] = self.own_writes.get(pf.dir, 0) + 1
+        write(os.path.join(pf.dir, "sriov_numvfs"), f"{n}\n")
+
+    def writes_in(self, pf_dir, events, paths):
+        """How many writes of others to the PF's sriov_numvfs `events` hold.
+
+        inotify merges an event with the one queued just before it when they are the same, so two
+        writes' IN_CLOSE_WRITE would be one; the IN_MODIFY each write makes keeps them apart
+        (the watch asks for both and counts closes only)."""
+        n = 0
+        for wd, mask, name in events:
+            if name == "sriov_numvfs" and paths.get(wd) == pf_dir and mask & (IN_CLOSE_WRITE | IN_MOVED_TO):
+                if self.own_writes.get(pf_dir):
+                    self.own_writes[pf_dir] -= 1
+                else:
+                    n += 1
+        return n
 
     def set_count(self, pf, n):
         st = self.pf_state(pf)
@@ -422,7 +458,7 @@ class Agent:
         # Settings first, virtfn links last: a reader that waits for virtfn<n-1> (as udev settles
         # on a real host) finds every part of every VF.
         for i in range(n):
-            self._ensure_settings(pf, i, st["vfs"].setdefault(str(i), dict(DEFAULT_VF)))
+            self._ensure_settings(pf, i, st["vfs"].setdefault(str(i), dict(DEFAULT_VF)), update=False)
         for i in range(n):
             cfg = st["vfs"][str(i)]
             name = vf_netdev(pf.netdev, i)
@@ -449,7 +485,7 @@ class Agent:
         # newer write, whose event is on its way.
         raw = read(os.path.join(pf.dir, "sriov_numvfs"))
         if raw is not None and raw != f"{n}\n" and _int(raw) == n:
-            write(os.path.join(pf.dir, "sriov_numvfs"), f"{n}\n")
+            self.write_numvfs(pf, n)
 
     def _vf_mac(self, pf, i, cfg):
         admin = cfg.get("mac", DEFAULT_VF["mac"])
@@ -496,7 +532,9 @@ class Agent:
         symlink(os.path.relpath(vdir, pf.dir), os.path.join(pf.dir, f"virtfn{i}"))
 
     @staticmethod
-    def _ensure_settings(pf, i, cfg):
+    def _ensure_settings(pf, i, cfg, update=True):
+        """mlx5's sriov/<i>: its files, and config showing `cfg`; with update=False an existing
+        config stays as it is (a change shows once the netdev has it)."""
         sdir = os.path.join(pf.dir, "sriov", str(i))
         os.makedirs(sdir, exist_ok=True)
         for attr, usage in USAGE.items():
@@ -504,7 +542,8 @@ class Agent:
             if read(path) is None:
                 write(path, usage, 0o644)
         text = render_config(i, cfg)
-        if read(os.path.join(sdir, "config")) != text:
+        current = read(os.path.join(sdir, "config"))
+        if current != text and (update or current is None):
             write(os.path.join(sdir, "config"), text, 0o644)
 
     def _remove_vf_tree(self, pf, i):
@@ -642,7 +681,7 @@ class Inotify:
 def run(root=HW):
     agent = Agent(root)
     ino = Inotify()
-    file_mask = IN_CLOSE_WRITE | IN_MOVED_TO
+    file_mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MODIFY
     dir_mask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
     pfs = {}
     devices = os.path.join(root, DEVICES)
@@ -655,23 +694,47 @@ def run(root=HW):
                 if name.isdigit():
                     ino.watch(os.path.join(sriov, name), file_mask)
 
-    def apply(pf, writes=1):
+    backlog = []
+
+    def later_writes(pf):
+        def count():
+            # A little wait: the content read may be a write whose close (its event) is
+            # microseconds away.
+            new = ino.read(0.003) or []
+            backlog.extend(new)
+            # Counted now, and handled again in the next round, without counting them again.
+            return agent.writes_in(pf.dir, new, ino.paths)
+        return count
+
+    def apply(pf, writes=0, scan=False):
         try:
-            agent.on_numvfs(pf, writes)
+            agent.on_numvfs(pf, writes, later_writes(pf), scan)
         except Exception as exc:  # one bad PF must not stop the others
             log({"pf": pf.bdf, "error": "EIO", "message": f"{type(exc).__name__}: {exc}"})
         watch_settings(pf)
 
+    def own_vfs():
+        """Bus addresses the agent's VFs may take (their bus/pci/devices entries are its own)."""
+        out = set()
+        for pf in pfs.values():
+            try:
+                out.update(pf.vf_bdf(i) for i in range(pf.total))
+            except ValueError:
+                pass
+        return out
+
     def rescan(full):
         """Find PFs and watch them. A full pass converges every PF (netdevs removed behind the
-        agent's back come back); the cheap one only acts on a count that differs from the one in
-        force, and costs a few stat calls."""
+        agent's back come back); the cheap one acts only on PFs it did not know. Writes to known
+        PFs arrive as events, and only as events: a scan acting on one would race the write's
+        own event and count it twice."""
+        known = set(pfs)
         pfs.clear()
         for pf in find_pfs(root):
             pfs[pf.dir] = pf
             ino.watch(pf.dir, file_mask)
-            if full or pf.attr("sriov_numvfs") != str(agent.pf_state(pf)["num_vfs"]):
-                apply(pf)
+            if full or pf.dir not in known:
+                apply(pf, scan=True)
             else:
                 watch_settings(pf)
         if os.path.isdir(devices):
@@ -681,7 +744,12 @@ def run(root=HW):
     last = last_full = time.monotonic()
     while True:
         timeout = RESCAN_S if os.path.isdir(devices) else WAIT_TREE_S
-        events = ino.read(max(0.0, timeout - (time.monotonic() - last)))
+        from_backlog = bool(backlog)
+        if backlog:  # events read while acting on earlier ones (their writes already counted)
+            events = backlog[:]
+            backlog.clear()
+        else:
+            events = ino.read(max(0.0, timeout - (time.monotonic() - last)))
         if events is None:
             now = time.monotonic()
             full = now - last_full >= FULL_RESCAN_S
@@ -689,10 +757,10 @@ def run(root=HW):
             last = now
             last_full = now if full else last_full
             continue
-        numvfs_writes, settings, again = {}, set(), False
+        numvfs_writes, settings, again, full, own = {}, set(), False, False, None
         for wd, mask, name in events:
             if mask & IN_Q_OVERFLOW:
-                again = True
+                again = full = True  # events were lost: converge everything
                 continue
             path = ino.paths.get(wd)
             if mask & IN_IGNORED:
@@ -700,22 +768,26 @@ def run(root=HW):
                 continue
             if path is None:
                 continue
-            if path == devices or mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+            if path == devices and name in (own if own is not None else (own := own_vfs())):
+                pass  # the agent's own VF entries
+            elif path == devices or (mask & (IN_DELETE_SELF | IN_MOVE_SELF) and path in pfs):
                 again = True
-            elif path in pfs and name == "sriov_numvfs" and mask & file_mask:
-                numvfs_writes[path] = numvfs_writes.get(path, 0) + 1
-            elif os.path.basename(os.path.dirname(path)) == "sriov" and name in USAGE and mask & file_mask:
+            elif mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                pass  # a settings directory the agent removed
+            elif path in pfs and name == "sriov_numvfs" and mask & (IN_CLOSE_WRITE | IN_MOVED_TO):
+                numvfs_writes.setdefault(path, 0)
+            elif os.path.basename(os.path.dirname(path)) == "sriov" and name in USAGE and mask & (IN_CLOSE_WRITE | IN_MOVED_TO):
                 pf = pfs.get(os.path.dirname(os.path.dirname(path)))
                 if pf is not None and os.path.basename(path).isdigit():
                     settings.add((pf.dir, int(os.path.basename(path)), name))
             elif os.path.basename(path) == "sriov" and name.isdigit() and mask & (IN_CREATE | IN_MOVED_TO):
                 ino.watch(os.path.join(path, name), file_mask)
         if again:
-            rescan(False)
+            rescan(full)
             last = time.monotonic()
-        for d, writes in numvfs_writes.items():
+        for d in numvfs_writes:
             if d in pfs:
-                apply(pfs[d], writes)
+                apply(pfs[d], 0 if from_backlog else agent.writes_in(d, events, ino.paths))
         touched = set()
         for d, index, attr in sorted(settings):
             if d not in pfs:

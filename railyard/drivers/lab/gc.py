@@ -11,10 +11,10 @@ store's when they live in its netns or carry ``RAILYARD_LAB=<tag>:@storage``.
 
 `known` holds object ids as the create functions return them: the netns names ``ry-T-fabric``,
 ``ry-T-spine``, ``ry-T-n-<node>`` (a VM's too), ``ry-T-storage`` (the object store), and
-``ry-T-pfs`` (the parallel-FS share, a directory). The host's management veth belongs to the
-fabric; a node's processes, runtime dir, mounts, loop devices, local cache and parallel-FS mount
-belong to the node; a VM not known is deleted before any node, so its VFs go back to its
-hypervisor.
+``ry-T-pfs`` (the parallel-FS share, a directory, also kept while a known node mounts it). The
+host's management veth belongs to the fabric; a node's processes, runtime dir, mounts, loop
+devices, local cache and parallel-FS mount belong to the node; a VM not known is deleted before
+any node, so its VFs go back to its hypervisor.
 """
 
 from __future__ import annotations
@@ -133,6 +133,9 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
             else:
                 node.delete_node(stack, parsed[1], root)
         elif parsed and parsed[0] == "storage":
+            d = storage.object_store_dir(stack, root)
+            if d.exists():
+                removed["dirs"].append(str(d))
             storage.delete_object_store(stack, root)
         elif parsed and parsed[0] == "spine":
             fabric.delete_spine(stack)
@@ -179,7 +182,10 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
         if d.exists():
             storage.delete_object_store(stack, root)
             removed["dirs"].append(str(d))
-    if names.pfs_id(stack) not in known:
+    # The share is the nodes' that mount it as much as its own id's: a node's storage resource
+    # creates it on first mount (storage.create_pfs_mount).
+    mounted_by_known = any(storage.pfs_mount_exists(stack, n, root) for n in known_nodes)
+    if names.pfs_id(stack) not in known and not mounted_by_known:
         d = storage.pfs_dir(stack, root)
         if d.exists():
             storage.delete_pfs(stack, root)

@@ -20,6 +20,10 @@ What a node is made of (stack tag T, node N, runtime dir D = lab_dir(stack)/node
   CAP_SYS_TIME, so a tuning mistake fails instead of reaching the host's kernel.
 - "reboot pending": reboots and bootloader updates inside a node are recorded by a shim (see
   lab-shim.sh and `reboot_pending`), never done.
+- an SR-IOV agent (agent.py), started by the init once sshd runs and again by create when it died:
+  it makes VFs when tuning writes sriov_numvfs in the node's hardware tree.
+
+VMs (vm.py) are built by the same `converge`, with their VFs moved in instead of veths made.
 
 Every function is idempotent: `create_node` adopts whatever of the node exists (a crash halfway
 leaves nothing it cannot finish) and converges it to the request; `delete_node` of a missing node
@@ -674,8 +678,11 @@ def host_key(stack: str, node: str, root: Path | None = None) -> str | None:
 def read_node(stack: str, node: str, root: Path | None = None) -> dict | None:
     """The node as it is now, or None when its netns is gone.
 
-    {"id", "stack", "node", "netns", "hostname", "running", "init_pid", "sshd",
+    {"id", "stack", "node", "netns", "hostname", "running", "init_pid", "sshd", "agent",
      "mgmt_address", "host_key", "nics": {name: [addresses]}, "reboot_pending", "runtime_dir"}
+
+    "nics" are the node's own NICs (veths); VFs are the tuning's (sriov.read_sriov) or a VM's
+    (vm.read_vm), so making them does not show as drift of the node.
     """
     ns = names.node_ns(stack, node)
     if not net.netns_exists(ns):
