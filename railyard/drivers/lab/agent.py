@@ -27,9 +27,14 @@ hardware), and the refusal is logged with the kernel's errno and message to
 than ``sriov_totalvfs`` (ERANGE), a non-zero count over another non-zero count (EBUSY); and, to
 keep a VM's VF from vanishing under it, 0 while a VF is given to a VM (EPERM; vm.py marks such a
 VF bound to vfio-pci, as passthrough does). Settings files refuse bad values (EINVAL) the same
-way. Writes closer together than the agent can look (``echo 0 >f; echo 4 >f`` in one shell) are
-seen as one; when more than one write landed since the last look, the agent cannot know whether
-a 0 came between them and assumes it did (it logs that it assumed so).
+way.
+
+Writes are applied asynchronously, a few tens of milliseconds later, so writes closer together
+than that (``echo 0 >f; echo 4 >f`` in one shell) show only the last value. The agent counts them
+(each write's IN_CLOSE_WRITE, kept apart by its IN_MODIFY, as inotify merges identical events
+queued back to back, less the agent's own writes); when more than one landed since it last
+looked, it cannot know whether a 0 came between them, assumes it did, and logs that it assumed so.
+A reader that needs the VFs waits for ``virtfn<N-1>``, which the agent writes last.
 
 The count in force is ``/run/railyard/agent/state.json`` (written before the VFs are changed, so
 a restart finishes what a killed agent began), else the ``virtfn*`` links of the tree. The agent
@@ -38,8 +43,8 @@ what is missing (never a VF given to a VM) and removing what is beyond. It block
 events, so an idle agent costs no CPU.
 
 Started by node_init.py (its module loaded before the node's mounts: the interpreter may live
-under a directory the node hides), or from the host by sriov.ensure_agent, which enters the
-node's namespaces with setns(2) after loading everything (``python -I -S agent.py --enter PID``).
+under a directory the node hides), or from the host by node.start_agent, which enters the node's
+namespaces with setns(2) after loading everything (``python -I -S agent.py --enter PID``).
 """
 
 import ctypes
@@ -694,7 +699,8 @@ def run(root=HW):
                 if name.isdigit():
                     ino.watch(os.path.join(sriov, name), file_mask)
 
-    backlog = []
+    backlog = []  # events read while acting on earlier ones: handled in the next round
+    precounted = {}  # writes among them, per PF, counted when they were read
 
     def later_writes(pf):
         def count():
@@ -702,8 +708,10 @@ def run(root=HW):
             # microseconds away.
             new = ino.read(0.003) or []
             backlog.extend(new)
-            # Counted now, and handled again in the next round, without counting them again.
-            return agent.writes_in(pf.dir, new, ino.paths)
+            for d in {ino.paths.get(wd) for wd, _, name in new if name == "sriov_numvfs"} & set(pfs):
+                precounted[d] = precounted.get(d, 0) + agent.writes_in(d, new, ino.paths)
+            # This PF's are part of the write being applied; the others' wait for their round.
+            return precounted.pop(pf.dir, 0)
         return count
 
     def apply(pf, writes=0, scan=False):
@@ -745,7 +753,7 @@ def run(root=HW):
     while True:
         timeout = RESCAN_S if os.path.isdir(devices) else WAIT_TREE_S
         from_backlog = bool(backlog)
-        if backlog:  # events read while acting on earlier ones (their writes already counted)
+        if backlog:  # their writes were counted when they were read
             events = backlog[:]
             backlog.clear()
         else:
@@ -787,7 +795,8 @@ def run(root=HW):
             last = time.monotonic()
         for d in numvfs_writes:
             if d in pfs:
-                apply(pfs[d], 0 if from_backlog else agent.writes_in(d, events, ino.paths))
+                writes = precounted.pop(d, 0) if from_backlog else agent.writes_in(d, events, ino.paths)
+                apply(pfs[d], writes)
         touched = set()
         for d, index, attr in sorted(settings):
             if d not in pfs:
