@@ -103,7 +103,11 @@ def preview_stack(stack: str) -> preview_mod.Preview:
         return preview_mod.failed_run(stack, (proc.stderr or "") + (proc.stdout or ""))
     result = preview_mod.load(data, stack)
     if proc.returncode != 0 and not result.failed:
-        result.failure = ((proc.stderr or "").strip().splitlines() or ["pulumi preview failed"])[-1]
+        # The engine stopped before the program (a missing virtualenv, a wrong passphrase): its
+        # reason is on stderr, after any noise.
+        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+        result.failure = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else
+                              f"pulumi preview exited {proc.returncode}")
     return result
 
 

@@ -181,7 +181,7 @@ def summary_line(review: StackReview) -> str:
     if driver:
         return f"{head}: not previewed: {driver}"
     if review.preview.failed:
-        seen = f"; worst change before it stopped: **{worst_.label}**" if worst_ > Disruption.IN_PLACE else ""
+        seen = f"; worst change seen: **{worst_.label}**" if worst_ > Disruption.IN_PLACE else ""
         return f"{head}: **preview failed**, `up` would fail too: {first_error(review.preview)}{seen}"
     if not units:
         return f"{head}: no changes"
