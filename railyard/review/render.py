@@ -21,6 +21,7 @@ SHOWN = 3  # names listed before "… and N more"
 MAX_PROPERTIES = 12
 MAX_LINES = 15
 MAX_VALUE = 48
+MAX_COMMENT = 60_000  # characters; GitHub takes at most 65,536 in a comment
 
 # Component kinds in the order a reader meets them, with their headings.
 KINDS = {
@@ -358,11 +359,21 @@ def render(reviews: list[StackReview], *, base: str | None = None, left_out: lis
         out.append("")
     if left_out:
         out += [f"Left out (lab stacks live on a workstation, not in this backend): {names(left_out)}.", ""]
-    for r in reviews:
-        out.extend(render_stack(r))
     basis = f" against `{base}`" if base else ""
-    out.append(f"<sub>`railyard review`{basis}. Disruption, least first: in place, needs a reboot, replaces "
-               "nodes, destroys data (docs/review.md). Secrets show as [secret].</sub>")
+    footer = (f"<sub>`railyard review`{basis}. Disruption, least first: in place, needs a reboot, replaces "
+              "nodes, destroys data (docs/review.md). Secrets show as [secret].</sub>")
+    size = len("\n".join(out)) + len(footer) + 200
+    for i, r in enumerate(reviews):
+        section = render_stack(r)
+        length = len("\n".join(section)) + 1
+        if size + length > MAX_COMMENT:
+            # GitHub refuses longer comments; the summary lines above still cover every stack.
+            rest = [x.stack for x in reviews[i:]]
+            out += [f"… the details of {names(rest)} do not fit in one comment; `make review` prints them.", ""]
+            break
+        out.extend(section)
+        size += length
+    out.append(footer)
     return "\n".join(_squeeze(out)) + "\n"
 
 

@@ -204,3 +204,17 @@ def test_property_paths_round_trip():
     for text in ("a.b[0].c", 'hosts["gpu-0"].vars', "railyard:tuning.hugepages"):
         assert preview.format_path(preview.parse_path(text)).replace('["gpu-0"]', ".gpu-0") \
             == text.replace('["gpu-0"]', ".gpu-0")
+
+
+def test_a_comment_stays_within_what_github_accepts():
+    reviews = []
+    for k in range(40):
+        steps = []
+        for i in range(60):
+            # A property of its own per node: nothing folds, as in the worst case.
+            steps += node_steps("update", f"n{k}-{i}", {f"p{i}": f"10.{k}.0.{i}/24"}, {f"p{i}": f"10.{k}.1.{i}/24"})
+        reviews.append(render.StackReview(f"s{k}", "test", preview.load({"steps": steps}, f"s{k}")))
+    text = render.render(reviews)
+    assert len(text) <= 65536
+    assert text.count("\n- **`s") == 40, "every stack keeps its summary line"
+    assert "do not fit in one comment; `make review` prints them" in text
