@@ -45,10 +45,14 @@ class HostTuning(pulumi.ComponentResource):
                                                dataset_prefix=storage.get("dataset_prefix") or "",
                                                extra_vars=args.extra_vars)}
 
-        storage = pulumi.Output.from_input(args.storage or {})
-        public = storage.apply(lambda s: {k: (s or {}).get(k) for k in ("object_endpoint", "dataset_prefix")})
+        # Public and secret storage values travel apart: an Output holding any secret is secret as
+        # a whole, and per-node tuning inputs must stay readable in previews and reviews.
+        storage = args.storage or {}
+        public = pulumi.Output.all(storage.get("object_endpoint"), storage.get("dataset_prefix")).apply(
+            lambda v: {"object_endpoint": v[0], "dataset_prefix": v[1]})
         host_inputs = pulumi.Output.all(args.inventory, public).apply(hosts)
-        secret_vars = pulumi.Output.secret(storage.apply(lambda s: runner.object_store_vars(s or {})))
+        secret_vars = pulumi.Output.secret(pulumi.Output.all(storage.get("access_key"), storage.get("secret_key")).apply(
+            lambda v: runner.object_store_vars({"access_key": v[0], "secret_key": v[1]})))
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
                              hosts=host_inputs, private_key=args.access.private_key, secret_vars=secret_vars,
                              opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
