@@ -115,18 +115,31 @@ def run_sections(sections: list[Section], repeat: int, quick: bool, out: Path | 
     workdir.mkdir(parents=True, exist_ok=True)
     figures: dict[tuple[str, str], Figure] = {}
     ctx = Context(repeat=repeat, quick=quick, workdir=workdir)
+    # Wall times mean little on a machine others are loading: the load average before and after
+    # each section goes into the report beside them.
+    load: dict[str, dict[str, list[float]]] = {}
+    errors: list[dict] = []
     for section in sections:
         print(f"bench: {section.name}: {section.description}", file=sys.stderr, flush=True)
-        for _ in range(repeat):
-            for s in section.run(ctx):
-                key = (section.name, s.figure)
-                fig = figures.setdefault(key, Figure(section.name, s.figure, s.unit, target=s.target, note=s.note))
-                fig.values.append(s.value)
+        before = list(os.getloadavg())
+        try:
+            for _ in range(repeat):
+                for s in section.run(ctx):
+                    key = (section.name, s.figure)
+                    fig = figures.setdefault(key, Figure(section.name, s.figure, s.unit, target=s.target, note=s.note))
+                    fig.values.append(s.value)
+        except Exception as exc:  # the other sections' figures still count; the report says what failed
+            errors.append({"section": section.name, "error": f"{type(exc).__name__}: {exc}"[-4000:]})
+            print(f"bench: {section.name} failed: {exc}", file=sys.stderr, flush=True)
+        load[section.name] = {"before": before, "after": list(os.getloadavg())}
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": versions(),
         "repeat": repeat,
+        "quick": quick,
+        "load_average": load,
+        "errors": errors,
         "figures": [
             {"section": f.section, "figure": f.figure, "median": f.median, "unit": f.unit,
              "values": f.values, "target": f.target, "status": f.status, "note": f.note}
@@ -151,7 +164,15 @@ def render_table(report: dict) -> str:
     for f in report["figures"]:
         rows.append((f["section"], f["figure"], _fmt(f["median"]), f["unit"],
                      "" if f["target"] is None else f"<= {_fmt(f['target'])}", f["status"], str(len(f["values"]))))
+    if len(rows) == 1:
+        return "no figures" + "".join(f"\n{e['section']} failed: {e['error'].splitlines()[0]}"
+                                      for e in report.get("errors") or ())
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    for name, la in (report.get("load_average") or {}).items():
+        lines.append(f"load average (1, 5, 15 min) around {name}: "
+                     f"{' '.join(f'{v:.1f}' for v in la['before'])} before, {' '.join(f'{v:.1f}' for v in la['after'])} after")
+    for e in report.get("errors") or ():
+        lines.append(f"{e['section']} failed: {e['error'].splitlines()[0]}")
     return "\n".join(lines)

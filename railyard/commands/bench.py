@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -33,5 +34,7 @@ def handle(args) -> int:
         print("railyard bench: --repeat must be at least 1", file=sys.stderr)
         return 1
     chosen = [sections[n] for n in args.sections] if args.sections else list(sections.values())
-    run_sections(chosen, args.repeat, args.quick, args.output)
-    return 0
+    # A terminated bench unwinds like an interrupted one, so the lab section's cleanup runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    report = run_sections(chosen, args.repeat, args.quick, args.output)
+    return 1 if report["errors"] else 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from railyard import paths
-from railyard.engine.toolchain import ToolchainError, engine_env
+from railyard.engine.toolchain import ToolchainError, command_settings, engine_env
 
 
 class PulumiError(RuntimeError):
@@ -37,7 +37,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run `pulumi ARGS` in the project (or cwd) with the engine environment."""
     root = root or paths.project_root()
-    full_env = engine_env(root, env)
+    full_env = {**engine_env(root, env), **command_settings(args)}
     proc = subprocess.run(
         [str(pulumi_bin(root)), *args, "--non-interactive"],
         cwd=cwd or root,

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from railyard import paths
 
@@ -353,6 +353,18 @@ def engine_settings(root: Path, env: dict[str, str]) -> dict[str, str]:
     if "PULUMI_CONFIG_PASSPHRASE" not in env and "PULUMI_CONFIG_PASSPHRASE_FILE" not in env:
         settings["PULUMI_CONFIG_PASSPHRASE"] = ""
     return settings
+
+
+def command_settings(args: Sequence[str]) -> dict[str, str]:
+    """Settings for one pulumi command, on top of engine_settings."""
+    if args and args[0] == "preview":
+        # The engine keeps a snapshot manager even for a preview and, after every step, serializes
+        # the whole deployment only to hand it to a persister that discards it: quadratic in the
+        # number of resources (most of a 448-node preview's engine CPU and memory, see
+        # docs/benchmarks.md). A preview persists nothing, so saving once at the end loses nothing.
+        # Never for up or destroy: there the checkpoints are what a killed run recovers from.
+        return {"PULUMI_SKIP_CHECKPOINTS": "true"}
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

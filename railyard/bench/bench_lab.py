@@ -1,0 +1,216 @@
+"""Lab section: `pulumi up` (host tuning included), the tuning run alone, an idempotent `up` and
+`destroy` of 2, 8 and 32 DGX H100 lab nodes; and the state an `up` leaves per node.
+
+Each size is a stack of its own (`bench-lab<N>`) in a copy of the project with a throwaway
+backend, on management and storage networks no route of this machine overlaps, so it runs
+beside the user's `lab` and other stacks. Whatever happens, the stack's lab objects are removed
+before the size is reported (railyard.drivers.lab.gc.destroy_all).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from railyard import paths
+from railyard.bench import proctree
+from railyard.bench.harness import Context, Sample, Section
+from railyard.bench.stack_project import StackProject
+
+SIZES = (2, 8, 32)
+QUICK_SIZES = (2,)
+TARGET_UP_S = {32: 180.0}
+TARGET_RERUN_RATIO = 0.5
+RUN_TIMEOUT_S = 1_800
+# Where the bench's stacks take their networks (a /23 each: the planner cuts every network into
+# eight pool blocks, and 32 nodes need blocks of 64): clear of the default lab (198.18.0.0/20 and
+# 198.18.32.0/20), lab-virtual and the lab tests (198.18.128.0/17).
+POOL = ipaddress.ip_network("198.18.64.0/18")
+TUNING_RUN_SUFFIX = "-tuning-run"
+
+
+def stack_name(nodes: int) -> str:
+    return f"bench-lab{nodes}"
+
+
+def free_networks(count: int, prefix: int = 23) -> list[str]:
+    from railyard.drivers.lab import net
+
+    out = []
+    for candidate in POOL.subnets(new_prefix=prefix):
+        if not net.overlapping_routes(str(candidate)):
+            out.append(str(candidate))
+            if len(out) == count:
+                return out
+    raise RuntimeError(f"no {count} free /{prefix} networks in {POOL} (all overlap routes of this machine)")
+
+
+def lab_config(nodes: int, mgmt: str, storage: str) -> dict:
+    """The default `lab` stack's shape (stacks/Pulumi.lab.yaml) at `nodes` nodes, ephemeral so that
+    destroy needs no unprotect."""
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": nodes}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "topology": "rail-optimized",
+                        "oversubscription": 1, "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": storage},
+            "management": {"cidr": mgmt},
+        },
+        "railyard:ephemeral": {"ttl": "2h"},
+        "railyard:tenants": [{"name": "research", "pkey": "0x8001"}],
+        "railyard:storage": {
+            "object": {"bucket": "datasets"},
+            "parallelFs": {"kind": "lustre", "mount": "/mnt/pfs", "capacityTiB": 10},
+            "localCache": {"mount": "/mnt/cache", "raid": "raid0", "fs": "xfs"},
+        },
+        "railyard:tuning": {
+            "hugepages": {"size": "1G", "percentOfMemory": 50, "perNuma": True},
+            "sriov": {"vfsPerPf": 0},
+            "affinity": {"policy": "pcie-nearest"},
+            "iommu": "passthrough",
+        },
+    }
+
+
+def events(run: proctree.TreeRun) -> list[tuple[float, dict]]:
+    """`pulumi up --json` streams one engine event a line; each with the second it arrived."""
+    out = []
+    for t, line in run.lines:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append((t, json.loads(line)))
+            except ValueError:
+                pass
+    return out
+
+
+def summary(evs: list[tuple[float, dict]]) -> dict:
+    for _, e in evs:
+        if "summaryEvent" in e:
+            return e["summaryEvent"]
+    return {}
+
+
+def step_seconds(evs: list[tuple[float, dict]], urn_suffix: str) -> float | None:
+    """How long the engine spent on one resource's step: its pre event to its outputs event."""
+    start = end = None
+    for t, e in evs:
+        for key in ("resourcePreEvent", "resOutputsEvent", "resOpFailedEvent"):
+            meta = (e.get(key) or {}).get("metadata") or {}
+            if not meta.get("urn", "").endswith(urn_suffix):
+                continue
+            if key == "resourcePreEvent":
+                start = t
+            else:
+                end = t
+    return None if start is None or end is None else end - start
+
+
+def state_figures(project: StackProject, nodes: int) -> dict:
+    """The checkpoint `up` wrote: bytes per node, and what the serialized dynamic providers take."""
+    path = project.checkpoint()
+    doc = json.loads(path.read_text())
+    resources = doc["checkpoint"]["latest"].get("resources") or []
+    provider_bytes = dynamic = 0
+    for r in resources:
+        for where in ("inputs", "outputs"):
+            value = (r.get(where) or {}).get("__provider")
+            if value is not None:
+                provider_bytes += len(json.dumps(value))
+        if r.get("type", "").startswith("pulumi-python:dynamic"):
+            dynamic += 1
+    return {"bytes": path.stat().st_size, "per_node": path.stat().st_size / nodes, "resources": len(resources),
+            "provider_per_resource": provider_bytes / max(dynamic, 1), "provider_share": provider_bytes / path.stat().st_size}
+
+
+def check(run: proctree.TreeRun, what: str) -> dict:
+    evs = events(run)
+    s = summary(evs)
+    if run.returncode != 0 or s.get("result") not in (None, "succeeded"):
+        raise RuntimeError(f"{what} failed (rc {run.returncode}):\n{run.stdout[-4000:]}\n{run.stderr[-3000:]}")
+    return {"events": evs, "summary": s}
+
+
+def cleanup(project: StackProject | None, stack: str) -> None:
+    from railyard.drivers.lab import gc
+
+    if project is not None:
+        project.pulumi("destroy", "--yes", "--skip-preview", check=False, timeout=RUN_TIMEOUT_S)
+    gc.destroy_all(stack)
+    shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
+
+
+def lab_size(ctx: Context, nodes: int):
+    from railyard.drivers.lab import gc
+
+    stack = stack_name(nodes)
+    gc.destroy_all(stack)  # what a killed earlier run left
+    mgmt, storage = free_networks(2)
+    base = Path(tempfile.mkdtemp(prefix=f"lab-{nodes}-", dir=ctx.workdir))
+    project: StackProject | None = None
+    figures: list[Sample] = []
+    destroyed = False
+    try:
+        project = StackProject(base, stack, lab_config(nodes, mgmt, storage))
+        project.pulumi("stack", "init", "--secrets-provider", "passphrase")
+
+        def up() -> tuple[proctree.TreeRun, dict]:
+            r = proctree.run(project.argv("up", "--yes", "--skip-preview", "--json"), cwd=project.dir,
+                             env=project.env_for("up"), timeout=RUN_TIMEOUT_S)
+            return r, check(r, "up")
+
+        label = f"{nodes} nodes"
+        first, info = up()
+        tuning = step_seconds(info["events"], TUNING_RUN_SUFFIX)
+        state = state_figures(project, nodes)
+        second, again = up()
+        changes = {k: v for k, v in (again["summary"].get("resourceChanges") or {}).items() if k != "same"}
+        r = proctree.run(project.argv("destroy", "--yes", "--skip-preview", "--json"), cwd=project.dir,
+                         env=project.env_for("destroy"), timeout=RUN_TIMEOUT_S)
+        check(r, "destroy")
+        destroyed = True
+        figures += [
+            Sample(f"up, {label}: wall", first.wall_s, "s", target=TARGET_UP_S.get(nodes),
+                   note="pulumi up --skip-preview of a fresh stack, host tuning included"),
+            Sample(f"up, {label}: peak RSS (process tree)", first.peak_rss_mib, "MiB",
+                   note="pulumi, the program, providers and Ansible; not the nodes' sshd or the object store"),
+        ]
+        if tuning is not None:
+            figures.append(Sample(f"tuning run, {label}: wall", tuning, "s",
+                                  note="the TuningRun resource's step in the first up (engine events)"))
+        figures += [
+            Sample(f"idempotent up, {label}: wall", second.wall_s, "s"),
+            Sample(f"idempotent up, {label}: ratio to first up", second.wall_s / first.wall_s, "x",
+                   target=TARGET_RERUN_RATIO),
+            Sample(f"idempotent up, {label}: resources changed", sum(changes.values()), "",
+                   note="anything but 'same' in the rerun's summary"),
+            Sample(f"destroy, {label}: wall", r.wall_s, "s"),
+            Sample(f"state after up, {label}: bytes per node", state["per_node"], "B",
+                   note="the stack's checkpoint JSON / nodes"),
+            Sample(f"state after up, {label}: __provider bytes per dynamic resource", state["provider_per_resource"],
+                   "B", note="the serialized dynamic provider, inputs and outputs"),
+            Sample(f"state after up, {label}: __provider share of state", 100 * state["provider_share"], "%"),
+        ]
+    finally:
+        cleanup(None if destroyed else project, stack)
+        shutil.rmtree(base, ignore_errors=True)
+    leftovers = {k: v for k, v in gc.inventory(stack).items() if k != "stack" and v}
+    if leftovers:
+        raise RuntimeError(f"{stack}: lab objects left after destroy: {leftovers}")
+    yield from figures
+
+
+def run(ctx: Context):
+    for nodes in QUICK_SIZES if ctx.quick else SIZES:
+        yield from lab_size(ctx, nodes)
+
+
+SECTIONS = (Section("lab", "lab up (tuning included), tuning alone, idempotent up and destroy at 2, 8, 32 nodes",
+                    run),)

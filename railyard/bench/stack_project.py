@@ -1,0 +1,91 @@
+"""A copy of the project (program, components, one stack file) with a throwaway file backend, so
+the real engine runs on a stack of its own: the lab tests and the benchmarks share it, and neither
+touches the user's `lab` stack or `.railyard/state`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from railyard import paths
+from railyard.engine.toolchain import command_settings, engine_env
+
+ROOT = paths.PROJECT_ROOT
+
+
+class PulumiFailed(AssertionError):
+    """A pulumi command exited non-zero. An AssertionError so a test shows it as a plain failure."""
+
+
+class StackProject:
+    def __init__(self, base: Path, stack: str, config: dict):
+        self.stack = stack
+        self.dir = base / "project"
+        (self.dir / "stacks").mkdir(parents=True)
+        for name in ("__main__.py", "components"):
+            os.symlink(ROOT / name, self.dir / name)
+        (self.dir / "Pulumi.yaml").write_text(
+            "name: railyard\nruntime:\n  name: python\n  options:\n"
+            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+        self.state = base / "state"
+        self.state.mkdir()
+        self.env = {**engine_env(ROOT), "PULUMI_BACKEND_URL": f"file://{self.state}", "PULUMI_CONFIG_PASSPHRASE": ""}
+        self.write(config)
+
+    def write(self, config: dict) -> None:
+        path = self.dir / "stacks" / f"Pulumi.{self.stack}.yaml"
+        doc = yaml.safe_load(path.read_text()) if path.exists() else {}
+        doc["config"] = config
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def argv(self, *args: str) -> list[str]:
+        return [str(paths.bin_dir(ROOT) / "pulumi"), *args, "--stack", self.stack, "--non-interactive"]
+
+    def env_for(self, *args: str) -> dict[str, str]:
+        """The environment `railyard` itself would run this pulumi command in."""
+        return {**self.env, **command_settings(args)}
+
+    def pulumi(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(self.argv(*args), cwd=self.dir, env=self.env_for(*args), text=True,
+                              capture_output=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise PulumiFailed(f"pulumi {' '.join(args)}:\n{proc.stdout[-5000:]}\n{proc.stderr[-3000:]}")
+        return proc
+
+    def checkpoint(self) -> Path:
+        """The stack's checkpoint file in the file backend (the state `up` wrote)."""
+        found = sorted(self.state.glob(f".pulumi/stacks/**/{self.stack}.json"))
+        if not found:
+            raise FileNotFoundError(f"no checkpoint for stack {self.stack} under {self.state}")
+        return found[0]
+
+    def outputs(self, secrets: bool = False) -> dict:
+        return json.loads(self.pulumi("stack", "output", "--json", *(["--show-secrets"] if secrets else [])).stdout)
+
+    def machines(self) -> list[dict]:
+        out = []
+        for node in self.outputs()["inventory"]:
+            out.append(node)
+            out.extend(node.get("vms") or [])
+        return out
+
+    def ssh(self, name: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = self.outputs(secrets=True)
+        machines = [m for n in out["inventory"] for m in [n, *(n.get("vms") or [])]]
+        target = next(m for m in machines if m["name"] == name)
+        d = self.dir / ".ssh"
+        d.mkdir(exist_ok=True, mode=0o700)
+        (d / "id").write_text(out["access"]["privateKey"])
+        (d / "id").chmod(0o600)
+        (d / "kh").write_text("".join(f"{m['management_ip']} {m['host_key']}\n" for m in machines))
+        proc = subprocess.run(["ssh", "-i", str(d / "id"), "-o", f"UserKnownHostsFile={d / 'kh'}",
+                               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                               f"root@{target['management_ip']}", command],
+                              text=True, capture_output=True, timeout=60, check=False)
+        if check:
+            assert proc.returncode == 0, f"{name}: {command}: {proc.stderr}"
+        return proc
