@@ -7,20 +7,20 @@ file backend; its networks sit beside the default lab's so both can run at once.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from railyard import paths
 from railyard.drivers.lab import gc, names, net, node
-from railyard.engine.toolchain import engine_env
+
+from .stack_project import StackProject
 
 ROOT = paths.PROJECT_ROOT
 STACK = "tlife"
@@ -40,58 +40,6 @@ STACK_CONFIG = {
 }
 
 
-class Project:
-    """A copy of the project (program, components, one stack file) with its own backend."""
-
-    def __init__(self, base: Path):
-        self.dir = base / "project"
-        self.dir.mkdir()
-        for name in ("__main__.py", "components"):
-            os.symlink(ROOT / name, self.dir / name)
-        (self.dir / "stacks").mkdir()
-        (self.dir / "Pulumi.yaml").write_text(
-            "name: railyard\nruntime:\n  name: python\n  options:\n"
-            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
-        self.env = engine_env(ROOT)
-        self.env["PULUMI_BACKEND_URL"] = f"file://{base / 'state'}"
-        self.env["PULUMI_CONFIG_PASSPHRASE"] = ""
-        (base / "state").mkdir()
-        self.config = json.loads(json.dumps(STACK_CONFIG))
-        self.write()
-
-    def write(self) -> None:
-        path = self.dir / "stacks" / f"Pulumi.{STACK}.yaml"
-        existing = yaml.safe_load(path.read_text()) if path.exists() else {}
-        existing["config"] = self.config
-        path.write_text(yaml.safe_dump(existing, sort_keys=False))
-
-    def pulumi(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), *args, "--stack", STACK, "--non-interactive"],
-                              cwd=self.dir, env=self.env, text=True, capture_output=True, timeout=timeout, check=False)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"pulumi {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        return proc
-
-    def outputs(self, secrets: bool = False) -> dict:
-        args = ["stack", "output", "--json"] + (["--show-secrets"] if secrets else [])
-        return json.loads(self.pulumi(*args).stdout)
-
-
-def ssh(project: Project, node_name: str, command: str) -> subprocess.CompletedProcess[str]:
-    out = project.outputs(secrets=True)
-    target = next(n for n in out["inventory"] if n["name"] == node_name)
-    d = project.dir / ".ssh"
-    d.mkdir(exist_ok=True, mode=0o700)
-    key = d / "id"
-    key.write_text(out["access"]["privateKey"])
-    key.chmod(0o600)
-    (d / "known_hosts").write_text("".join(f"{n['management_ip']} {n['host_key']}\n" for n in out["inventory"]))
-    return subprocess.run(
-        ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={d / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
-         "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{target['management_ip']}", command],
-        text=True, capture_output=True, timeout=60, check=False)
-
-
 def host_snapshot() -> dict:
     """What a lab must never change on the host."""
     def listing(p: str) -> list[str]:
@@ -109,7 +57,8 @@ def project(tmp_path_factory):
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(STACK)  # leftovers of an aborted earlier run
     before = host_snapshot()
-    p = Project(tmp_path_factory.mktemp("labstack"))
+    p = StackProject(tmp_path_factory.mktemp("labstack"), STACK, STACK_CONFIG)
+    p.config = copy.deepcopy(STACK_CONFIG)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     p.before = before
     yield p
@@ -121,15 +70,15 @@ def test_up_builds_reachable_nodes_on_real_rails(project):
     project.pulumi("up", "--yes", "--skip-preview")
     inv = project.outputs()["inventory"]
     assert [n["name"] for n in inv] == ["gpu-0", "gpu-1"]
-    got = ssh(project, "gpu-0", "hostname; ip -o -4 addr show ibp24s0")
+    got = project.ssh("gpu-0", "hostname; ip -o -4 addr show ibp24s0", check=False)
     assert got.returncode == 0, got.stderr
     assert got.stdout.splitlines()[0] == "gpu-0"
     assert "198.19.0.2/19" in got.stdout
 
 
 def test_same_rail_is_one_hop_and_cross_rail_crosses_the_spine(project):
-    same = ssh(project, "gpu-0", "traceroute -n -q1 -w1 -s 198.19.0.2 198.19.0.3")
-    cross = ssh(project, "gpu-0", "traceroute -n -q1 -w1 -s 198.19.0.2 198.19.32.3")
+    same = project.ssh("gpu-0", "traceroute -n -q1 -w1 -s 198.19.0.2 198.19.0.3")
+    cross = project.ssh("gpu-0", "traceroute -n -q1 -w1 -s 198.19.0.2 198.19.32.3")
     hops = lambda out: [line.split()[1] for line in out.splitlines()[1:]]  # noqa: E731
     assert hops(same.stdout) == ["198.19.0.3"], same.stdout
     assert hops(cross.stdout) == ["198.19.0.1", "198.19.32.3"], cross.stdout
@@ -141,7 +90,7 @@ def test_second_up_changes_nothing(project):
 
 def test_preview_of_a_grown_pool_shows_exactly_the_new_node(project):
     project.config["railyard:nodePools"][0]["count"] = 3
-    project.write()
+    project.write(project.config)
     try:
         steps = json.loads(project.pulumi("preview", "--diff", "--json").stdout)["steps"]
         changed = {(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps if s["op"] != "same"}
@@ -152,7 +101,7 @@ def test_preview_of_a_grown_pool_shows_exactly_the_new_node(project):
                            ("update", stack_tuning)}, changed
     finally:
         project.config["railyard:nodePools"][0]["count"] = 2
-        project.write()
+        project.write(project.config)
 
 
 def test_refresh_notices_a_vanished_node_and_up_recreates_it(project):
@@ -162,14 +111,14 @@ def test_refresh_notices_a_vanished_node_and_up_recreates_it(project):
     state = json.loads(project.pulumi("stack", "export").stdout)["deployment"]["resources"]
     assert not any(r["urn"].endswith("::gpu-1-host") for r in state)
     project.pulumi("up", "--yes", "--skip-preview")
-    assert ssh(project, "gpu-1", "hostname").stdout.strip() == "gpu-1"
+    assert project.ssh("gpu-1", "hostname").stdout.strip() == "gpu-1"
 
 
 def test_killed_up_recovers_with_the_documented_steps(project):
     project.config["railyard:nodePools"][0]["count"] = 4
-    project.write()
-    proc = subprocess.Popen([str(paths.bin_dir(ROOT) / "pulumi"), "up", "--yes", "--skip-preview", "--stack", STACK,
-                             "--non-interactive"], cwd=project.dir, env=project.env,
+    project.write(project.config)
+    proc = subprocess.Popen(project.argv("up", "--yes", "--skip-preview"), cwd=project.dir,
+                            env=project.env_for("up"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline and not net.netns_exists(names.node_ns(STACK, "gpu-2")):
