@@ -21,16 +21,22 @@ class PulumiFailed(AssertionError):
     """A pulumi command exited non-zero. An AssertionError so a test shows it as a plain failure."""
 
 
+def project_copy(directory: Path) -> Path:
+    """A Pulumi project at `directory` running this checkout's program and components in its
+    virtualenv, with an empty stacks/ of its own."""
+    (directory / "stacks").mkdir(parents=True)
+    for name in ("__main__.py", "components"):
+        os.symlink(ROOT / name, directory / name)
+    (directory / "Pulumi.yaml").write_text(
+        "name: railyard\nruntime:\n  name: python\n  options:\n"
+        f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+    return directory
+
+
 class StackProject:
     def __init__(self, base: Path, stack: str, config: dict):
         self.stack = stack
-        self.dir = base / "project"
-        (self.dir / "stacks").mkdir(parents=True)
-        for name in ("__main__.py", "components"):
-            os.symlink(ROOT / name, self.dir / name)
-        (self.dir / "Pulumi.yaml").write_text(
-            "name: railyard\nruntime:\n  name: python\n  options:\n"
-            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+        self.dir = project_copy(base / "project")
         self.state = base / "state"
         self.state.mkdir()
         self.env = {**engine_env(ROOT), "PULUMI_BACKEND_URL": f"file://{self.state}", "PULUMI_CONFIG_PASSPHRASE": ""}

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from railyard import paths
+from railyard.bench.stack_project import project_copy
 from railyard.drivers.lab import gc, net
 from railyard.engine.toolchain import engine_env
 
@@ -58,13 +59,7 @@ def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -
 class RailyardProject:
     def __init__(self, base: Path, backend_url: str | None = None, env: dict[str, str] | None = None):
         self.base = base
-        self.dir = base / "project"
-        (self.dir / "stacks").mkdir(parents=True)
-        for name in ("__main__.py", "components"):
-            os.symlink(ROOT / name, self.dir / name)
-        (self.dir / "Pulumi.yaml").write_text(
-            "name: railyard\nruntime:\n  name: python\n  options:\n"
-            f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+        self.dir = project_copy(base / "project")
         local = paths.local_dir(self.dir)
         local.mkdir()
         for name in ("bin", "pulumi-home"):
