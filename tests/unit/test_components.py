@@ -40,6 +40,9 @@ def build(stack: str):
     plan = make_plan(spec)
     cluster = Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
     inventory = _resolve(cluster.inventory)
+    # The inventory resolves with the nodes' host keys, before resources that wait on the nodes
+    # (their storage) have registered: let every registration finish before listing them.
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
     monitor = pulumi.runtime.settings.get_monitor()
     urns = list(monitor.resources)
     return urns, {u.rsplit("::", 1)[1]: monitor.resources[u].state for u in urns}, cluster, plan, inventory
