@@ -19,7 +19,8 @@ class HgxNodeArgs:
 
 
 class HgxNode(pulumi.ComponentResource):
-    """Outputs: `management_ip` and `host_key` (what Ansible checks)."""
+    """Attributes: `management_ip` (the driver's address, a plain string) and `host_key` (what
+    Ansible checks)."""
 
     TYPE = "railyard:index:HgxNode"
 
@@ -28,6 +29,9 @@ class HgxNode(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         handle = driver.node(f"{name}-host", args.node, args.access, self, depends_on)
         self.ready = handle.ready
-        self.management_ip = pulumi.Output.from_input(handle.management_ip)
+        self.management_ip = handle.management_ip
         self.host_key = handle.host_key
-        self.register_outputs({"management_ip": self.management_ip, "host_key": self.host_key})
+        # No register_outputs: per node it cost an RPC, its log calls and a wrapping Output, about
+        # a sixth of a 448-node preview's CPU beyond the baseline (docs/benchmarks.md). The node's
+        # values reach state through the pool's and the stack's outputs; the component completes
+        # when the program does.

@@ -36,10 +36,10 @@ class NodePool(pulumi.ComponentResource):
                     pulumi.ResourceOptions(parent=self))
             for n in args.nodes
         ]
-        self.inventory = pulumi.Output.all(*[
-            pulumi.Output.all(n.management_ip, n.host_key).apply(
-                lambda v, name=plan.name, pool=args.name, sku=plan.sku: {
-                    "name": name, "pool": pool, "sku": sku, "management_ip": v[0], "host_key": v[1]})
-            for n, plan in zip(self.nodes, args.nodes)
-        ])
+        # One Output for the pool, not two per node: the SDK tracks every Output until the program
+        # ends, and per-node ones were a measurable part of a large preview (docs/benchmarks.md).
+        known = [{"name": plan.name, "pool": args.name, "sku": plan.sku, "management_ip": n.management_ip}
+                 for n, plan in zip(self.nodes, args.nodes)]
+        self.inventory = pulumi.Output.all(*[n.host_key for n in self.nodes]).apply(
+            lambda keys: [{**entry, "host_key": key} for entry, key in zip(known, keys)])
         self.register_outputs({"nodes": self.inventory})

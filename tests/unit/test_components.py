@@ -76,7 +76,7 @@ def test_node_resources_are_parented_cluster_pool_node(lab):
 
 def test_every_rail_nic_carries_its_sku_netdev_name_address_and_gateway(lab):
     _, state, _, plan, _ = lab
-    rails = state["gpu-0-host"]["rails"]
+    rails = state["gpu-0-host"]["spec"]["rails"]
     node = plan.node("gpu", 0)
     assert [r["rail"] for r in rails] == list(range(8))
     # dgx-h100 names from the catalog (Table 6): rail 0 is mlx5_0 = ibp24s0, rail 1 mlx5_3 = ibp64s0.
@@ -126,6 +126,6 @@ def test_virtual_layout_puts_each_planned_vm_on_its_hypervisor_with_its_vfs():
 def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(lab):
     urns, state, *_ = lab
     assert sum(u.endswith("-host-storage") for u in urns) == 2
-    assert state["gpu-0-host-storage"]["cache_mount"] == "/mnt/cache"
-    assert state["gpu-0-host-storage"]["fs"] == "xfs"
+    assert state["gpu-0-host-storage"]["spec"]["cache_mount"] == "/mnt/cache"
+    assert state["gpu-0-host-storage"]["spec"]["fs"] == "xfs"
     assert state["lab-storage-tiers"]["bucket"] == "datasets"

@@ -3,7 +3,14 @@ Linux objects through the functions of this package.
 
 The provider classes live in this importable module on purpose: Pulumi serializes a dynamic
 provider into every resource's state, and dill pickles a class from an importable module by
-reference (a few hundred bytes) instead of by value (its whole code, per resource).
+reference (a few hundred bytes) instead of by value (its whole code, per resource). They hold no
+state, so the pickle holds no secret: it is stored in the clear (serialize_as_secret_always).
+
+Per-node resources take their settings as one nested `spec` input: the Python SDK makes a tracked
+Output of every top-level input, and those Outputs were most of what a 448-node preview cost
+beyond the engine's own work (docs/benchmarks.md). `stack` and `node` stay on top, as the names
+every object is found by; diff and the providers read both layouts (`_flat`), so a stack written
+before the change converges to the new layout without an update.
 """
 
 from __future__ import annotations
@@ -17,13 +24,23 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 
+def _flat(props: dict) -> dict:
+    """A resource's inputs with its nested `spec` lifted to the top (either layout)."""
+    spec = props.get("spec")
+    if not isinstance(spec, dict):
+        return dict(props)
+    return {**{k: v for k, v in props.items() if k != "spec"}, **spec}
+
+
 class _LabProvider(ResourceProvider):
     """Shared semantics: inputs listed in REPLACE replace the object, others update it in place;
     read reports an object removed behind Pulumi's back as gone, so refresh drops it and the next
-    up recreates it; create adopts an existing object of the same name (the runtime converges)."""
+    up recreates it; create adopts an existing object of the same name (the runtime converges).
+    INPUTS and REPLACE name settings whether they sit on top or in `spec`."""
 
     REPLACE: tuple[str, ...] = ("stack",)
     INPUTS: tuple[str, ...] = ()
+    serialize_as_secret_always = False
 
     def ensure(self, props: dict) -> dict:  # returns runtime outputs
         raise NotImplementedError
@@ -38,22 +55,23 @@ class _LabProvider(ResourceProvider):
         raise NotImplementedError
 
     def create(self, props):
-        outs = self.ensure(props)
-        return CreateResult(id_=self.object_id(props), outs={**props, **outs})
+        outs = self.ensure(_flat(props))
+        return CreateResult(id_=self.object_id(_flat(props)), outs={**props, **outs})
 
     def diff(self, _id, olds, news):
+        olds, news = _flat(olds), _flat(news)
         changed = [k for k in self.INPUTS if olds.get(k) != news.get(k)]
         replaces = [k for k in changed if k in self.REPLACE]
         return DiffResult(changes=bool(changed), replaces=replaces, delete_before_replace=True)
 
     def update(self, _id, _olds, news):
-        return UpdateResult(outs={**news, **self.ensure(news)})
+        return UpdateResult(outs={**news, **self.ensure(_flat(news))})
 
     def delete(self, _id, props):
-        self.remove(props)
+        self.remove(_flat(props))
 
     def read(self, id_, props):
-        seen = self.observe(props)
+        seen = self.observe(_flat(props))
         if seen is None:
             return ReadResult(id_=None, outs={})  # gone: refresh removes it from state
         return ReadResult(id_=id_, outs={**props, **seen})
@@ -61,6 +79,8 @@ class _LabProvider(ResourceProvider):
 
 class AccessKeyProvider(ResourceProvider):
     """The stack's SSH key pair (ed25519), generated once; the private key is a Pulumi secret."""
+
+    serialize_as_secret_always = False  # the key is an output; the provider itself holds nothing
 
     def create(self, props):
         with tempfile.TemporaryDirectory() as d:
@@ -210,8 +230,9 @@ class LabNode(Resource):
                  storage: dict | None, compute_cidr: str | None, authorized_key: Any,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(NodeProvider(), name, {
-            "stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
-            "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None,
+            "stack": stack, "node": node,
+            "spec": {"sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage, "compute_cidr": compute_cidr},
+            "authorized_key": authorized_key, "host_key": None,
         }, opts)
 
 
@@ -311,9 +332,12 @@ class NodeStorageProvider(_LabProvider):
 class LabNodeStorage(Resource):
     def __init__(self, name: str, *, stack: str, node: str, cache_mount: str, fs: str, raid: str, drives: int,
                  size_gib: float, pfs_mount: str | None, opts: pulumi.ResourceOptions | None = None):
+        # cache_device and cache_note are outputs the program never reads: the provider still
+        # records them in state, without an Output each here.
         super().__init__(NodeStorageProvider(), name, {
-            "stack": stack, "node": node, "cache_mount": cache_mount, "fs": fs, "raid": raid, "drives": drives,
-            "size_gib": size_gib, "pfs_mount": pfs_mount, "cache_device": None, "cache_note": None}, opts)
+            "stack": stack, "node": node,
+            "spec": {"cache_mount": cache_mount, "fs": fs, "raid": raid, "drives": drives, "size_gib": size_gib,
+                     "pfs_mount": pfs_mount}}, opts)
 
 
 class VmProvider(_LabProvider):
