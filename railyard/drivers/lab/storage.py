@@ -197,12 +197,14 @@ def _check_bucket(bucket: str, what: str) -> None:
 
 
 def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
+    # Paths relative to the store's directory, which weed runs in: its private /tmp hides a
+    # checkout that lives under /tmp, but not the working directory it was entered before.
     return [
-        str(weed), "server",
-        f"-dir={d / 'data'}", f"-ip={ip}", f"-ip.bind={ip}",
+        os.path.realpath(weed), "server",
+        "-dir=data", f"-ip={ip}", f"-ip.bind={ip}",
         f"-master.port={WEED_PORTS['master']}", f"-volume.port={WEED_PORTS['volume']}",
         "-filer", f"-filer.port={WEED_PORTS['filer']}",
-        "-s3", f"-s3.port={port}", f"-s3.config={d / 's3.json'}",
+        "-s3", f"-s3.port={port}", "-s3.config=s3.json",
         # The lab has no way out and wants none tried; nor the catalog endpoints beside S3.
         "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
         # Small volumes, no replicas: a lab store holds megabytes, on one server.
@@ -266,11 +268,12 @@ def _start_weed(stack: str, d: Path, argv: list[str]) -> int:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LANG": "C.UTF-8",
            names.ENV_MARKER: names.storage_env_marker(stack)}
     (d / "weed.pid").unlink(missing_ok=True)
-    # A private /tmp (for weed's fixed-path unix sockets), then weed itself in place of the shell,
-    # so the pid the shell writes is weed's.
-    script = ('mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && echo $$ > "$2" && shift 2 && '
-              'exec "$@" >>"$LOG" 2>&1')
-    env["LOG"] = str(d / "weed.log")
+    # Into the store's directory first, then a private /tmp (for weed's fixed-path unix sockets;
+    # it may hide the checkout, not the working directory), then weed itself in place of the
+    # shell, so the pid the shell writes is weed's.
+    script = ('cd "$DIR" && mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && echo $$ > weed.pid && shift 2 && '
+              'exec "$@" >>weed.log 2>&1')
+    env["DIR"] = str(d)
     cmd = ["setsid", "--fork", "nsenter", f"--net={net.netns_path(sns)}", "--",
            "unshare", "--mount", "--propagation", "private", "--",
            "sh", "-c", script, "weed", f"{names.stack_prefix(stack)}storage", str(d / "weed.pid"), *argv]
