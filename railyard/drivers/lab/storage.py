@@ -196,15 +196,19 @@ def _check_bucket(bucket: str, what: str) -> None:
         raise LabError(what, f"bucket {bucket!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
 
 
+# Where weed's mount namespace shows the store's directory (nothing else there needs /mnt).
+STORE_MOUNT = "/mnt"
+
+
 def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
-    # Paths relative to the store's directory, which weed runs in: its private /tmp hides a
-    # checkout that lives under /tmp, but not the working directory it was entered before.
+    # Paths under STORE_MOUNT, where weed's own mount namespace shows the store's directory: its
+    # private /tmp would hide a checkout that lives under /tmp (weed absolutizes relative paths).
     return [
         os.path.realpath(weed), "server",
-        "-dir=data", f"-ip={ip}", f"-ip.bind={ip}",
+        f"-dir={STORE_MOUNT}/data", f"-ip={ip}", f"-ip.bind={ip}",
         f"-master.port={WEED_PORTS['master']}", f"-volume.port={WEED_PORTS['volume']}",
         "-filer", f"-filer.port={WEED_PORTS['filer']}",
-        "-s3", f"-s3.port={port}", "-s3.config=s3.json",
+        "-s3", f"-s3.port={port}", f"-s3.config={STORE_MOUNT}/s3.json",
         # The lab has no way out and wants none tried; nor the catalog endpoints beside S3.
         "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
         # Small volumes, no replicas: a lab store holds megabytes, on one server.
@@ -268,11 +272,11 @@ def _start_weed(stack: str, d: Path, argv: list[str]) -> int:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LANG": "C.UTF-8",
            names.ENV_MARKER: names.storage_env_marker(stack)}
     (d / "weed.pid").unlink(missing_ok=True)
-    # Into the store's directory first, then a private /tmp (for weed's fixed-path unix sockets;
-    # it may hide the checkout, not the working directory), then weed itself in place of the
-    # shell, so the pid the shell writes is weed's.
-    script = ('cd "$DIR" && mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && echo $$ > weed.pid && shift 2 && '
-              'exec "$@" >>weed.log 2>&1')
+    # In weed's own mount namespace: the store's directory at STORE_MOUNT, then a private /tmp
+    # (for weed's fixed-path unix sockets), then weed itself in place of the shell, so the pid
+    # the shell writes is weed's.
+    script = (f'mount --bind "$DIR" {STORE_MOUNT} && mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && '
+              f'cd {STORE_MOUNT} && echo $$ > weed.pid && shift 2 && exec "$@" >>weed.log 2>&1')
     env["DIR"] = str(d)
     cmd = ["setsid", "--fork", "nsenter", f"--net={net.netns_path(sns)}", "--",
            "unshare", "--mount", "--propagation", "private", "--",
