@@ -144,16 +144,22 @@ def resource_count(result: dict) -> int:
     return sum(1 for s in result["steps"] if (s.get("newState") or {}).get("type") != "pulumi:pulumi:Stack")
 
 
+def node_resource_count(result: dict) -> int:
+    """Resources that are a node or under one: an HgxNode component and its children (a URN's
+    type part names the parents' types)."""
+    return sum(1 for s in result["steps"] if "railyard:index:HgxNode" in s.get("urn", "").split("::")[2])
+
+
 def run(ctx: Context):
     sizes = QUICK_SIZES if ctx.quick else SIZES
-    counts: dict[int, int] = {}
     for nodes in sizes:
         base = Path(tempfile.mkdtemp(prefix=f"engine-{nodes}-", dir=ctx.workdir))
         try:
             project = StackProject(base / "railyard", f"bench{nodes}", preview_config(nodes))
             project.pulumi("stack", "init", "--secrets-provider", "passphrase")
             ours, result = preview(project, f"railyard-{nodes}")
-            count = counts[nodes] = resource_count(result)
+            count = resource_count(result)
+            per_node = node_resource_count(result)
             baseline, _ = preview(BaselineProject(base / "baseline", count), f"baseline-{count}")
         finally:
             shutil.rmtree(base, ignore_errors=True)
@@ -163,6 +169,10 @@ def run(ctx: Context):
         yield Sample(f"{label}: CPU (process tree)", ours.total_cpu_s, "s",
                      note="sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(ours.cpu_s.items())))
         yield Sample(f"{label}: resources", count, "")
+        yield Sample(f"{label}: resources per node", per_node / nodes, "",
+                     note="an HgxNode component and everything under it, per node")
+        yield Sample(f"{label}: resources outside the nodes", count - per_node, "",
+                     note="cluster, fabric, storage and pool components, key, fabric, spine, object store, tuning, expiry")
         yield Sample(f"baseline preview, {count:,} no-op dynamic resources: wall", baseline.wall_s, "s")
         yield Sample(f"baseline preview, {count:,} no-op dynamic resources: peak RSS (process tree)",
                      baseline.peak_rss_mib, "MiB")
@@ -170,11 +180,6 @@ def run(ctx: Context):
                      "s", note="sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(baseline.cpu_s.items())))
         yield Sample(f"{label}: ratio to baseline", ours.wall_s / baseline.wall_s, "x", target=TARGET_RATIO.get(nodes),
                      note="wall of Railyard's preview / wall of the baseline with as many resources")
-    small, large = sizes
-    per_node = (counts[large] - counts[small]) / (large - small)
-    yield Sample("resources per node", per_node, "",
-                 note=f"from the previews' counts: ({counts[large]} - {counts[small]}) / ({large} - {small})")
-    yield Sample("resources outside the nodes", counts[small] - per_node * small, "")
 
 
 SECTIONS = (Section("engine", "pulumi preview at 448 and 2,500 nodes beside a baseline of no-op dynamic resources",

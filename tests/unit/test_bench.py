@@ -89,3 +89,15 @@ def test_the_tuning_step_is_timed_from_its_engine_events():
 def test_events_are_read_from_json_lines_with_their_arrival():
     run = proctree.TreeRun(0, 1.0, 0, 0, lines=[(0.5, '{"sequence": 0, "preludeEvent": {}}\n'), (0.7, "noise\n")])
     assert bench_lab.events(run) == [(0.5, {"sequence": 0, "preludeEvent": {}})]
+
+
+def test_resources_per_node_are_the_node_component_and_what_is_under_it():
+    prefix = "urn:pulumi:s::railyard::railyard:index:Cluster$railyard:index:NodePool"
+    result = {"steps": [
+        {"urn": f"{prefix}$railyard:index:HgxNode::gpu-0", "newState": {"type": "railyard:index:HgxNode"}},
+        {"urn": f"{prefix}$railyard:index:HgxNode$pulumi-python:dynamic:Resource::gpu-0-host", "newState": {}},
+        {"urn": f"{prefix}::lab-gpu", "newState": {"type": "railyard:index:NodePool"}},
+        {"urn": "urn:pulumi:s::railyard::pulumi:pulumi:Stack::railyard-s", "newState": {"type": "pulumi:pulumi:Stack"}},
+    ]}
+    assert bench_engine.resource_count(result) == 3
+    assert bench_engine.node_resource_count(result) == 2
