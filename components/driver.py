@@ -13,6 +13,7 @@ from typing import Any
 
 import pulumi
 
+from railyard import drivers
 from railyard.model.plan import NodePlan, Plan, VmPlan
 from railyard.model.spec import Spec
 
@@ -69,9 +70,8 @@ class Driver(abc.ABC):
 
 
     def tuning_vars(self) -> dict[str, Any]:
-        """Role variables the driver's machines need on top of the plan's (e.g. where the lab
-        presents sysfs and procfs). Real hosts need none."""
-        return {}
+        """Role variables the driver's machines need on top of the plan's (railyard.drivers.tuning_vars)."""
+        return drivers.tuning_vars(self.spec.driver)
 
     @abc.abstractmethod
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,

@@ -27,6 +27,11 @@ def project_copy(directory: Path) -> Path:
     (directory / "stacks").mkdir(parents=True)
     for name in ("__main__.py", "components"):
         os.symlink(ROOT / name, directory / name)
+    # The engine this checkout built, so `railyard` commands with RAILYARD_ROOT=directory find it.
+    local = paths.local_dir(directory)
+    local.mkdir()
+    for name in ("bin", "pulumi-home"):
+        os.symlink(paths.local_dir(ROOT) / name, local / name)
     (directory / "Pulumi.yaml").write_text(
         "name: railyard\nruntime:\n  name: python\n  options:\n"
         f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")

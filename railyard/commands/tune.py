@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from railyard import paths
+from railyard import drivers, paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 
@@ -41,11 +41,9 @@ def handle(args) -> int:
               file=sys.stderr)
         return 1
     storage = outputs.get("storage") or {}
-    from components.driver import load_driver
-
     hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
                               dataset_prefix=storage.get("dataset_prefix") or "",
-                              extra_vars=load_driver(spec, plan).tuning_vars())
+                              extra_vars=drivers.tuning_vars(spec.driver))
     result = runner.run(args.stack, hosts, key, check=args.check, limit=args.limit, tags=args.tags,
                         secret_vars=runner.object_store_vars(storage),
                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))

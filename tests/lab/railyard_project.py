@@ -60,10 +60,6 @@ class RailyardProject:
     def __init__(self, base: Path, backend_url: str | None = None, env: dict[str, str] | None = None):
         self.base = base
         self.dir = project_copy(base / "project")
-        local = paths.local_dir(self.dir)
-        local.mkdir()
-        for name in ("bin", "pulumi-home"):
-            os.symlink(paths.local_dir(ROOT) / name, local / name)
         if backend_url is None:
             (base / "state").mkdir()
             backend_url = f"file://{base / 'state'}"

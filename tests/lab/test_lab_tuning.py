@@ -77,6 +77,18 @@ def test_second_up_reports_no_change(project):
     project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes")
 
 
+def test_railyard_tune_check_mode_finds_nothing_to_change(project):
+    # The operators' command outside Pulumi, as its console script runs it (without the project
+    # root on sys.path, so it must not need the Pulumi program's packages).
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "tune", "--stack", STACK, "--check"],
+                          cwd=project.dir, env={**project.env, "RAILYARD_ROOT": str(project.dir)},
+                          text=True, capture_output=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    hosts = [line for line in proc.stdout.splitlines() if line.startswith("gpu-")]
+    assert len(hosts) == 2 and all("changed=0 failed=0 unreachable=0" in line for line in hosts), proc.stdout
+    assert "would change" not in proc.stdout
+
+
 def test_a_hugepage_edit_previews_as_a_tuning_change_with_host_drift_lines(project):
     project.write(config(50))
     try:

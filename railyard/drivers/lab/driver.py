@@ -23,22 +23,8 @@ def host_address(cidr: str) -> str:
     return str(next(ipaddress.ip_network(cidr).hosts()))
 
 
-# Roles reading kernel state; in the lab they read the node's hardware tree instead of the
-# host's /sys and /proc (which nodes see read-only).
-TUNING_ROLES = ("hugepages", "iommu", "sriov", "gpu_nic_affinity", "verify")
-
-
 class LabDriver(Driver):
     name = "lab"
-
-    def tuning_vars(self) -> dict[str, Any]:
-        from railyard.drivers.lab.node import HW_TREE
-
-        out: dict[str, Any] = {}
-        for role in TUNING_ROLES:
-            out[f"{role}_sysfs_root"] = f"{HW_TREE}/sys"
-            out[f"{role}_procfs_root"] = f"{HW_TREE}/proc"
-        return out
 
     def access(self, name: str, parent: pulumi.Resource) -> Access:
         key = resources.AccessKey(name, comment=f"railyard-{self.spec.stack}",
