@@ -68,7 +68,8 @@ results:
   contains:
     path: {description: The attribute file., type: str}
     before: {description: Its value before the run., type: str}
-    after: {description: Its value after the run (the target in check mode)., type: str}
+    value: {description: The value asked for., type: str}
+    after: {description: "Its value read back after the write (the kernel may satisfy a counter in part; the target in check mode).", type: str}
     changed: {description: Whether it was (or would be) written., type: bool}
 """
 
@@ -137,6 +138,7 @@ def main():
             module.fail_json(msg=f"{label}: {path} does not exist; the kernel does not offer this attribute here")
         current = _read(module, path)
         changed = not _same(current, value, s["compare"])
+        after = value if changed else current
         if changed and not module.check_mode:
             reset = s["reset_value"]
             if reset is not None and current not in ("", reset.strip()):
@@ -146,9 +148,10 @@ def main():
             if s["read_back"] and not _same(now, value, s["compare"]):
                 module.fail_json(msg=f"{label}: wrote {value!r} to {path} but it reads back {now!r}",
                                  results=results)
-        results.append(dict(path=path, before=current, after=value if changed else current, changed=changed))
+            after = now
+        results.append(dict(path=path, value=value, before=current, after=after, changed=changed))
         before_lines.append(f"{label}: {current}")
-        after_lines.append(f"{label}: {value if changed else current}")
+        after_lines.append(f"{label}: {after}")
     changed = any(r["changed"] for r in results)
     diff = dict(before="\n".join(before_lines) + "\n", after="\n".join(after_lines) + "\n")
     # One line per changed attribute for Railyard's drift report (NODE: SETTING OLD -> NEW).

@@ -144,7 +144,6 @@ def cleanup(project: StackProject | None, stack: str) -> None:
     if project is not None:
         project.pulumi("destroy", "--yes", "--skip-preview", check=False, timeout=RUN_TIMEOUT_S)
     gc.destroy_all(stack)
-    shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
 
 
 def lab_size(ctx: Context, nodes: int):
@@ -152,6 +151,8 @@ def lab_size(ctx: Context, nodes: int):
 
     stack = stack_name(nodes)
     gc.destroy_all(stack)  # what a killed earlier run left
+    # The previous bench's tuning runs; this one's stay after it for reading (job events, timings).
+    shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
     mgmt, storage = free_networks(2)
     base = Path(tempfile.mkdtemp(prefix=f"lab-{nodes}-", dir=ctx.workdir))
     project: StackProject | None = None

@@ -1,0 +1,162 @@
+#!/usr/bin/python
+"""Several small configuration files in one module run, with check mode and diff."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: railyard_files
+short_description: Write or remove a role's configuration files in one module run
+description:
+  - Each file is written only when its content, mode or ownership differs, through a temporary
+    file in the same directory renamed over the old one (as M(ansible.builtin.copy) does), so a
+    reader never sees half a file and a second run reports no change.
+  - Missing parent directories are created (C(0755), owned by C(root)).
+  - Why not M(ansible.builtin.template) per file: that is a directory task, a stat and a copy or
+    file run per file, each a module start on the host and a worker on the controller. A role
+    writes its two or three files in one run here; the content is still rendered on the controller
+    (C(lookup('ansible.builtin.template', ...)) with the role's templates).
+options:
+  files:
+    description: The files, in order.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      path:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      content:
+        description: What the file holds (required when I(state=present)).
+        type: str
+      state:
+        description: C(present) writes the file, C(absent) removes it.
+        type: str
+        choices: [present, absent]
+        default: present
+      mode:
+        description: Permissions of a written file.
+        type: raw
+        default: "0644"
+      owner:
+        description: Owner of a written file.
+        type: str
+        default: root
+      group:
+        description: Group of a written file.
+        type: str
+        default: root
+author: Railyard
+"""
+
+EXAMPLES = r"""
+- name: Write /etc/nccl.conf and the NCCL topology file
+  railyard_files:
+    files:
+      - path: /etc/nccl.conf
+        content: "{{ lookup('ansible.builtin.template', 'nccl.conf.j2') }}"
+      - path: /etc/railyard/nccl-topo.xml
+        content: "{{ lookup('ansible.builtin.template', 'nccl-topo.xml.j2') }}"
+"""
+
+RETURN = r"""
+files:
+  description: One entry per file.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path: {description: The file., type: str}
+    state: {description: present or absent., type: str}
+    changed: {description: Whether it was (or would be) written or removed., type: bool}
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+DIR_MODE = 0o755
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def _missing_parents(path):
+    out = []
+    parent = os.path.dirname(path)
+    while parent and parent != "/" and not os.path.isdir(parent):
+        out.append(parent)
+        parent = os.path.dirname(parent)
+    return list(reversed(out))
+
+
+def _text(data):
+    return "" if data is None else data.decode("utf-8", "replace")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            files=dict(type="list", elements="dict", required=True, options=dict(
+                path=dict(type="path", required=True),
+                content=dict(type="str"),
+                state=dict(type="str", choices=["present", "absent"], default="present"),
+                mode=dict(type="raw", default="0644"),
+                owner=dict(type="str", default="root"),
+                group=dict(type="str", default="root"),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    for f in module.params["files"]:
+        if not os.path.isabs(f["path"]):
+            module.fail_json(msg=f"{f['path']}: not an absolute path")
+        if f["state"] == "present" and f["content"] is None:
+            module.fail_json(msg=f"{f['path']}: content is required when state is present")
+
+    results, diffs = [], []
+    for f in module.params["files"]:
+        path = f["path"]
+        before = _read(path)
+        if f["state"] == "absent":
+            changed = before is not None
+            if changed and not module.check_mode:
+                os.unlink(path)
+            if changed:
+                diffs.append(dict(before_header=path, after_header=path, before=_text(before), after=""))
+            results.append(dict(path=path, state="absent", changed=changed))
+            continue
+
+        content = f["content"].encode("utf-8")
+        changed = before != content
+        if not module.check_mode:
+            for d in _missing_parents(path):
+                os.mkdir(d, DIR_MODE)
+                module.set_owner_if_different(d, "root", False)
+                module.set_group_if_different(d, "root", False)
+            if changed:
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(content)
+                module.atomic_move(tmp, path)
+        file_args = dict(path=path, mode=f["mode"], owner=f["owner"], group=f["group"],
+                         secontext=None, attributes=None)
+        if before is not None or not module.check_mode:
+            # In check mode a file to be created has nothing to compare attributes with.
+            changed = module.set_fs_attributes_if_different(file_args, changed)
+        if before != content:
+            diffs.append(dict(before_header=path, after_header=path, before=_text(before), after=_text(content)))
+        results.append(dict(path=path, state="present", changed=changed))
+
+    module.exit_json(changed=any(r["changed"] for r in results), files=results, diff=diffs)
+
+
+if __name__ == "__main__":
+    main()
