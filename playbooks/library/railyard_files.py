@@ -12,8 +12,8 @@ description:
     file in the same directory renamed over the old one (as M(ansible.builtin.copy) does), so a
     reader never sees half a file and a second run reports no change.
   - Missing parent directories are created (C(0755), owned by C(root)).
-  - Why not M(ansible.builtin.template) per file: that is a directory task, a stat and a copy or
-    file run per file, each a module start on the host and a worker on the controller. A role
+  - Why not M(ansible.builtin.template) per file? That is a directory task, then a stat and a copy
+    or file run per file, each a module start on the host and a worker on the controller. A role
     writes its two or three files in one run here; the content is still rendered on the controller
     (C(lookup('ansible.builtin.template', ...)) with the role's templates).
 options:

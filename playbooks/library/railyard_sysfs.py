@@ -76,26 +76,13 @@ results:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def _cpus(text):
-    out = set()
-    for part in text.replace("\n", "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1))
-        else:
-            out.add(int(part))
-    return out
+from ansible.module_utils.railyard_sysfs_discovery import parse_cpulist
 
 
 def _same(current, value, compare):
     if compare == "cpulist":
         try:
-            return _cpus(current) == _cpus(value)
+            return set(parse_cpulist(current)) == set(parse_cpulist(value))
         except ValueError:
             return False
     return current.strip() == value.strip()

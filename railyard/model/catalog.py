@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from railyard.model import pairing, pcie, yamlio
+from railyard.model.sysfs_discovery import parse_cpulist
 from railyard.model.errors import Problem
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -354,15 +355,6 @@ def load_catalog(root: Path | None = None) -> Catalog:
         switches=MappingProxyType(found["switches"]),
         vm_shapes=MappingProxyType(found["vms"]),
     )
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """``0-2,8`` -> [0, 1, 2, 8] (the sysfs cpulist format)."""
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

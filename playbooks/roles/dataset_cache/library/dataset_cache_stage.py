@@ -26,8 +26,9 @@ options:
   secret_key: {description: Secret key (default from the environment)., type: str, no_log: true}
   workers: {description: Objects downloaded at once., type: int, default: 8}
   verify: {description: "C(quick) trusts the manifest for staged files of the right size; C(full) re-hashes them.", type: str, choices: [quick, full], default: quick}
-  owner: {description: Owner of staged files., type: str}
-  group: {description: Group of staged files., type: str}
+  owner: {description: Owner of staged files and of the destination directory., type: str}
+  group: {description: Group of staged files and of the destination directory., type: str}
+  mode: {description: "Mode of the destination directory, which is created when missing (not in check mode).", type: raw}
 author: Railyard
 """
 
@@ -143,6 +144,7 @@ def main():
             verify=dict(type="str", choices=["quick", "full"], default="quick"),
             owner=dict(type="str"),
             group=dict(type="str"),
+            mode=dict(type="raw"),
         ),
         supports_check_mode=True,
     )
@@ -179,9 +181,16 @@ def main():
         todo.append((obj, path))
     result = dict(objects=len(objects), transferred=[o["Key"] for o, _ in todo],
                   bytes=sum(o["Size"] for o, _ in todo))
-    if module.check_mode or not todo:
+    if module.check_mode:
         module.exit_json(changed=bool(todo), **result)
+    # The destination is the role's to own: one module run instead of a file task beside this one.
+    made = not os.path.isdir(dest)
     os.makedirs(dest, exist_ok=True)
+    dir_changed = module.set_fs_attributes_if_different(
+        dict(path=dest, mode=p["mode"], owner=p["owner"], group=p["group"], secontext=None, attributes=None),
+        made)
+    if not todo:
+        module.exit_json(changed=dir_changed, **result)
     moved, errors = 0, []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, p["workers"])) as pool:
         futures = {pool.submit(_download, client, p["bucket"], o, path): (o, path) for o, path in todo}

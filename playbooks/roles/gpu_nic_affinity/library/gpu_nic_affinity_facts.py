@@ -72,6 +72,11 @@ irq_skipped:
   returned: always
   type: list
   elements: str
+irq_unpinned:
+  description: The labels of irq_settings whose interrupts run outside their NIC's NUMA CPUs now.
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -80,6 +85,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import railyard_pcie as pcie
 from ansible.module_utils import railyard_sysfs_discovery as discovery
 from ansible.module_utils import railyard_topology as topology
+
+
+def _read(path):
+    with open(path) as fh:
+        return fh.read().strip()
 
 
 def _pci_tree(found, topo):
@@ -140,7 +150,7 @@ def main():
                                             nvlink_class=p["nvlink_class"] or None)
     except (discovery.DiscoveryError, topology.TopologyError, pcie.PcieError) as exc:
         module.fail_json(msg=f"gpu_nic_affinity_facts: {exc}")
-    settings, skipped = [], []
+    settings, skipped, unpinned = [], [], []
     for nic in found.nics:
         cpulist = found.numa_cpulists.get(nic.numa) if nic.numa is not None else None
         cpulist = cpulist or nic.local_cpulist
@@ -150,8 +160,10 @@ def main():
         for irq in nic.msi_irqs:
             path = os.path.join(p["procfs_root"], "irq", str(irq), "smp_affinity_list")
             if os.path.exists(path):
-                settings.append(dict(path=path, value=cpulist, compare="cpulist",
-                                     label=f"{nic.name} irq {irq} smp_affinity_list"))
+                label = f"{nic.name} irq {irq} smp_affinity_list"
+                settings.append(dict(path=path, value=cpulist, compare="cpulist", label=label))
+                if set(discovery.parse_cpulist(_read(path))) != set(discovery.parse_cpulist(cpulist)):
+                    unpinned.append(label)
     module.exit_json(
         changed=False,
         topology=topo.to_json(),
@@ -160,6 +172,7 @@ def main():
         nccl_cpus=_pci_tree(found, topo),
         irq_settings=settings,
         irq_skipped=skipped,
+        irq_unpinned=unpinned,
     )
 
 
