@@ -123,6 +123,30 @@ def test_nic_interrupts_are_pinned_to_their_numa_node(converged):
             assert (host.hw / f"proc/irq/{irq}/smp_affinity_list").read_text().strip() == want, f"{nic} irq {irq}"
 
 
+def test_verify_fails_on_an_edited_affinity_map_and_on_a_moved_irq(converged):
+    host, _ = converged
+    amap = host.etc / "etc/railyard/affinity.json"
+    good = amap.read_text()
+    doc = json.loads(good)
+    doc["gpus"][0]["nic"] = "mlx5_99"  # a hand edit: GPU0 paired with a NIC the plan never named
+    amap.write_text(json.dumps(doc))
+    try:
+        run = host.run(tags="verify")
+    finally:
+        amap.write_text(good)
+    assert run.rc != 0 and "verify: the host pairs GPU0->mlx5_99" in run.stdout, run.stdout[-2000:]
+    if host.sku != "dgx-h100":  # the only layout whose IRQs the roles pin
+        return
+    irq = host.hw / f"proc/irq/{read_json(host.hw / 'railyard-hwtree.json')['irqs']['mlx5_0'][0]}/smp_affinity_list"
+    pinned = irq.read_text()
+    irq.write_text("56-111\n")
+    try:
+        run = host.run(tags="verify")
+    finally:
+        irq.write_text(pinned)
+    assert run.rc != 0 and "IRQs not on their NIC's NUMA node: mlx5_0 irq" in run.stdout, run.stdout[-2000:]
+
+
 def test_sriov_creates_vfs_persists_them_in_udev_and_sets_vf_macs(converged):
     host, _ = converged
     rules = host.etc / "etc/udev/rules.d/70-railyard-sriov.rules"

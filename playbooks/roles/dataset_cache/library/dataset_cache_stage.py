@@ -28,7 +28,8 @@ options:
   verify: {description: "C(quick) trusts the manifest for staged files of the right size; C(full) re-hashes them.", type: str, choices: [quick, full], default: quick}
   owner: {description: Owner of staged files and of the destination directory., type: str}
   group: {description: Group of staged files and of the destination directory., type: str}
-  mode: {description: "Mode of the destination directory, which is created when missing (not in check mode).", type: raw}
+  mode: {description: "Mode of the directories from I(root) down to I(dest), created when missing.", type: raw}
+  root: {description: "The cache's root (its mount point), at or above I(dest); default I(dest).", type: path}
 author: Railyard
 """
 
@@ -130,6 +131,27 @@ def _download(client, bucket, obj, path):
     return obj["Size"] - have
 
 
+def _own_dirs(module, root, dest):
+    """Create `root` and the directories down to `dest` where missing, with the mode and owner
+    asked for; whether anything was (or, in check mode, would be) changed."""
+    rel = os.path.relpath(dest, root)
+    if rel.startswith(".."):
+        module.fail_json(msg=f"dataset_cache_stage: dest {dest} is not under root {root}")
+    dirs = [root] + ([] if rel == "." else
+                     [os.path.join(root, *rel.split(os.sep)[:i + 1]) for i in range(len(rel.split(os.sep)))])
+    p, changed = module.params, False
+    for d in dirs:
+        if not os.path.isdir(d):
+            changed = True
+            if module.check_mode:
+                continue
+            os.mkdir(d)
+        changed = module.set_fs_attributes_if_different(
+            dict(path=d, mode=p["mode"], owner=p["owner"], group=p["group"], secontext=None, attributes=None),
+            changed)
+    return changed
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -145,6 +167,7 @@ def main():
             owner=dict(type="str"),
             group=dict(type="str"),
             mode=dict(type="raw"),
+            root=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -181,16 +204,10 @@ def main():
         todo.append((obj, path))
     result = dict(objects=len(objects), transferred=[o["Key"] for o, _ in todo],
                   bytes=sum(o["Size"] for o, _ in todo))
-    if module.check_mode:
-        module.exit_json(changed=bool(todo), **result)
-    # The destination is the role's to own: one module run instead of a file task beside this one.
-    made = not os.path.isdir(dest)
-    os.makedirs(dest, exist_ok=True)
-    dir_changed = module.set_fs_attributes_if_different(
-        dict(path=dest, mode=p["mode"], owner=p["owner"], group=p["group"], secontext=None, attributes=None),
-        made)
-    if not todo:
-        module.exit_json(changed=dir_changed, **result)
+    # The directories are the role's to own: one module run instead of a file task beside this one.
+    dir_changed = _own_dirs(module, p["root"] or dest, dest)
+    if module.check_mode or not todo:
+        module.exit_json(changed=dir_changed or bool(todo), **result)
     moved, errors = 0, []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, p["workers"])) as pool:
         futures = {pool.submit(_download, client, p["bucket"], o, path): (o, path) for o, path in todo}

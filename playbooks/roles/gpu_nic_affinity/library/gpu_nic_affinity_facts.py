@@ -32,6 +32,11 @@ options:
     description: The class between two GPUs joined by NVLink (NV18), which sysfs does not show.
     type: str
     default: ""
+  affinity_file:
+    description:
+      - An affinity map this role wrote before (C(/etc/railyard/affinity.json)); its GPU to NIC
+        pairing is returned as C(affinity_file_pairing), so a check reads it in the same run.
+    type: path
 author: Railyard
 """
 
@@ -72,6 +77,10 @@ irq_skipped:
   returned: always
   type: list
   elements: str
+affinity_file_pairing:
+  description: GPU name to NIC name as the affinity map records it (when affinity_file is given).
+  returned: when affinity_file is given
+  type: dict
 irq_unpinned:
   description: The labels of irq_settings whose interrupts run outside their NIC's NUMA CPUs now.
   returned: always
@@ -79,6 +88,7 @@ irq_unpinned:
   elements: str
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -140,6 +150,7 @@ def main():
             procfs_root=dict(type="path", default="/proc"),
             compute_nics=dict(type="list", elements="str", default=[]),
             nvlink_class=dict(type="str", default=""),
+            affinity_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -164,8 +175,17 @@ def main():
                 settings.append(dict(path=path, value=cpulist, compare="cpulist", label=label))
                 if set(discovery.parse_cpulist(_read(path))) != set(discovery.parse_cpulist(cpulist)):
                     unpinned.append(label)
+    extra = {}
+    if p["affinity_file"]:
+        try:
+            with open(p["affinity_file"]) as fh:
+                recorded = json.load(fh)
+            extra["affinity_file_pairing"] = {g["name"]: g["nic"] for g in recorded["gpus"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            module.fail_json(msg=f"gpu_nic_affinity_facts: {p['affinity_file']}: not an affinity map ({exc})")
     module.exit_json(
         changed=False,
+        **extra,
         topology=topo.to_json(),
         pairing=topo.pairing(),
         compute_nics=[n.name for n in topo.compute_nics],
