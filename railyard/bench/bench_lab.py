@@ -18,6 +18,7 @@ from pathlib import Path
 from railyard import paths
 from railyard.bench import proctree
 from railyard.bench.harness import Context, Sample, Section
+from railyard.bench import stack_project
 from railyard.bench.stack_project import StackProject
 
 SIZES = (2, 8, 32)
@@ -37,45 +38,31 @@ def stack_name(nodes: int) -> str:
 
 
 def free_networks(count: int, prefix: int = 23) -> list[str]:
-    from railyard.drivers.lab import net
+    return stack_project.free_networks(str(POOL), count, prefix)
 
-    out = []
-    for candidate in POOL.subnets(new_prefix=prefix):
-        if not net.overlapping_routes(str(candidate)):
-            out.append(str(candidate))
-            if len(out) == count:
-                return out
-    raise RuntimeError(f"no {count} free /{prefix} networks in {POOL} (all overlap routes of this machine)")
+
+# What the default `lab` stack adds to a bare-metal lab stack (stacks/Pulumi.lab.yaml), ephemeral
+# so that destroy needs no unprotect.
+LAB_STACK_SETTINGS = {
+    "railyard:ephemeral": {"ttl": "2h"},
+    "railyard:tenants": [{"name": "research", "pkey": "0x8001"}],
+    "railyard:storage": {
+        "object": {"bucket": "datasets"},
+        "parallelFs": {"kind": "lustre", "mount": "/mnt/pfs", "capacityTiB": 10},
+        "localCache": {"mount": "/mnt/cache", "raid": "raid0", "fs": "xfs"},
+    },
+    "railyard:tuning": {
+        "hugepages": {"size": "1G", "percentOfMemory": 50, "perNuma": True},
+        "sriov": {"vfsPerPf": 0},
+        "affinity": {"policy": "pcie-nearest"},
+        "iommu": "passthrough",
+    },
+}
 
 
 def lab_config(nodes: int, mgmt: str, storage: str) -> dict:
-    """The default `lab` stack's shape (stacks/Pulumi.lab.yaml) at `nodes` nodes, ephemeral so that
-    destroy needs no unprotect."""
-    return {
-        "railyard:region": "lab",
-        "railyard:layout": "bare-metal",
-        "railyard:driver": "lab",
-        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": nodes}],
-        "railyard:fabric": {
-            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "topology": "rail-optimized",
-                        "oversubscription": 1, "cidr": "198.19.0.0/16"},
-            "storage": {"cidr": storage},
-            "management": {"cidr": mgmt},
-        },
-        "railyard:ephemeral": {"ttl": "2h"},
-        "railyard:tenants": [{"name": "research", "pkey": "0x8001"}],
-        "railyard:storage": {
-            "object": {"bucket": "datasets"},
-            "parallelFs": {"kind": "lustre", "mount": "/mnt/pfs", "capacityTiB": 10},
-            "localCache": {"mount": "/mnt/cache", "raid": "raid0", "fs": "xfs"},
-        },
-        "railyard:tuning": {
-            "hugepages": {"size": "1G", "percentOfMemory": 50, "perNuma": True},
-            "sriov": {"vfsPerPf": 0},
-            "affinity": {"policy": "pcie-nearest"},
-            "iommu": "passthrough",
-        },
-    }
+    """The default `lab` stack's shape at `nodes` nodes."""
+    return stack_project.lab_config(nodes, mgmt, storage, **LAB_STACK_SETTINGS)
 
 
 def events(run: proctree.TreeRun) -> list[tuple[float, dict]]:

@@ -4,6 +4,7 @@ touches the user's `lab` stack or `.railyard/state`."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -19,6 +20,37 @@ ROOT = paths.PROJECT_ROOT
 
 class PulumiFailed(AssertionError):
     """A pulumi command exited non-zero. An AssertionError so a test shows it as a plain failure."""
+
+
+def lab_config(nodes: int, mgmt: str, storage: str, **extra) -> dict:
+    """A bare-metal lab stack of `nodes` DGX H100 on the given management and storage networks."""
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": nodes}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": storage},
+            "management": {"cidr": mgmt},
+        },
+        **extra,
+    }
+
+
+def free_networks(pool: str, count: int, prefix: int, taken: set[str] | None = None) -> list[str]:
+    """`count` /prefix networks of `pool` that no route of this machine overlaps (nor `taken`)."""
+    from railyard.drivers.lab import net
+
+    out: list[str] = []
+    for candidate in ipaddress.ip_network(pool).subnets(new_prefix=prefix):
+        cidr = str(candidate)
+        if cidr in (taken or ()) or net.overlapping_routes(cidr):
+            continue
+        out.append(cidr)
+        if len(out) == count:
+            return out
+    raise RuntimeError(f"no {count} free /{prefix} networks in {pool} (the others overlap routes of this machine)")
 
 
 def project_copy(directory: Path) -> Path:

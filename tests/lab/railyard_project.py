@@ -9,7 +9,6 @@ directories then live under the copy too (paths.lab_dir follows RAILYARD_ROOT), 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
@@ -18,42 +17,18 @@ from pathlib import Path
 import yaml
 
 from railyard import paths
-from railyard.bench.stack_project import project_copy
-from railyard.drivers.lab import gc, net
+from railyard.bench import stack_project
+from railyard.bench.stack_project import lab_config, project_copy  # noqa: F401 (lab_config: for the tests)
+from railyard.drivers.lab import gc
 from railyard.engine.toolchain import engine_env
 
 ROOT = paths.PROJECT_ROOT
 
 
-def lab_config(nodes: int, mgmt: str, storage: str, **extra) -> dict:
-    """A bare-metal lab stack of `nodes` DGX H100 on the given management and storage networks."""
-    return {
-        "railyard:region": "lab",
-        "railyard:layout": "bare-metal",
-        "railyard:driver": "lab",
-        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": nodes}],
-        "railyard:fabric": {
-            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "cidr": "198.19.0.0/16"},
-            "storage": {"cidr": storage},
-            "management": {"cidr": mgmt},
-        },
-        **extra,
-    }
-
-
 def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -> list[str]:
     """`count` /prefix networks from 198.18.192.0/18 that no host route overlaps (the default lab
     and the other lab tests take theirs lower down or from the top /24s)."""
-    out: list[str] = []
-    taken = set(taken or ())
-    for net_ in ipaddress.ip_network("198.18.192.0/18").subnets(new_prefix=prefix):
-        cidr = str(net_)
-        if cidr in taken or net.overlapping_routes(cidr):
-            continue
-        out.append(cidr)
-        if len(out) == count:
-            return out
-    raise RuntimeError(f"no {count} free /{prefix} networks in 198.18.192.0/18")
+    return stack_project.free_networks("198.18.192.0/18", count, prefix, taken)
 
 
 class RailyardProject:
