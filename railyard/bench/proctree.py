@@ -52,7 +52,8 @@ def _children() -> dict[int, list[int]]:
     return out
 
 
-def _tree(root: int) -> list[int]:
+def tree(root: int) -> list[int]:
+    """`root` and every process under it now."""
     kids = _children()
     out, todo = [], [root]
     while todo:
@@ -127,7 +128,7 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, in
         try:
             while proc.poll() is None:
                 total = 0
-                for pid in _tree(proc.pid):
+                for pid in tree(proc.pid):
                     s = _sample(pid)
                     if s is None:
                         continue

@@ -7,6 +7,7 @@ file backend; its networks sit beside the default lab's so both can run at once.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from railyard import paths
+from railyard.bench import proctree
 from railyard.drivers.lab import gc, names, net, node
+from railyard.drivers.lab import proc as lab_proc
 
 from .stack_project import StackProject
 
@@ -123,8 +126,16 @@ def test_killed_up_recovers_with_the_documented_steps(project):
     deadline = time.time() + 60
     while time.time() < deadline and not net.netns_exists(names.node_ns(STACK, "gpu-2")):
         time.sleep(0.05)
+    # A crash takes the engine's plugins with it; they run in process groups of their own, and a
+    # dynamic provider outliving the engine would serve nobody until the machine stops.
+    plugins = [pid for shim in proctree.tree(proc.pid)[1:]
+               if any("pulumi-" in arg for arg in lab_proc.cmdline(shim)[:2])
+               for pid in proctree.tree(shim)]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    for pid in plugins:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     project.pulumi("cancel", "--yes", check=False)  # the file backend may hold no lock to cancel
     project.pulumi("refresh", "--yes", "--skip-preview", "--clear-pending-creates")
     project.pulumi("up", "--yes", "--skip-preview")
