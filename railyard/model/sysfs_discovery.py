@@ -125,7 +125,8 @@ class Discovery:
         return [n for n in self.tree if n.kind != pcie.ENDPOINT]
 
 
-def _read(path: str) -> str | None:
+def read_attr(path: str) -> str | None:
+    """A sysfs or procfs attribute's text, stripped; None when it cannot be read."""
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read().strip()
@@ -206,23 +207,23 @@ def read_functions(sysfs_root: str) -> dict[str, PciFunction]:
         d = real
         driver = os.path.basename(os.path.realpath(os.path.join(d, "driver"))) \
             if os.path.exists(os.path.join(d, "driver")) else None
-        numa = _int(_read(os.path.join(d, "numa_node")))
+        numa = _int(read_attr(os.path.join(d, "numa_node")))
         irqs = tuple(sorted(int(x) for x in _listdir(os.path.join(d, "msi_irqs")) if x.isdigit()))
         out[bdf] = PciFunction(
             bdf=bdf,
             host_bridge=parts[roots[-1]],
             ancestors=tuple(chain[:-1]),
-            klass=_read(os.path.join(d, "class")),
-            vendor=_read(os.path.join(d, "vendor")),
-            device=_read(os.path.join(d, "device")),
+            klass=read_attr(os.path.join(d, "class")),
+            vendor=read_attr(os.path.join(d, "vendor")),
+            device=read_attr(os.path.join(d, "device")),
             numa=None if numa is None or numa < 0 else numa,
-            local_cpulist=_read(os.path.join(d, "local_cpulist")) or None,
+            local_cpulist=read_attr(os.path.join(d, "local_cpulist")) or None,
             driver=driver,
             rdma=tuple(_listdir(os.path.join(d, "infiniband"))),
             netdevs=tuple(_listdir(os.path.join(d, "net"))),
             msi_irqs=irqs,
-            sriov_totalvfs=_int(_read(os.path.join(d, "sriov_totalvfs"))),
-            sriov_numvfs=_int(_read(os.path.join(d, "sriov_numvfs"))),
+            sriov_totalvfs=_int(read_attr(os.path.join(d, "sriov_totalvfs"))),
+            sriov_numvfs=_int(read_attr(os.path.join(d, "sriov_numvfs"))),
             is_vf=os.path.lexists(os.path.join(d, "physfn")),
             port_type=_port_type(d),
         )
@@ -303,7 +304,7 @@ def discover(sysfs_root: str) -> Discovery:
     for entry in _listdir(node_dir):
         m = re.fullmatch(r"node(\d+)", entry)
         if m:
-            text = _read(os.path.join(node_dir, entry, "cpulist"))
+            text = read_attr(os.path.join(node_dir, entry, "cpulist"))
             if text:
                 cpulists[int(m.group(1))] = text
     if not gpus:

@@ -55,8 +55,9 @@ class _LabProvider(ResourceProvider):
         raise NotImplementedError
 
     def create(self, props):
-        outs = self.ensure(_flat(props))
-        return CreateResult(id_=self.object_id(_flat(props)), outs={**props, **outs})
+        flat = _flat(props)
+        outs = self.ensure(flat)
+        return CreateResult(id_=self.object_id(flat), outs={**props, **outs})
 
     def diff(self, _id, olds, news):
         olds, news = _flat(olds), _flat(news)

@@ -97,11 +97,6 @@ from ansible.module_utils import railyard_sysfs_discovery as discovery
 from ansible.module_utils import railyard_topology as topology
 
 
-def _read(path):
-    with open(path) as fh:
-        return fh.read().strip()
-
-
 def _pci_tree(found, topo):
     """NUMA node -> nested PCI nodes (bridges, GPUs, NICs) as NCCL's <cpu>/<pci> elements."""
     tree = found.tree
@@ -173,7 +168,7 @@ def main():
             if os.path.exists(path):
                 label = f"{nic.name} irq {irq} smp_affinity_list"
                 settings.append(dict(path=path, value=cpulist, compare="cpulist", label=label))
-                if set(discovery.parse_cpulist(_read(path))) != set(discovery.parse_cpulist(cpulist)):
+                if set(discovery.parse_cpulist(discovery.read_attr(path) or "")) != set(discovery.parse_cpulist(cpulist)):
                     unpinned.append(label)
     extra = {}
     if p["affinity_file"]:
