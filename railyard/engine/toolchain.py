@@ -46,6 +46,7 @@ K8S_FILES = ("pulumi-resource-kubernetes",)
 # Go's own messages for a module the proxy will not give us, and for a go.sum that lacks it.
 _REFUSED = re.compile(r"(\S+@\S+): (?:reading|verifying|invalid version).*?(403 Forbidden|404 Not Found|410 Gone|not available)", re.S)
 _MISSING_SUM = re.compile(r"missing go\.sum entry for module providing package (\S+)")
+_SUM_MISMATCH = re.compile(r"verifying (\S+@\S+): checksum mismatch")
 
 
 class ToolchainError(RuntimeError):
@@ -153,7 +154,7 @@ def verify(build_dir: Path, files: tuple[str, ...]) -> str | None:
     return None
 
 
-def _run_go(args: list[str], cwd: Path, what: str) -> str:
+def _run_go(args: list[str], cwd: Path, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a go command with a heartbeat (cold builds take minutes) and turn failures into advice."""
     start = time.monotonic()
     done = threading.Event()
@@ -168,9 +169,9 @@ def _run_go(args: list[str], cwd: Path, what: str) -> str:
         proc = subprocess.run(["go", *args], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False)
     finally:
         done.set()
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise ToolchainError(explain_go_failure(proc.stderr, what))
-    return proc.stdout
+    return proc
 
 
 def explain_go_failure(stderr: str, what: str) -> str:
@@ -180,6 +181,12 @@ def explain_go_failure(stderr: str, what: str) -> str:
             f"{what} failed: the Go module proxy refused {m[1]} ({m[2]}). The pins in "
             "tools/pulumi/*/go.mod must name versions the proxy serves; see docs/engine.md for the "
             "fallback versions."
+        )
+    m = _SUM_MISMATCH.search(stderr)
+    if m:
+        return (
+            f"{what} failed: {m[1]} as downloaded does not match go.sum (checksum mismatch). The module "
+            "proxy served different content for a pinned version, or go.sum was edited; do not build from it."
         )
     m = _MISSING_SUM.search(stderr)
     if m:
@@ -191,9 +198,26 @@ def explain_go_failure(stderr: str, what: str) -> str:
     return f"{what} failed:\n{tail}"
 
 
-def _module_dir(target: Target, module: str) -> Path:
-    out = _run_go(["list", "-m", "-f", "{{.Dir}}", module], target.module_dir, f"locating {module}")
-    return Path(out.strip())
+def module_dir(main_module: Path, module: str) -> Path:
+    """The directory of `module` (at the version main_module's go.mod requires), downloading it first.
+
+    `go list -m -f {{.Dir}}` prints an empty line for a module not yet in the module cache, which
+    turned into a relative path on every fresh machine; `go mod download -json` fetches it (checked
+    against go.sum) and names the directory, or says in its Error field why it cannot.
+    """
+    what = f"locating {module}"
+    proc = _run_go(["mod", "download", "-json", module], main_module, what, check=False)
+    try:
+        info = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    except ValueError:
+        info = {}
+    error = info.get("Error") if isinstance(info, dict) else None
+    if error or proc.returncode != 0:
+        raise ToolchainError(explain_go_failure(f"{error or ''}\n{proc.stderr}", what))
+    directory = info.get("Dir") if isinstance(info, dict) else None
+    if not directory or not Path(directory).is_absolute() or not Path(directory).is_dir():
+        raise ToolchainError(f"{what} failed: `go mod download -json` gave no module directory ({proc.stdout.strip()[:200]!r})")
+    return Path(directory)
 
 
 def _build_cli(out: Path) -> None:
@@ -205,7 +229,7 @@ def _build_cli(out: Path) -> None:
         _log(f"  go build {name}")
         _run_go(["build", "-tags", "osusergo,grpcnotrace", "-ldflags", ld, "-o", str(out / name), pkg],
                 CLI.module_dir, f"building {name}")
-    sdk = _module_dir(CLI, "github.com/pulumi/pulumi/sdk/v3")
+    sdk = module_dir(CLI.module_dir, "github.com/pulumi/pulumi/sdk/v3")
     # The SDK module ships both Python shims; module-cache files are read-only, so copy with modes.
     for src in (sdk / "python/cmd/pulumi-language-python-exec", sdk / "python/dist/pulumi-resource-pulumi-python"):
         dest = out / src.name
@@ -214,7 +238,7 @@ def _build_cli(out: Path) -> None:
 
 
 def _build_k8s(out: Path) -> None:
-    provider = _module_dir(K8S, "github.com/pulumi/pulumi-kubernetes/provider/v4") / "cmd/pulumi-resource-kubernetes"
+    provider = module_dir(K8S.module_dir, "github.com/pulumi/pulumi-kubernetes/provider/v4") / "cmd/pulumi-resource-kubernetes"
     schema = json.loads((provider / "schema.json").read_text())
     schema["version"] = KUBERNETES_VERSION  # what upstream's generate step does
     (K8S.module_dir / "schema.json").write_text(json.dumps(schema, separators=(",", ":")))
@@ -242,7 +266,7 @@ def ensure_built(target: Target, go: str) -> Path:
     problem = verify(build_dir, target.files) if build_dir.exists() else "not built yet"
     if problem is None:
         return build_dir
-    _log(f"building {target.name} ({problem}); a cold build takes 10-30 minutes on 2 cores")
+    _log(f"building {target.name} ({problem}); a cold build of it takes minutes on 2 cores (docs/engine.md)")
     start = time.monotonic()
     tmp = build_dir.with_name(f"{build_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

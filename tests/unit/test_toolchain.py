@@ -140,3 +140,84 @@ def test_engine_environment_never_reaches_for_the_network(tmp_path):
 def test_a_team_backend_and_passphrase_given_by_the_user_win(tmp_path):
     env = toolchain.engine_settings(tmp_path, {"PULUMI_BACKEND_URL": "s3://bucket", "PULUMI_CONFIG_PASSPHRASE_FILE": "/p"})
     assert "PULUMI_BACKEND_URL" not in env and "PULUMI_CONFIG_PASSPHRASE" not in env
+
+
+# --- locating a module's files, on an empty module cache ------------------------------------------
+# A tiny module served from a file:// GOPROXY, with go.sum entries computed as the go command does
+# (golang.org/x/mod/sumdb/dirhash Hash1), so these tests never reach for the network and the
+# module cache starts empty, as on a machine that has never built Railyard.
+
+TINY, TINY_VERSION = "example.com/tiny", "v1.0.0"
+TINY_GO_MOD = f"module {TINY}\n\ngo 1.21\n"
+
+
+def _h1(files: dict[str, bytes]) -> str:
+    import base64
+    import hashlib
+
+    summary = "".join(f"{hashlib.sha256(files[name]).hexdigest()}  {name}\n" for name in sorted(files))
+    return "h1:" + base64.b64encode(hashlib.sha256(summary.encode()).digest()).decode()
+
+
+@pytest.fixture
+def go_proxy(tmp_path, monkeypatch, cache):
+    """A main module requiring TINY, which only a file:// proxy serves; returns (main, proxy)."""
+    import zipfile
+
+    if toolchain.shutil.which("go") is None:
+        pytest.fail("no Go toolchain on PATH: Railyard's set-up needs one (README)")
+    files = {f"{TINY}@{TINY_VERSION}/go.mod": TINY_GO_MOD.encode(),
+             f"{TINY}@{TINY_VERSION}/tiny.go": b"package tiny\n\nconst Answer = 42\n"}
+    versions = tmp_path / "proxy" / TINY / "@v"
+    versions.mkdir(parents=True)
+    (versions / "list").write_text(f"{TINY_VERSION}\n")
+    (versions / f"{TINY_VERSION}.info").write_text(json.dumps({"Version": TINY_VERSION, "Time": "2026-01-01T00:00:00Z"}))
+    (versions / f"{TINY_VERSION}.mod").write_text(TINY_GO_MOD)
+    with zipfile.ZipFile(versions / f"{TINY_VERSION}.zip", "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    main = tmp_path / "main"
+    main.mkdir()
+    (main / "go.mod").write_text(f"module example.com/main\n\ngo 1.21\n\nrequire {TINY} {TINY_VERSION}\n")
+    (main / "go.sum").write_text(f"{TINY} {TINY_VERSION} {_h1(files)}\n"
+                                 f"{TINY} {TINY_VERSION}/go.mod {_h1({'go.mod': TINY_GO_MOD.encode()})}\n")
+    monkeypatch.setenv("GOPROXY", f"file://{tmp_path / 'proxy'}")
+    monkeypatch.setenv("GOSUMDB", "off")
+    for var in ("GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOINSECURE", "GOWORK"):
+        monkeypatch.delenv(var, raising=False)
+    return main, tmp_path / "proxy"
+
+
+def test_a_module_not_yet_in_the_module_cache_is_downloaded_and_located(go_proxy, cache):
+    main, _ = go_proxy
+    modcache = cache / "go" / "mod"
+    assert not (modcache / f"{TINY}@{TINY_VERSION}").exists()  # a machine that never built Railyard
+    found = toolchain.module_dir(main, TINY)
+    assert found.is_absolute() and found == modcache / f"{TINY}@{TINY_VERSION}"
+    assert (found / "tiny.go").read_text().endswith("const Answer = 42\n")
+
+
+def test_a_module_the_proxy_cannot_serve_is_a_clear_error_naming_it(go_proxy):
+    main, proxy = go_proxy
+    (proxy / TINY / "@v" / f"{TINY_VERSION}.zip").unlink()
+    with pytest.raises(ToolchainError) as err:
+        toolchain.module_dir(main, TINY)
+    assert f"locating {TINY} failed" in str(err.value) and f"{TINY}@{TINY_VERSION}" in str(err.value)
+    assert "Traceback" not in str(err.value)
+
+
+def test_a_module_that_does_not_match_go_sum_is_refused_and_said_so(go_proxy):
+    main, _ = go_proxy
+    sums = (main / "go.sum").read_text().splitlines()
+    sums[0] = f"{TINY} {TINY_VERSION} h1:{'A' * 43}="  # what a tampered or re-tagged module looks like
+    (main / "go.sum").write_text("\n".join(sums) + "\n")
+    with pytest.raises(ToolchainError) as err:
+        toolchain.module_dir(main, TINY)
+    assert "does not match go.sum" in str(err.value) and TINY in str(err.value)
+
+
+def test_a_module_main_does_not_require_is_named_in_the_error(go_proxy):
+    main, _ = go_proxy
+    with pytest.raises(ToolchainError) as err:
+        toolchain.module_dir(main, "example.com/absent")
+    assert "locating example.com/absent failed" in str(err.value) and "not a known dependency" in str(err.value)
