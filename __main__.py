@@ -10,6 +10,7 @@ import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from components.driver import DriverNotImplemented, load_driver
+from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
 from railyard.model.plan import make_plan
@@ -25,8 +26,10 @@ except (SpecError, DriverNotImplemented) as exc:
     # A RunError is shown without a Python traceback; nothing has been registered yet.
     raise pulumi.RunError(f"{stack_file.name}: {exc}") from None
 
-# A stack without railyard:ephemeral is long-lived: its cluster is protected (docs/lifecycle.md).
-cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan, protect=spec.ephemeral is None), driver)
+# Long-lived stacks of real machines are protected; lab and ephemeral stacks are not, unless
+# railyard:protect says so (docs/lifecycle.md).
+protect = protected(spec.protect, ephemeral=spec.ephemeral is not None, playground=driver.playground)
+cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan, protect=protect), driver)
 if spec.ephemeral is not None:
     expiry = Expiry(f"{spec.stack}-expiry", stack=spec.stack, ttl=spec.ephemeral.ttl,
                     ttl_seconds=spec.ephemeral.ttl_seconds)

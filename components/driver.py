@@ -48,6 +48,9 @@ class NodeHandle:
 
 class Driver(abc.ABC):
     name: str
+    # A playground's clusters are throwaway by default: not protected unless railyard:protect says
+    # so (railyard.lifecycle.protected). Drivers of real machines leave this False.
+    playground: bool = False
 
     def __init__(self, spec: Spec, plan: Plan):
         self.spec = spec

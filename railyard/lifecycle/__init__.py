@@ -23,6 +23,18 @@ EXPIRED = "expired"
 INVALID = "invalid"
 
 
+def protected(protect: bool | None, ephemeral: bool, playground: bool) -> bool:
+    """Whether a stack's cluster is protected against destroy and replace.
+
+    `railyard:protect` decides when written. Otherwise an ephemeral stack is not (the reaper must
+    destroy it), a playground driver's stack is not (the lab: `make down` undoes `make up`), and
+    every other stack is, since its machines cost money and hold data.
+    """
+    if protect is not None:
+        return protect
+    return not ephemeral and not playground
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

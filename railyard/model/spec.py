@@ -70,7 +70,7 @@ _PKEY = re.compile(r"^0[xX][0-9a-fA-F]{1,4}$")
 # The keys we know, by section: the single source for unknown-key errors, did-you-mean hints and the
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
-    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "ephemeral"),
+    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
@@ -288,6 +288,9 @@ class Spec:
     storage: StorageSpec = StorageSpec()
     tuning: TuningSpec = TuningSpec()
     ephemeral: Ephemeral | None = None
+    # railyard:protect as written; None when absent (the driver's default applies, see
+    # railyard.lifecycle.protected).
+    protect: bool | None = None
 
     @property
     def virtual(self) -> bool:
@@ -704,13 +707,14 @@ class _Parser:
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
+        protect = self.protect(ours, ephemeral)
 
         self.check_pools(pools, facts, layout, tuning, fabric)
         self.check_networks(fabric, driver)
 
         spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
                     fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
-                    ephemeral=ephemeral)
+                    ephemeral=ephemeral, protect=protect)
         if pools and fabric is not None and not any(_feeds_plan(p.path) for p in self.problems):
             self.check_plan(spec)
         if self.problems:
@@ -1103,6 +1107,18 @@ class _Parser:
             self.problem(path + ".ttl", _show(ttl), what, hint)
             return None
         return Ephemeral(ttl=ttl.strip(), ttl_seconds=seconds)
+
+    def protect(self, ours: Mapping, ephemeral: Ephemeral | None) -> bool | None:
+        if "protect" not in ours:
+            return None
+        path = f"{NAMESPACE}:protect"
+        value = self.boolean(ours, "protect", path, default=False)
+        if value and ephemeral is not None:
+            # The reaper never unprotects, so such a stack would expire and never be reaped.
+            self.problem(path, "true", "false or absent on an ephemeral stack",
+                         f"{NAMESPACE}:ephemeral makes the stack expire and be reaped; a protected stack is never "
+                         "reaped. Keep one of the two")
+        return value
 
     # --- cross-field rules ----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Ephemeral and long-lived lab stacks on the real engine: `railyard up` tags the expiry, `railyard
 reap` destroys what expired and nothing else, `railyard down` refuses a protected stack unless
---force; on the local file backend and on an S3-compatible one.
+--force, and a plain `make down` undoes `make up` of a lab stack; on the local file backend and on
+an S3-compatible one.
 
 The stacks are the test's own (never the user's `lab`), in copies of the project with backends of
 their own (tests/lab/railyard_project.py). The S3 backend is a SeaweedFS server this module starts
@@ -125,7 +126,8 @@ def world(tmp_path_factory):
     nets = free_networks(8)
     file.write_stack("rpexp", lab_config(1, nets[0], nets[1], **SHORT))
     file.write_stack("rpyoung", lab_config(1, nets[2], nets[3], **LONG))
-    file.write_stack("rplong", lab_config(1, nets[4], nets[5]))
+    # A lab stack is not protected by default (make down undoes make up); this one asks to be.
+    file.write_stack("rplong", lab_config(1, nets[4], nets[5], **{"railyard:protect": True}))
     s3.write_stack("rps3exp", lab_config(1, nets[6], nets[7], **SHORT))
     try:
         jobs = [(file, "rpexp"), (file, "rpyoung"), (file, "rplong"), (s3, "rps3exp")]
@@ -133,7 +135,7 @@ def world(tmp_path_factory):
             ups = list(pool.map(lambda j: j[0].railyard("up", "--stack", j[1], check=False), jobs))
         for (_, stack), proc in zip(jobs, ups):
             assert proc.returncode == 0, f"up {stack}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        yield {"file": file, "s3": s3, "weed": weed, "ups": dict(zip((s for _, s in jobs), ups))}
+        yield {"file": file, "s3": s3, "weed": weed, "ups": dict(zip((s for _, s in jobs), ups)), "nets": nets}
     finally:
         try:
             file.cleanup()
@@ -186,6 +188,23 @@ def test_down_refuses_a_long_lived_stack_and_says_how_to_proceed(world):
     assert proc.returncode == 1
     assert "long-lived" in proc.stderr and "railyard down --stack rplong --force" in proc.stderr, proc.stderr
     assert file.leftovers("rplong"), "a refused down must leave the stack as it was"
+
+
+def test_make_down_undoes_make_up_of_a_lab_stack_without_force(world):
+    """The README's first command and its undo, as a user types them (make, not railyard)."""
+    file = world["file"]
+    nets = free_networks(2, taken=set(world["nets"]))
+    file.write_stack("rpplay", lab_config(1, nets[0], nets[1]))
+    make = lambda *a: subprocess.run(["make", "-C", str(ROOT), *a], env=file.env, text=True,  # noqa: E731
+                                     capture_output=True, timeout=900, check=False)
+    up = make("up", "STACK=rpplay")
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    state = resources(file, "rpplay")
+    assert state and not [r["urn"] for r in state if r.get("protect")], "a lab stack is not protected by default"
+    down = make("down", "STACK=rpplay")
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+    assert "long-lived" not in down.stderr
+    assert resources(file, "rpplay") == [] and file.leftovers("rpplay") == {}
 
 
 def test_reap_dry_run_lists_every_stack_and_changes_nothing(world):

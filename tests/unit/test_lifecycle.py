@@ -22,6 +22,17 @@ def test_expiry_is_rfc3339_in_utc_whole_seconds():
     assert lifecycle.parse_rfc3339("2026-11-30T10:00:00+01:00") == NOW
 
 
+@pytest.mark.parametrize("protect, ephemeral, playground, expected", [
+    (None, False, False, True),    # a long-lived stack of real machines: protected
+    (None, False, True, False),    # the lab: `make down` undoes `make up`
+    (None, True, False, False),    # ephemeral: the reaper must be able to destroy it
+    (True, False, True, True),     # a lab stack someone wants kept
+    (False, False, False, False),  # a deliberately unprotected stack of real machines
+])
+def test_protection_follows_the_key_then_the_lifetime_then_the_driver(protect, ephemeral, playground, expected):
+    assert lifecycle.protected(protect, ephemeral=ephemeral, playground=playground) is expected
+
+
 def test_a_time_without_a_zone_is_refused():
     with pytest.raises(ValueError):
         lifecycle.parse_rfc3339("2026-11-30T09:00:00")

@@ -245,6 +245,24 @@ def test_ephemeral_without_ttl_defaults_to_8h():
     assert spec.ephemeral == Ephemeral(ttl="8h", ttl_seconds=8 * 3600)
 
 
+def test_protect_is_kept_as_written_and_absent_is_none():
+    assert parse_config(minimal(), stack="t").protect is None
+    assert parse_config(with_(minimal(), "protect", True), stack="t").protect is True
+    assert parse_config(with_(minimal(), "protect", False), stack="t").protect is False
+
+
+def test_protect_must_be_a_boolean():
+    problems = problems_of(with_(minimal(), "protect", "yes"))
+    assert [(p.path, p.allowed) for p in problems] == [("railyard:protect", "true or false")]
+
+
+def test_a_protected_ephemeral_stack_is_refused_since_the_reaper_never_unprotects():
+    config = with_(with_(minimal(), "protect", True), "ephemeral", {"ttl": "1h"})
+    [problem] = problems_of(config)
+    assert problem.path == "railyard:protect" and "never reaped" in problem.hint
+    assert parse_config(with_(with_(minimal(), "protect", False), "ephemeral", {}), stack="t").protect is False
+
+
 @pytest.mark.parametrize("text,seconds", [("30m", 1800), ("8h", 28800), ("2d", 172800), (" 1h ", 3600)])
 def test_ttl_is_parsed_to_seconds(text, seconds):
     assert parse_ttl(text) == seconds
@@ -626,7 +644,7 @@ _PATHS = st.sampled_from([
     "region", "layout", "driver", "nodePools", "nodePools[0]", "nodePools[0].count", "nodePools[0].vm",
     "nodePools[0].vmsPerHost", "nodePools[0].sku", "fabric", "fabric.compute", "fabric.compute.speed",
     "fabric.compute.cidr", "fabric.compute.asnBase", "fabric.management", "tenants", "storage",
-    "storage.object", "tuning", "tuning.hugepages", "tuning.sriov", "ephemeral",
+    "storage.object", "tuning", "tuning.hugepages", "tuning.sriov", "ephemeral", "protect",
 ])
 
 

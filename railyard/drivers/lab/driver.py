@@ -25,6 +25,7 @@ def host_address(cidr: str) -> str:
 
 class LabDriver(Driver):
     name = "lab"
+    playground = True  # lab stacks are brought up and torn down at will: `make down` just works
 
     def access(self, name: str, parent: pulumi.Resource) -> Access:
         key = resources.AccessKey(name, comment=f"railyard-{self.spec.stack}",
