@@ -1,6 +1,7 @@
-"""`railyard up|preview|down`: the make targets' engine commands for one stack.
+"""`railyard up|preview|down|recover`: the make targets' engine commands for one stack.
 
-Each validates the stack file before the engine starts (bad input touches nothing), selects or
+Each validates the stack file before the engine starts (bad input touches nothing), stops this
+checkout's plugin processes that outlived a killed engine (railyard.engine.orphans), selects or
 creates the stack in the configured backend, then runs the real `pulumi` with the offline
 environment, streaming its output.
 """
@@ -20,6 +21,8 @@ def register(sub) -> None:
         ("up", "create or update a stack (pulumi up --yes)"),
         ("preview", "show what `up` would change (pulumi preview --diff)"),
         ("down", "destroy a stack's resources (pulumi destroy --yes)"),
+        ("recover", "after a killed up: stop its orphaned plugins, release the stack's lock and clear "
+                    "pending creates (pulumi cancel; pulumi refresh --clear-pending-creates); then run up"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--stack", "-s", default="lab", help="stack name (stacks/Pulumi.<stack>.yaml); default: lab")
@@ -35,6 +38,7 @@ PULUMI_ARGS = {
     "up": ["up", "--yes", "--skip-preview"],
     "preview": ["preview", "--diff"],
     "down": ["destroy", "--yes", "--skip-preview"],
+    "recover": ["refresh", "--yes", "--skip-preview", "--clear-pending-creates"],
 }
 
 
@@ -67,10 +71,16 @@ def handle(args) -> int:
     spec = validate(args.stack)
     if spec is None:
         return 1
+    from railyard.engine import orphans
+
+    orphans.stop_all()
     try:
         pulumi.ensure_stack(args.stack)
         if args.action == "down" and not unprotect_for_down(args.stack, args.force):
             return 1
+        if args.action == "recover":
+            # The file backend holds no lock to cancel; a team backend may.
+            pulumi.run(["cancel", "--yes", "--stack", args.stack], capture=True, check=False)
         proc = pulumi.run([*PULUMI_ARGS[args.action], "--stack", args.stack, *args.extra], check=False)
         if args.action == "up":
             # Even after a failed up: whatever it created is ephemeral and must be reaped.

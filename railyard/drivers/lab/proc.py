@@ -15,48 +15,8 @@ from pathlib import Path
 
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.net import run
-
-
-def pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def ns_inode(pid: int, kind: str = "net") -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
-    except OSError:  # gone, a zombie, or a kernel thread
-        return None
-
-
-def alive(pid: int) -> bool:
-    """True for a running process (a zombie is dead: it holds no namespace any more)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
-    except OSError:
-        return []
-
-
-def environ_value(pid: int, key: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    prefix = key.encode() + b"="
-    for item in data.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode(errors="replace")
-    return None
+# The /proc readers are shared with the engine layer; lab callers know them as proc.<name>.
+from railyard.procfs import alive, cmdline, environ_value, ns_inode, pids  # noqa: F401
 
 
 @dataclass(frozen=True)

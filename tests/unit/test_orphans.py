@@ -1,0 +1,92 @@
+"""Plugin processes of this checkout that outlived their engine: found by what they run and by
+having no engine above them, stopped; a live engine's plugins and lab node processes never are."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from railyard import paths, procfs
+from railyard.engine import orphans
+
+VENV_PYTHON = paths.PROJECT_ROOT / ".venv" / "bin" / "python"
+SLEEP = "import time; time.sleep(120)"
+
+
+@pytest.fixture
+def spawned():
+    procs: list[subprocess.Popen] = []
+
+    def spawn(argv, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        procs.append(p)
+        return p
+
+    yield spawn
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _child_of(pid: int) -> int:
+    found: list[int] = []
+
+    def has_child() -> bool:
+        found[:] = [p for p in procfs.pids() if procfs.ppid(p) == pid and procfs.cmdline(p)[:1] == [str(VENV_PYTHON)]]
+        return bool(found)
+
+    _wait_for(has_child)
+    return found[0]
+
+
+def test_a_dynamic_provider_without_an_engine_is_an_orphan_and_is_stopped(spawned, capsys):
+    if not VENV_PYTHON.exists():
+        pytest.fail("the virtualenv is not set up: run make")
+    # The shape the SDK's shim starts: "$VIRTUALENV/bin/python -u -m pulumi.dynamic <engine>".
+    stray = spawned([str(VENV_PYTHON), "-c", SLEEP, "pulumi.dynamic", "127.0.0.1:1"])
+    _wait_for(lambda: procfs.cmdline(stray.pid)[:1] == [str(VENV_PYTHON)])
+    assert stray.pid in {o.pid for o in orphans.find()}
+    stopped = orphans.stop_all()
+    assert stray.pid in {o.pid for o in stopped}
+    _wait_for(lambda: stray.poll() is not None)
+    assert "outlived their engine" in capsys.readouterr().err
+
+
+def test_plugins_under_a_live_engine_lab_processes_and_other_pythons_are_left_alone(spawned, tmp_path):
+    engine = tmp_path / "pulumi"  # anything whose executable is called pulumi stands for the engine
+    shutil.copy("/bin/sh", engine)
+    live = spawned([str(engine), "-c", f"'{VENV_PYTHON}' -c '{SLEEP}' pulumi.dynamic 127.0.0.1:1 & wait"],
+                   env={**os.environ, "PULUMI_HOME": str(paths.pulumi_home())})
+    lab = spawned([str(VENV_PYTHON), "-c", SLEEP, "pulumi.dynamic"], env={**os.environ, "RAILYARD_LAB": "lab:gpu-0"})
+    plain = spawned([str(VENV_PYTHON), "-c", SLEEP])
+    child = _child_of(live.pid)
+    for p in (lab, plain):
+        _wait_for(lambda p=p: procfs.cmdline(p.pid)[:1] == [str(VENV_PYTHON)])
+    found = {o.pid for o in orphans.find()}
+    assert not found & {child, lab.pid, plain.pid}
+    assert live.pid in orphans.live_engines()  # what `lab gc --all` refuses to run beside
+
+
+def test_a_plugin_binary_is_this_checkouts_only_through_its_pulumi_home(spawned, tmp_path):
+    plugin = tmp_path / "pulumi-resource-fake"
+    shutil.copy(shutil.which("sleep"), plugin)
+    ours = spawned([str(plugin), "120"], env={**os.environ, "PULUMI_HOME": str(paths.pulumi_home())})
+    theirs = spawned([str(plugin), "120"], env={**os.environ, "PULUMI_HOME": str(tmp_path / "elsewhere")})
+    for p in (ours, theirs):
+        _wait_for(lambda p=p: procfs.cmdline(p.pid)[:1] == [str(plugin)])
+    found = {o.pid for o in orphans.find()}
+    assert ours.pid in found and theirs.pid not in found
+    orphans.stop([o for o in orphans.find() if o.pid == ours.pid])
+    _wait_for(lambda: ours.poll() is not None)
+    assert theirs.poll() is None
