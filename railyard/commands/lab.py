@@ -30,8 +30,13 @@ def register(sub) -> None:
     p.add_argument("cmd", nargs="*", metavar="CMD")
     p.set_defaults(func=ssh)
 
-    p = labsub.add_parser("gc", help="remove lab objects of STACK that no state knows about")
-    p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    p = labsub.add_parser("gc", help="remove lab objects of STACK (or, with --all, of every stack of this "
+                                     "checkout) that no state knows about")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    which.add_argument("--all", action="store_true",
+                       help="every lab stack of this checkout, hashed names too; objects of other checkouts and "
+                            "of test project copies are listed and never removed")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p.set_defaults(func=gc)
 
@@ -105,29 +110,72 @@ def ssh(args) -> int:
         return subprocess.run([*argv, *args.cmd], check=False).returncode
 
 
+def _summary(removed: dict) -> str:
+    counts = [f"{len(v)} {k.replace('_', ' ')}" for k, v in removed.items() if v]
+    return ", ".join(counts) or "nothing"
+
+
+def _print_objects(removed: dict, verb: str) -> None:
+    for kind, items in removed.items():
+        for item in items:
+            print(f"    {verb} {kind}: {item if isinstance(item, str) else json.dumps(item)}")
+
+
+def gc_all(dry_run: bool) -> int:
+    """Every lab stack of this checkout: objects of a stack the backend has no state for go
+    entirely; of a stack with state, those its state does not know."""
+    from railyard.drivers.lab import gc as lab_gc
+    from railyard.drivers.lab.errors import LabError
+    from railyard.engine import orphans
+
+    engines = orphans.live_engines()
+    if engines:
+        return _fail(f"a Pulumi engine of this checkout is running (pid {', '.join(map(str, engines))}); its stack's "
+                     "new objects are in no state yet. Run gc --all when it has finished; nothing was removed")
+    root = paths.project_root()
+    verb = "would remove" if dry_run else "removed"
+    print(f"railyard lab gc --all{' --dry-run' if dry_run else ''}: lab stacks of the checkout {root}")
+    try:
+        found = lab_gc.owners(root)
+        total = 0
+        for owner in found:
+            if not owner.here:
+                where = f" ({', '.join(owner.roots)})" if owner.roots else ""
+                print(f"  tag {owner.tag}: belongs elsewhere: {owner.why}{where}; left alone")
+                continue
+            known = pulumi.stack_resource_ids(owner.stack)
+            if known is None:
+                removed = lab_gc.destroy_all(owner.stack, root, dry_run=dry_run)
+                state = "no state in the backend"
+            else:
+                removed = lab_gc.gc(owner.stack, known, root, dry_run=dry_run)
+                state = f"state knows {len(known)} lab object(s)"
+            total += sum(len(v) for v in removed.values())
+            print(f"  stack {owner.stack} (tag {owner.tag}): {state}; {verb} {_summary(removed)}")
+            _print_objects(removed, verb)
+    except (ToolchainError, pulumi.PulumiError, LabError) as exc:
+        return _fail(str(exc))
+    print(f"railyard lab gc --all: {verb} {total} object(s) no state knows about")
+    return 0
+
+
 def gc(args) -> int:
     from railyard.drivers.lab import gc as lab_gc
     from railyard.drivers.lab.errors import LabError
 
+    if args.all:
+        return gc_all(args.dry_run)
     try:
         stack = default_stack(args.stack)
         known = pulumi.stack_resource_ids(stack)
     except (ToolchainError, pulumi.PulumiError) as exc:
         return _fail(str(exc))
-    known = known or set()
+    verb = "would remove" if args.dry_run else "removed"
     try:
-        if args.dry_run:
-            orphans = [ns for ns in lab_gc.inventory(stack)["netns"] if ns not in known]
-            print(f"railyard lab gc: stack {stack}: {len(orphans)} namespace(s) no state knows about")
-            for ns in orphans:
-                print(f"  would remove {ns} and everything of it")
-            return 0
-        removed = lab_gc.gc(stack, known)
+        removed = lab_gc.gc(stack, known or set(), dry_run=args.dry_run)
     except LabError as exc:
         return _fail(str(exc))
     total = sum(len(v) for v in removed.values())
-    print(f"railyard lab gc: stack {stack}: removed {total} object(s) no state knows about")
-    for kind, items in removed.items():
-        for item in items:
-            print(f"  {kind}: {item if isinstance(item, str) else json.dumps(item)}")
+    print(f"railyard lab gc: stack {stack}: {verb} {total} object(s) no state knows about")
+    _print_objects(removed, verb)
     return 0

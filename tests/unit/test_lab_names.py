@@ -81,3 +81,26 @@ def test_macs_are_stable_locally_administered_unicast():
     assert m == names.mac("lab", "gpu-0", "ibp24s0") != names.mac("lab", "gpu-1", "ibp24s0")
     first = int(m.split(":")[0], 16)
     assert first & 0x02 and not first & 0x01
+
+
+def test_the_owner_marker_names_stack_and_checkout_and_reads_back():
+    marker = names.owner_marker("lab-virtual", "/work/main")
+    assert marker == "railyard:lab-virtual:/work/main"
+    assert names.parse_owner_marker(marker) == ("lab-virtual", "/work/main")
+    assert names.parse_owner_marker("an alias someone else set") is None
+    assert names.parse_owner_marker(None) is None
+
+
+def test_a_checkout_path_too_long_for_an_interface_alias_is_hashed_and_never_mistaken():
+    long_a, long_b = "/srv/" + "a" * 300, "/srv/" + "a" * 299 + "b"
+    a, b = names.owner_marker("lab", long_a), names.owner_marker("lab", long_b)
+    assert len(a.encode()) <= names.IFALIASZ and a.startswith("railyard:lab:sha256-")
+    assert a != b and names.parse_owner_marker(a)[0] == "lab"
+
+
+def test_the_tag_is_read_back_from_netns_and_link_names_of_any_stack():
+    for stack in ("lab", "lab-virtual", "fresh", "tgc-a-orphan"):
+        tag = names.stack_tag(stack)
+        for name in (names.fabric_ns(stack), names.node_ns(stack, "gpu-0"), names.host_link(stack)):
+            assert names.parse_tag(name) == tag
+    assert names.parse_tag("ryzen") is None and names.parse_tag("veth0") is None

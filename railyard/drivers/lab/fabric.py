@@ -78,6 +78,7 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
             batch.add(f"bridge {br}", "link", "add", br, "type", "bridge")
         batch.add(f"bridge {br}", "link", "set", br, "up")
     batch.add("link lo", "link", "set", "lo", "up")
+    net.queue_alias(batch, "lo", links.get("lo"), names.owner(stack))
 
     # The host's veth: both ends exist or neither does (a half is left by a crash; replace it).
     host_side = net.link_exists(hlink)
@@ -99,7 +100,9 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
     _write_root_sysctl(f"net/ipv6/conf/{hlink}/disable_ipv6", 1)
     _write_root_sysctl(f"net/ipv4/conf/{hlink}/forwarding", 0)
     root = net.Batch(None)
-    net.queue_addresses(root, hlink, net.links().get(hlink), [f"{host_ip}/32"])
+    host_links = net.links()
+    net.queue_addresses(root, hlink, host_links.get(hlink), [f"{host_ip}/32"])
+    net.queue_alias(root, hlink, host_links.get(hlink), names.owner(stack))
     root.add(f"link {hlink}", "link", "set", hlink, "up")
     for r in net.routes(None, "main"):
         if r.get("dev") == hlink and r.get("dst") != str(mgmt):  # the stack's old management network
@@ -265,6 +268,7 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
     sp_links = net.links(sp)
     sbatch = net.Batch(sp)
     sbatch.add("link lo", "link", "set", "lo", "up")
+    net.queue_alias(sbatch, "lo", sp_links.get("lo"), names.owner(stack))
     for i, gw in enumerate(gws):
         inner = names.spine_link(i)
         net.queue_addresses(sbatch, inner, sp_links.get(inner), [str(gw)])

@@ -19,12 +19,13 @@ any node, so its VFs go back to its hypervisor.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from railyard import paths
 from railyard.drivers.lab import fabric, names, net, node, proc, storage, vm
-from railyard.drivers.lab.errors import require_root
+from railyard.drivers.lab.errors import LabError, require_root
 
 _KEYS = ("netns", "host_links", "processes", "mounts", "loops", "dirs")
 
@@ -100,9 +101,9 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     }
 
 
-def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
+def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool = False) -> dict:
     """Remove every lab object of the stack that is not in `known` (ids as create_* return them).
-    Returns what was removed, in inventory's shape."""
+    Returns what was removed, in inventory's shape; with dry_run, what would be, removing nothing."""
     require_root()
     known = set(known)
     removed: dict[str, list] = {k: [] for k in _KEYS}
@@ -128,7 +129,9 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
                 removed["dirs"].append(str(d))
             for dev, backing in proc.loops_backed_under(d).items():
                 removed["loops"].append({"device": dev, "backing_file": backing})
-            if kind(ns) == "vm":
+            if dry_run:
+                pass
+            elif kind(ns) == "vm":
                 vm.delete_vm(stack, parsed[1], root)
             else:
                 node.delete_node(stack, parsed[1], root)
@@ -136,7 +139,10 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
             d = storage.object_store_dir(stack, root)
             if d.exists():
                 removed["dirs"].append(str(d))
-            storage.delete_object_store(stack, root)
+            if not dry_run:
+                storage.delete_object_store(stack, root)
+        elif dry_run:
+            pass
         elif parsed and parsed[0] == "spine":
             fabric.delete_spine(stack)
         elif parsed and parsed[0] == "fabric":
@@ -151,18 +157,20 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
     fabric_known = names.fabric_ns(stack) in known
     for link in net.links():
         if link.startswith(names.stack_prefix(stack)) and not (fabric_known and link == names.host_link(stack)):
-            net.link_delete(link)
+            if not dry_run:
+                net.link_delete(link)
             removed["host_links"].append(link)
 
     # Processes of unknown nodes (and of an unknown object store), and of known ones outside
     # their current netns (an earlier incarnation whose netns was removed behind our back).
     current = {ns: net.netns_inode(ns) for ns in known if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage")}
     stray = []
-    for p in inventory(stack, root)["processes"]:
+    for p in (before if dry_run else inventory(stack, root))["processes"]:
         owner = p["owner"]
         if owner not in current or (p["netns_inode"] != current[owner] and p["netns_inode"] is not None):
             stray.append(p)
-    proc.kill_all([p["pid"] for p in stray], what=f"stack {stack} processes")
+    if not dry_run:
+        proc.kill_all([p["pid"] for p in stray], what=f"stack {stack} processes")
     removed["processes"] = stray
 
     known_nodes = set(_known_nodes(stack, known))
@@ -172,15 +180,20 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
             if d.name in known_nodes:
                 continue
             for dev, backing in proc.loops_backed_under(d).items():
-                proc.detach_loop(dev)
+                if not dry_run:
+                    proc.detach_loop(dev)
                 removed["loops"].append({"device": dev, "backing_file": backing})
-            removed["mounts"].extend(proc.unmount_under(d))
-            proc.remove_tree(d)
+            if dry_run:
+                removed["mounts"].extend(proc.mounts_under(d))
+            else:
+                removed["mounts"].extend(proc.unmount_under(d))
+                proc.remove_tree(d)
             removed["dirs"].append(str(d))
     if names.storage_ns(stack) not in known:
         d = storage.object_store_dir(stack, root)
         if d.exists():
-            storage.delete_object_store(stack, root)
+            if not dry_run:
+                storage.delete_object_store(stack, root)
             removed["dirs"].append(str(d))
     # The share is the nodes' that mount it as much as its own id's: a node's storage resource
     # creates it on first mount (storage.create_pfs_mount).
@@ -188,9 +201,24 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None) -> dict:
     if names.pfs_id(stack) not in known and not mounted_by_known:
         d = storage.pfs_dir(stack, root)
         if d.exists():
-            storage.delete_pfs(stack, root)
+            if not dry_run:
+                storage.delete_pfs(stack, root)
             removed["dirs"].append(str(d))
-    return removed
+    return _unique(removed)
+
+
+def _unique(removed: dict) -> dict:
+    """Each object once (a node's dir is named both with its netns and with its directory)."""
+    out = {}
+    for kind_, items in removed.items():
+        seen, kept = set(), []
+        for item in items:
+            key = item if isinstance(item, str) else (item.get("pid") or item.get("device") or repr(item))
+            if key not in seen:
+                seen.add(key)
+                kept.append(item)
+        out[kind_] = kept
+    return out
 
 
 def _known_nodes(stack: str, known: set[str]) -> list[str]:
@@ -202,14 +230,86 @@ def _known_nodes(stack: str, known: set[str]) -> list[str]:
     return out
 
 
-def destroy_all(stack: str, root: Path | None = None) -> dict:
-    """Remove every lab object of the stack, its runtime directory included; leaves nothing."""
-    removed = gc(stack, (), root)
+def destroy_all(stack: str, root: Path | None = None, dry_run: bool = False) -> dict:
+    """Remove every lab object of the stack, its runtime directory included; leaves nothing.
+    With dry_run, says what it would remove and removes nothing."""
+    removed = gc(stack, (), root, dry_run)
     lab = paths.lab_dir(stack, root)
     for dev, backing in proc.loops_backed_under(lab).items():
-        proc.detach_loop(dev)
+        if not dry_run:
+            proc.detach_loop(dev)
         removed["loops"].append({"device": dev, "backing_file": backing})
-    removed["mounts"].extend(proc.unmount_under(lab))
-    if proc.remove_tree(lab):
-        removed["dirs"].append(str(lab))
-    return removed
+    if dry_run:
+        removed["mounts"].extend(proc.mounts_under(lab))
+        if lab.exists():
+            removed["dirs"].append(str(lab))
+    else:
+        removed["mounts"].extend(proc.unmount_under(lab))
+        if proc.remove_tree(lab):
+            removed["dirs"].append(str(lab))
+    return _unique(removed)
+
+
+# --- every stack of this checkout --------------------------------------------------------------
+
+@dataclass
+class StackOwner:
+    """Whose a stack tag's objects on this machine are."""
+
+    tag: str
+    stack: str | None
+    here: bool
+    why: str  # for a tag that is not this checkout's: why it is left alone
+    roots: tuple[str, ...] = ()  # the checkout roots its markers name
+
+
+def owners(root: Path | None = None) -> list[StackOwner]:
+    """Every lab stack tag with objects on this machine or a lab directory in this checkout.
+
+    A tag is this checkout's when its objects carry this checkout's marker (names.owner), or carry
+    none and the tag is that of a stack with a lab directory here. A marker naming another
+    checkout wins over everything: such objects are never this checkout's to remove.
+    """
+    root = (root or paths.project_root())
+    markers: dict[str, set[str]] = {}
+    seen: set[str] = set()
+    for ns in net.netns_list(names.PREFIX + "-"):
+        tag = names.parse_tag(ns)
+        if tag is None:
+            continue
+        seen.add(tag)
+        alias = net.links(ns, with_addresses=False).get("lo", {}).get("ifalias") if net.netns_exists(ns) else None
+        if alias:
+            markers.setdefault(tag, set()).add(alias)
+    for name, info in net.links(with_addresses=False).items():
+        tag = names.parse_tag(name)
+        if tag is not None:
+            seen.add(tag)
+            if info.get("ifalias"):
+                markers.setdefault(tag, set()).add(info["ifalias"])
+    for _, value in proc.marked(names.ENV_MARKER, lambda v: ":" in v):
+        seen.add(value.split(":", 1)[0])
+    lab_root = paths.local_dir(root) / "lab"
+    dirs: dict[str, set[str]] = {}
+    if lab_root.is_dir():
+        for d in lab_root.iterdir():
+            try:
+                dirs.setdefault(names.stack_tag(d.name), set()).add(d.name)
+            except LabError:
+                continue  # not a lab stack's directory
+    out = []
+    for tag in sorted(seen | set(dirs)):
+        parsed = {m: names.parse_owner_marker(m) for m in markers.get(tag, ())}
+        foreign = sorted(p[1] if p else m for m, p in parsed.items() if p is None or m != names.owner(p[0], root))
+        ours = sorted({p[0] for m, p in parsed.items() if p is not None and m == names.owner(p[0], root)})
+        if foreign:
+            out.append(StackOwner(tag, None, False, "its objects carry the marker of another checkout",
+                                  tuple(r for r in foreign if r)))
+        elif len(ours) == 1:
+            out.append(StackOwner(tag, ours[0], True, ""))
+        elif not ours and len(dirs.get(tag, ())) == 1:
+            out.append(StackOwner(tag, next(iter(dirs[tag])), True, ""))
+        else:
+            out.append(StackOwner(tag, None, False, "its objects carry no checkout's marker and no lab directory "
+                                                    "of this checkout has its tag"))
+    return out

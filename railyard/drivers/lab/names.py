@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
+from railyard import paths
 from railyard.drivers.lab.errors import LabError
 
 IFNAMSIZ = 15  # the kernel's limit on an interface name, without the trailing NUL
@@ -124,6 +126,42 @@ def mount_marker(stack: str, node: str) -> str:
 def parse_mount_marker(stack: str, source: str) -> str | None:
     prefix = stack_prefix(stack) + "node:"
     return source[len(prefix):] if source.startswith(prefix) else None
+
+
+# Every namespace of a stack (on its `lo`) and the host's management veth carry this as their
+# interface alias: which stack made them, from which checkout. `lab gc --all` removes only what
+# carries its own checkout's marker (or lies under its own lab directory), so one checkout never
+# collects another's lab, nor a test's project copy's. The kernel holds an alias with the object
+# it names, so the marker goes when the object does.
+IFALIASZ = 255
+_OWNER = "railyard:"
+
+
+def owner_marker(stack: str, root: str) -> str:
+    """``railyard:<stack>:<checkout root>``; a root too long for an alias is replaced by its hash."""
+    text = f"{_OWNER}{check_stack(stack)}:{root}"
+    if len(text.encode()) > IFALIASZ:
+        text = f"{_OWNER}{stack}:sha256-{_digest(root, 32)}"
+    return text
+
+
+def owner(stack: str, root: Path | None = None) -> str:
+    """This checkout's marker for the stack's objects (the project root as the lab sees it)."""
+    return owner_marker(stack, str(root or paths.project_root()))
+
+
+def parse_owner_marker(text: str | None) -> tuple[str, str] | None:
+    """(stack, root as the marker holds it) of an alias owner_marker wrote, else None."""
+    if not text or not text.startswith(_OWNER):
+        return None
+    stack, sep, root = text[len(_OWNER):].partition(":")
+    return (stack, root) if sep and _STACK.fullmatch(stack) and root else None
+
+
+def parse_tag(name: str) -> str | None:
+    """The stack tag of a lab netns or root-namespace link name (``ry-<tag>-…``), else None."""
+    m = re.fullmatch(rf"{PREFIX}-([a-z0-9]{{1,7}})-.+", name)
+    return m.group(1) if m else None
 
 
 ENV_MARKER = "RAILYARD_LAB"  # every node process started by the lab carries RAILYARD_LAB=<tag>:<node>

@@ -252,6 +252,12 @@ def lab_address(addr: str, what: str) -> ipaddress.IPv4Address:
     return ip_  # type: ignore[return-value]
 
 
+def queue_alias(batch: Batch, dev: str, current: dict | None, alias: str) -> None:
+    """Set the link's alias (ifalias) unless it already is `alias`."""
+    if (current or {}).get("ifalias") != alias:
+        batch.add(f"link {dev} alias", "link", "set", "dev", dev, "alias", alias)
+
+
 def queue_addresses(batch: Batch, dev: str, current: dict | None, wanted: Iterable[str]) -> None:
     """Queue what makes `dev` hold exactly `wanted` IPv4 addresses."""
     have = set(addresses(current or {}))

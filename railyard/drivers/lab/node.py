@@ -167,7 +167,7 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
     _ensure_links(stack, node, ns, fab, [n for n in nics if n.veth], fab_links)
     if attach is not None:
         attach(ns)
-    _ensure_addressing(ns, nics, compute_cidr)
+    _ensure_addressing(ns, nics, compute_cidr, names.owner(stack, root))
 
     pid = init_pid(stack, node, root)
     if pid is not None and _hw_source_of(pid) != _identity(hw):
@@ -396,11 +396,12 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
     fbatch.run()
 
 
-def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:
+def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None, owner: str) -> None:
     links = net.links(ns)
     batch = net.Batch(ns)
     if "UP" not in links.get("lo", {}).get("flags", []):
         batch.add("link lo", "link", "set", "lo", "up")
+    net.queue_alias(batch, "lo", links.get("lo"), owner)
     for nic in nics:
         net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
         if "UP" not in links.get(nic.name, {}).get("flags", []):

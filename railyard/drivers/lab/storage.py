@@ -157,7 +157,7 @@ def create_object_store(
 
     net.netns_add(sns)
     net.sysctls(sns, LAB_NETNS_SYSCTLS)
-    _ensure_port(stack, sns, fab, str(iface))
+    _ensure_port(stack, sns, fab, str(iface), names.owner(stack, root))
 
     pid = _weed_pid(stack, root)
     if pid is not None and changed:
@@ -217,7 +217,7 @@ def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
     ]
 
 
-def _ensure_port(stack: str, sns: str, fab: str, address: str) -> None:
+def _ensure_port(stack: str, sns: str, fab: str, address: str, owner: str) -> None:
     port = names.OBJECT_STORE_PORT
     inner = net.links(sns).get(port)
     outer = net.links(fab, with_addresses=False).get(port)
@@ -232,11 +232,13 @@ def _ensure_port(stack: str, sns: str, fab: str, address: str) -> None:
                   "peer", "name", port, "address", names.mac(stack, sns, port), "netns", sns)
     batch.add(f"link {port}", "link", "set", port, "master", names.STORAGE_BRIDGE, "up")
     batch.run()
-    inner = net.links(sns).get(port)
+    inner_links = net.links(sns)
+    inner = inner_links.get(port)
     sbatch = net.Batch(sns)
     net.queue_addresses(sbatch, port, inner, [address])
     sbatch.add(f"link {port}", "link", "set", port, "up")
     sbatch.add("link lo", "link", "set", "lo", "up")
+    net.queue_alias(sbatch, "lo", inner_links.get("lo"), owner)
     sbatch.run()
 
 
