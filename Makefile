@@ -1,4 +1,4 @@
-# Railyard's public interface: make up|down|preview|test|review|bench [STACK=lab]
+# Railyard's public interface: make up|down|preview|test|review|bench [STACK=lab]; make fresh-check
 # Every target sets up what it needs first (virtualenv, engine toolchain, host packages), so on a
 # fresh machine `make up` and `make test` are the only two commands.
 SHELL := /bin/bash
@@ -8,10 +8,10 @@ PYTHON ?= python3.11
 VENV := .venv
 RY := $(VENV)/bin/railyard
 
-.PHONY: up down preview test review bench venv toolchain deps setup help
+.PHONY: up down preview test review bench venv toolchain deps setup help fresh-check
 
 help:
-	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]"
+	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]; make fresh-check"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -32,7 +32,8 @@ setup: toolchain deps
 up: setup
 	$(RY) up --stack $(STACK)
 
-# FORCE=1: a long-lived stack's resources are protected; unprotect them deliberately, then destroy.
+# FORCE=1: a protected stack (any driver but the lab's, or railyard:protect: true) is unprotected
+# deliberately, then destroyed.
 down: setup
 	$(RY) down --stack $(STACK) $(if $(FORCE),--force)
 
@@ -48,3 +49,9 @@ review: setup
 
 bench: setup
 	$(RY) bench
+
+# A rehearsal of a fresh machine (scripts/fresh-check.sh): HEAD cloned, every cache empty, then
+# make up, make down and make test there, each timed. Not part of `make test`: it takes a cold
+# build plus the test suite. Run it after changing set-up (Makefile, toolchain, scripts, pins).
+fresh-check:
+	@bash scripts/fresh-check.sh

@@ -172,6 +172,12 @@ def gc(args) -> int:
         return _fail(str(exc))
     verb = "would remove" if args.dry_run else "removed"
     try:
+        from railyard.drivers.lab import names
+
+        owner = next((o for o in lab_gc.owners() if o.tag == names.stack_tag(stack)), None)
+        if owner is not None and owner.roots:
+            return _fail(f"the lab objects of stack {stack} belong to another checkout ({', '.join(owner.roots)}); "
+                         "run gc there. Nothing was removed")
         removed = lab_gc.gc(stack, known or set(), dry_run=args.dry_run)
     except LabError as exc:
         return _fail(str(exc))

@@ -1112,7 +1112,13 @@ class _Parser:
         if "protect" not in ours:
             return None
         path = f"{NAMESPACE}:protect"
-        value = self.boolean(ours, "protect", path, default=False)
+        raw = ours.get("protect")
+        # Pulumi keeps a top-level scalar as a string (`pulumi config set railyard:protect true`,
+        # and any rewrite of the stack file, stores "true"); its own get_bool reads those two.
+        if raw in ("true", "false"):
+            value = raw == "true"
+        else:
+            value = self.boolean(ours, "protect", path, default=False)
         if value and ephemeral is not None:
             # The reaper never unprotects, so such a stack would expire and never be reaped.
             self.problem(path, "true", "false or absent on an ephemeral stack",

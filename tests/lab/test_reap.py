@@ -190,9 +190,10 @@ def test_down_refuses_a_long_lived_stack_and_says_how_to_proceed(world):
     assert file.leftovers("rplong"), "a refused down must leave the stack as it was"
 
 
-def test_make_down_undoes_make_up_of_a_lab_stack_without_force(world):
-    """The README's first command and its undo, as a user types them (make, not railyard)."""
-    file = world["file"]
+def test_make_down_undoes_make_up_of_a_lab_stack_without_force(world, tmp_path):
+    """The README's first command and its undo, as a user types them (make, not railyard), in a
+    project copy of its own so the other tests' backend keeps exactly their stacks."""
+    file = RailyardProject(tmp_path)
     nets = free_networks(2, taken=set(world["nets"]))
     file.write_stack("rpplay", lab_config(1, nets[0], nets[1]))
     make = lambda *a: subprocess.run(["make", "-C", str(ROOT), *a], env=file.env, text=True,  # noqa: E731
@@ -204,7 +205,10 @@ def test_make_down_undoes_make_up_of_a_lab_stack_without_force(world):
     down = make("down", "STACK=rpplay")
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
     assert "long-lived" not in down.stderr
-    assert resources(file, "rpplay") == [] and file.leftovers("rpplay") == {}
+    try:
+        assert resources(file, "rpplay") == [] and file.leftovers("rpplay") == {}
+    finally:
+        file.cleanup()
 
 
 def test_reap_dry_run_lists_every_stack_and_changes_nothing(world):

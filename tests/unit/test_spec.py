@@ -249,6 +249,9 @@ def test_protect_is_kept_as_written_and_absent_is_none():
     assert parse_config(minimal(), stack="t").protect is None
     assert parse_config(with_(minimal(), "protect", True), stack="t").protect is True
     assert parse_config(with_(minimal(), "protect", False), stack="t").protect is False
+    # How Pulumi writes a top-level scalar back (`pulumi config set`, `stack init`): a string.
+    assert parse_config(with_(minimal(), "protect", "true"), stack="t").protect is True
+    assert parse_config(with_(minimal(), "protect", "false"), stack="t").protect is False
 
 
 def test_protect_must_be_a_boolean():

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# make fresh-check: a rehearsal of a fresh machine. Clones the committed HEAD into a temporary
+# directory, points every cache Railyard's set-up uses (its build cache, Go's, pip's, XDG's) at
+# empty temporary directories, and runs `make up`, `make preview`, `make down` and `make test` there,
+# timing each.
+#
+# It brings up a stack of its own (FRESH_STACK, default `fresh`) on management and storage
+# networks no route of this machine uses, refuses to start while lab objects of that stack exist,
+# and never touches another checkout's objects or the developer's own `lab`. What it cannot reset:
+# Debian packages already installed (scripts/host-deps.sh installs only what is missing) and the Go
+# toolchain itself. It takes as long as a cold build plus the test suite.
+#
+# The result is printed and written to .railyard/fresh-check/last.json in this checkout.
+set -euo pipefail
+
+src=$(git rev-parse --show-toplevel)
+cd "$src"
+stack=${FRESH_STACK:-fresh}
+if ! [[ $stack =~ ^[a-z0-9]{1,6}$ ]]; then
+  echo "fresh-check: FRESH_STACK must be 1-6 of a-z 0-9 (a readable lab tag), got '$stack'" >&2
+  exit 2
+fi
+prefix="ry-$stack-"
+commit=$(git rev-parse HEAD)
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "fresh-check: note: uncommitted changes are not rehearsed; the clone is of HEAD ${commit:0:12}" >&2
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "fresh-check: needs root (make up brings up a lab stack)" >&2
+  exit 2
+fi
+
+# Refuse before anything exists: objects of this stack, whoever made them, are not ours to reuse.
+leftover=$( { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix" || true
+              ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^$prefix" || true
+              grep -ls -z "^RAILYARD_LAB=$stack:" /proc/[0-9]*/environ 2>/dev/null || true; } | head -5)
+if [ -n "$leftover" ]; then
+  echo "fresh-check: lab objects of stack '$stack' already exist on this machine; nothing was started:" >&2
+  echo "$leftover" | sed 's/^/  /' >&2
+  echo "Remove them from the checkout that made them (railyard lab gc --all), or set FRESH_STACK." >&2
+  exit 1
+fi
+
+# Two /24s of the bench's pool that no route of this machine overlaps.
+read -r mgmt storage < <(python3 - <<'EOF'
+import ipaddress, json, subprocess
+routes = json.loads(subprocess.run(["ip", "-j", "route", "show", "table", "all"], capture_output=True,
+                                   text=True, check=True).stdout or "[]")
+used = []
+for r in routes:
+    dst = r.get("dst", "")
+    if dst and dst != "default" and ":" not in dst:
+        try:
+            used.append(ipaddress.ip_network(dst, strict=False))
+        except ValueError:
+            pass
+free = [n for n in ipaddress.ip_network("198.18.64.0/18").subnets(new_prefix=24)
+        if not any(n.overlaps(u) for u in used)]
+print(free[-1], free[-2])
+EOF
+)
+
+base=$(mktemp -d "${TMPDIR:-/var/tmp}/railyard-fresh.XXXXXX")
+clone="$base/clone"
+results="$base/results.tsv"
+: >"$results"
+up_done=0
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ "$up_done" = 1 ] && [ -x "$clone/.venv/bin/railyard" ]; then
+    echo "fresh-check: cleaning up stack $stack" >&2
+    (cd "$clone" && make -s down STACK="$stack" >/dev/null 2>&1; .venv/bin/railyard lab gc --all >/dev/null 2>&1)
+  fi
+  if ip netns list 2>/dev/null | grep -q "^$prefix" || grep -qs " $clone/" /proc/self/mountinfo; then
+    echo "fresh-check: lab objects of '$stack' remain; keeping $base for inspection" >&2
+    echo "  (cd $clone && .venv/bin/railyard lab gc --all) removes them, then rm -rf $base" >&2
+  else
+    rm -rf "$base"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "fresh-check: HEAD ${commit:0:12} cloned into $clone; empty caches under $base"
+git clone --quiet --no-hardlinks "$src" "$clone"
+sed -e "s#cidr: 198.18.32.0/20#cidr: $storage#" -e "s#cidr: 198.18.0.0/20#cidr: $mgmt#" -e '/^encryptionsalt:/d' \
+  "$clone/stacks/Pulumi.lab.yaml" >"$clone/stacks/Pulumi.$stack.yaml"
+grep -q "cidr: $mgmt" "$clone/stacks/Pulumi.$stack.yaml" || { echo "fresh-check: could not retarget the lab stack file" >&2; exit 1; }
+
+# Empty caches; nothing of the developer's environment that would find an existing build.
+export RAILYARD_CACHE="$base/cache/railyard" XDG_CACHE_HOME="$base/cache/xdg" PIP_CACHE_DIR="$base/cache/pip"
+export GOPATH="$base/go" GOMODCACHE="$base/go/pkg/mod" GOCACHE="$base/cache/go-build"
+unset RAILYARD_ROOT PULUMI_HOME PULUMI_BACKEND_URL VIRTUAL_ENV PYTHONPATH
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -e '/\.railyard/bin' -e '/\.venv/bin' | paste -sd:)
+export PATH
+
+installed=()
+for pkg in openssh-server openssh-client iproute2 traceroute xfsprogs e2fsprogs mount iputils-ping procps \
+           util-linux curl mdadm python3-boto3; do
+  dpkg -s "$pkg" >/dev/null 2>&1 && installed+=("$pkg")
+done
+echo "fresh-check: cannot reset Debian packages already installed: ${installed[*]:-none}"
+echo "fresh-check: stack $stack, management $mgmt, storage $storage"
+
+step() {
+  local name=$1; shift
+  local start end rc
+  echo "fresh-check: == $name =="
+  start=$(date +%s)
+  set +e
+  (cd "$clone" && "$@")
+  rc=$?
+  set -e
+  end=$(date +%s)
+  printf '%s\t%s\t%s\n' "$name" "$((end - start))" "$rc" >>"$results"
+  echo "fresh-check: $name: exit $rc after $((end - start)) s"
+  return "$rc"
+}
+
+failed=0
+step "make up" make up STACK="$stack" && up_done=1 || { up_done=1; failed=1; }
+if [ "$failed" = 0 ]; then
+  step "make preview" make preview STACK="$stack" || failed=1
+fi
+if [ "$failed" = 0 ]; then
+  step "make down" make down STACK="$stack" && up_done=0 || failed=1
+fi
+if [ "$failed" = 0 ]; then
+  step "make test" make test || failed=1
+fi
+
+mkdir -p "$src/.railyard/fresh-check"
+python3 - "$results" "$commit" "$src/.railyard/fresh-check/last.json" <<'EOF'
+import datetime, json, sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
+steps = [{"step": s, "seconds": int(t), "exit": int(rc)} for s, t, rc in rows]
+doc = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+       "commit": sys.argv[2], "steps": steps, "passed": bool(steps) and all(s["exit"] == 0 for s in steps)
+       and len(steps) == 4}
+json.dump(doc, open(sys.argv[3], "w"), indent=2)
+print(f"\nfresh-check of {sys.argv[2][:12]} on {doc['date']}: {'passed' if doc['passed'] else 'FAILED'}")
+print("| step | time | exit |\n|---|---|---|")
+for s in steps:
+    m, sec = divmod(s["seconds"], 60)
+    print(f"| `{s['step']}` | {m} min {sec:02d} s | {s['exit']} |")
+EOF
+exit "$failed"
