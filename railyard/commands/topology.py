@@ -64,8 +64,10 @@ def render(topo: Topology) -> str:
     ]
 
     def numa(d) -> str:
+        # As the source printed it: a node the source left empty stays unknown, and one Railyard
+        # deduced from PCIe adjacency says so.
         if d.numa is None:
-            return "?"
+            return "unknown"
         return f"{d.numa} (inferred)" if d.numa_inferred else str(d.numa)
 
     rows = [("GPU", "NUMA", "NIC", "CLASS")]

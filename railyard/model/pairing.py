@@ -1,23 +1,33 @@
 """The GPU -> NIC pairing rule, defined once and used by the catalog, topology import and the hosts.
 
-The rule (issue 3, item 4): among the NICs that carry compute traffic,
+The rule (issue 3, item 4; rule 3 from issue 19): among the NICs that carry compute traffic,
 
 1. at most ceil(GPUs / NICs) GPUs share one NIC;
 2. a GPU is never paired across NUMA nodes while a NIC on its own NUMA node still has room under
    that bound;
-3. the sum of the PCIe distance classes of the pairs is as small as possible, the classes counted
+3. every NIC serves a GPU before any NIC serves a second one: as many NICs are in use as rules 1
+   and 2 allow;
+4. the sum of the PCIe distance classes of the pairs is as small as possible, the classes counted
    as ranks PIX=0 < PXB=1 < PHB=2 < NODE=3 < SYS=4;
-4. among equally good pairings, GPUs taken in (NUMA, index) order get the NIC that comes first in
+5. among equally good pairings, GPUs taken in (NUMA, index) order get the NIC that comes first in
    (NUMA, index) order: the pairing whose sequence of NICs is lexicographically smallest wins.
 
-Rule 2 is met by first minimising the number of cross-NUMA pairs and only then the class sum: if a
+Rule 2 is met by first minimising the number of cross-NUMA pairs and only then the rest: if a
 GPU crossed while a NIC of its own node had room, moving it there would remove a crossing. When the
 classes agree with the NUMA nodes (a path between nodes is SYS, within one never is, as on real
 hardware) this is the same as minimising the class sum alone; when they disagree, locality wins.
 
+Rule 3 ranks above the class sum because an idle compute NIC is bandwidth the node never uses:
+two GPUs sharing their PIX NIC get half of it each, while the second GPU on a free NIC one bridge
+further gets all of that one. Without it, GPUs that tie for two NICs (two GPUs PXB to the same two
+NICs, as on a DGX A100) both went to the first. It ranks below rule 2: filling an idle NIC of the
+other socket would send a GPU over the SMP link while its own node had room.
+
 The optimum is exact: a min-cost assignment (Hungarian algorithm) of GPUs to NIC slots, each NIC
-expanded into as many slots as the bound allows. All four criteria are folded into one integer cost
-per (GPU, NIC) so one solve gives the answer; Python integers are exact at any size.
+expanded into as many slots as the bound allows; every slot after a NIC's first costs the balance
+weight, so the solver fills a NIC's first slot before any second one. All five criteria are folded
+into one integer cost per (GPU, slot) so one solve gives the answer; Python integers are exact at
+any size.
 
 Stdlib only and no imports from the rest of railyard: this file ships to hosts as Ansible
 module_utils.
@@ -84,11 +94,14 @@ def pair(gpus: Iterable[DeviceLike], nics: Iterable[DeviceLike], distance: Dista
     nic_order = sorted(range(m), key=lambda j: _tie_key(nic_list[j]))
     nic_position = {j: q for q, j in enumerate(nic_order)}
 
-    # Weights of the folded cost, largest first: one crossing outweighs any class sum (at most
-    # 4 per GPU); the class sum outweighs any tie-break, which is a base-m number whose digits are
-    # the NIC positions chosen by the GPUs in tie order.
+    # Weights of the folded cost, largest first: one crossing outweighs everything below it; one
+    # GPU in a NIC's second (or later) slot outweighs any class sum (at most 4 per GPU); the class
+    # sum outweighs any tie-break, which is a base-m number whose digits are the NIC positions
+    # chosen by the GPUs in tie order. At most n - 1 GPUs sit in later slots, so n balance weights
+    # exceed every sum of the lower terms.
     tie_span = m**n
-    cross_weight = (RANK["SYS"] * n + 1) * tie_span
+    balance_weight = (RANK["SYS"] * n + 1) * tie_span
+    cross_weight = n * balance_weight
     cost = [[0] * (m * cap) for _ in range(n)]
     for p, i in enumerate(gpu_order):
         gpu = gpu_list[i]
@@ -103,14 +116,14 @@ def pair(gpus: Iterable[DeviceLike], nics: Iterable[DeviceLike], distance: Dista
                 ) from None
             c = cross_weight * crosses_numa(gpu, nic) + r * tie_span + nic_position[j] * digit
             for s in range(cap):
-                cost[p][j * cap + s] = c
+                cost[p][j * cap + s] = c + balance_weight * (s > 0)
     slots = _hungarian(cost)
     chosen = {gpu_order[p]: slots[p] // cap for p in range(n)}
     return {gpu_list[i].name: nic_list[chosen[i]].name for i in range(n)}
 
 
 def pairing_cost(assignment: Mapping[str, str], distance: Distance) -> int:
-    """The class sum of a pairing (rule 3), for reports and tests."""
+    """The class sum of a pairing (rule 4), for reports and tests."""
     lookup = _lookup(distance)
     return sum(rank(lookup(g, nic)) for g, nic in assignment.items())
 

@@ -11,6 +11,16 @@ pairing comes from railyard.model.pairing, the one rule.
 Stdlib only (with pairing.py, pcie.py and sysfs_discovery.py): hosts run this very file as Ansible
 module_utils, so /etc/railyard/affinity.json and `railyard topology import --json` share one schema.
 
+An `nvidia-smi topo -m` (or `-mp`) capture is read by its header row and its tab structure, as
+people paste it: tab-separated, copied from a terminal (tabs turned into spaces on 8-column stops),
+re-aligned by hand, with the terminal's underline codes around the header, with a retyped or
+damaged header (checked against, and if need be rebuilt from, the X diagonal of the rows), with
+NICs named by a NIC Legend or by the column headers of older drivers. Class cells that lost the
+tab between them (PXBNODE) are split and checked across the diagonal, the matrix being symmetric;
+a row that lost a cell, or whose affinity cells cannot be told apart, is refused naming the row,
+never read from shifted columns. A GPU's NUMA node is the NUMA Affinity cell its row shows; an
+empty or N/A cell is unknown, not inferred.
+
 Excerpts (lines starting `# [EXCERPT` or `<!--`, truncated rows, missing header) give a topology with
 `complete = False` and notes saying what is missing; anything that is neither format (an `lspci`
 capture, a netdev listing) is refused with a TopologyError that says what the file looks like.
@@ -196,7 +206,13 @@ def parse_topology_text(text: str, source: str = "<text>") -> Topology:
 # --------------------------------------------------------------------------------------------------
 # Recognising the format
 
-_CELL = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
+_CLASS = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC"
+_CELL = re.compile(_CLASS)
+# Class cells that lost the tab between them (PXBNODE, SYSSYS) read back one way only: every class
+# starts with a letter and NV# takes all its digits. What follows the run is the next field.
+_CELLS_THEN = re.compile(rf"((?:{_CLASS})+)(.*)")
+# nvidia-smi underlines its header row on a terminal; a paste keeps the codes, often without the ESC.
+_ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 _LSPCI_TREE = re.compile(r"^[\s|+\\`-]*-?\[[0-9a-f]{4}:[0-9a-f]{2}\]", re.M)
 _LSPCI_LINE = re.compile(r"^[0-9a-f]{2,4}:[0-9a-f]{2}[:.][0-9a-f]{1,2}(\.\d)? [A-Za-z ]+:", re.M)
 
@@ -208,7 +224,7 @@ def _sniff(text: str) -> str:
         return ("this is `lspci` output, which does not give PCIe distance classes; capture "
                 "`nvidia-smi topo -m` or an NCCL topology dump (NCCL_TOPO_DUMP_FILE) instead")
     # Excerpt markers (`# [EXCERPT`, `<!--`) can open either format, so they do not decide it.
-    meaningful = [ln.strip() for ln in text.splitlines()
+    meaningful = [_ANSI.sub("", ln).strip() for ln in text.splitlines()
                   if ln.strip() and not ln.lstrip().startswith(("#", "<!--"))]
     if not meaningful or meaningful[0].startswith("<"):
         if re.search(r"<(system|cpu|pci|gpu|nic|net)\b", text):
@@ -219,27 +235,48 @@ def _sniff(text: str) -> str:
     for ln in meaningful:
         tokens = ln.split()
         if re.fullmatch(r"(GPU|NIC)\d+", tokens[0]) and len(tokens) > 1 and (
-                _CELL.fullmatch(tokens[1]) or re.fullmatch(r"(GPU|NIC)\d+", tokens[1])):
+                _CELL.match(tokens[1]) or re.fullmatch(r"(GPU|NIC)\d+", tokens[1])):
             return "matrix"
     return ("not an `nvidia-smi topo -m` matrix (no GPU<n> row or header) nor an NCCL topology XML")
 
 
 # --------------------------------------------------------------------------------------------------
-# nvidia-smi topo -m
+# nvidia-smi topo -m (and -mp, which prints PCIe classes between GPUs instead of NV#)
 
 _EXTRA_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+# The names as printed, and as people retype them in a hand-aligned table ("NUMA", "GPU NUMA").
+_EXTRA_NAME = re.compile(r"CPU\s*Affinity|GPU\s*NUMA(?:\s*ID)?|NUMA(?:\s*Affinity)?")
+_LEGEND_ENTRY = re.compile(r"(NIC\d+)\s*:\s*(\S+)")
+_RULE = re.compile(r"[-=+|:\s]+")  # a ruler line drawn under a retyped header
+
+
+@dataclass
+class _Header:
+    labels: list[str]
+    extras: list[str]  # CPU Affinity, NUMA Affinity, GPU NUMA ID: those the header names, in its order
+    extra_cols: list[int]  # where each of them starts, with tabs expanded to 8-column stops
+    unread: list[str]
+
+
+@dataclass
+class _Row:
+    label: str
+    cells: list[str]
+    extras: list[tuple[int, str]]  # (column, text) of what follows the cells; "" is an empty field
+    exact: bool  # empty fields are real: the line kept its tabs, or its 8-column tab stops
+    ended: bool  # the line ends in a tab, so nvidia-smi printed it to its end
+    glued: list[str]  # tokens that were split into cells
 
 
 def _parse_matrix(text: str, source: str) -> Topology:
     notes: list[str] = []
     excerpt = False
-    header: list[str] | None = None
-    extras: list[str] = []
-    rows: list[tuple[str, list[str], list[str], bool]] = []  # label, cells, extra fields, truncated
+    header_text: str | None = None
+    rows: list[_Row] = []
     legend: dict[str, str] = {}
     section = "matrix"
     for raw in text.splitlines():
-        line = raw.rstrip("\r\n")
+        line = _ANSI.sub("", raw.rstrip("\r\n"))
         stripped = line.strip()
         if stripped.startswith("# [EXCERPT") or stripped.startswith("<!--"):
             excerpt = True
@@ -254,54 +291,69 @@ def _parse_matrix(text: str, source: str) -> Topology:
             section = "nic-legend"
             continue
         if section == "nic-legend":
-            m = re.fullmatch(r"(\S+)\s*:\s*(\S+)", stripped)
-            if m:
-                legend[m.group(1)] = m.group(2)
+            # Names as they are (mlx5_bond_0, ibp24s0, rocep25s0f0); a pasted legend may put two on a line.
+            legend.update(_LEGEND_ENTRY.findall(stripped))
             continue
-        if section == "legend":
+        if section == "legend" or _RULE.fullmatch(stripped):
             continue
-        tokens = line.split("\t") if "\t" in line else line.split()
-        tokens = [t.strip() for t in tokens]
-        first = next((t for t in tokens if t), "")
-        rest = tokens[tokens.index(first) + 1:] if first else []
-        rest_cells = [t for t in rest if t]
-        if rest_cells and _CELL.fullmatch(rest_cells[0]):
-            rows.append(_matrix_row(first, rest))
-        elif header is None and re.fullmatch(r"GPU\d+", first):
-            header, extras = _matrix_header(line)
+        row = _matrix_row(line)
+        if row is not None:
+            rows.append(row)
+        elif header_text is None and not rows and re.match(r"GPU\d+", stripped):
+            header_text = line
+        elif header_text is not None and not rows and re.fullmatch(r"[A-Za-z][\w.-]*(\s+[A-Za-z][\w.-]*)*", stripped):
+            header_text += "\t" + line  # a header wrapped onto a second line when it was pasted
         else:
             notes.append(f"skipped a line that is not part of the matrix: {stripped[:60]!r}")
     if not rows:
         raise TopologyError(f"{source}: an nvidia-smi matrix header without any rows")
 
+    header = _matrix_header(header_text) if header_text is not None else None
     if header is None:
-        header = _infer_header(rows, source)
         extras = list(_EXTRA_COLUMNS)  # what nvidia-smi prints after the matrix, in this order
         notes.append("header not in the file: columns inferred from the X diagonal as GPU0.., NIC0..")
         excerpt = True
-    n = len(header)
-    col = {label: i for i, label in enumerate(header)}
-    gpu_labels = [h for h in header if re.fullmatch(r"GPU\d+", h)]
-    nic_labels = [h for h in header if h not in gpu_labels]
+    else:
+        extras = header.extras
+        if header.unread:
+            notes.append(f"header words not read as columns: {' '.join(header.unread)}")
+    columns = _matrix_columns(header, rows, source, notes)
+    n = len(columns)
+    col = {label: i for i, label in enumerate(columns)}
+    gpu_labels = [h for h in columns if re.fullmatch(r"GPU\d+", h)]
+    nic_labels = [h for h in columns if h not in gpu_labels]
 
-    classes: dict[tuple[str, str], str] = {}
+    grid: dict[tuple[str, str], str] = {}
+    repaired: dict[str, str] = {}  # row -> why its cells may be the damaged side of a mismatch
+    affinity: dict[str, dict[str, str]] = {}
     seen_rows: set[str] = set()
-    gpu_extra: dict[str, dict[str, str]] = {}
-    for label, cells, extra, truncated in rows:
+    for row in rows:
+        label, cells = row.label, row.cells
         if label not in col:
-            raise TopologyError(f"{source}: row {label} has no column in the header ({', '.join(header)})")
+            raise TopologyError(f"{source}: row {label} has no column in the header ({', '.join(columns)})")
         if label in seen_rows:
             raise TopologyError(f"{source}: row {label} appears twice")
         seen_rows.add(label)
         if len(cells) > n:
             raise TopologyError(f"{source}: row {label} has {len(cells)} cells for {n} columns")
-        if col[label] < len(cells) and cells[col[label]] != "X":
-            raise TopologyError(f"{source}: row {label} does not have X in its own column; header and rows disagree")
-        if truncated or len(cells) < n:
+        if len(cells) < n:
+            values = [t for _, t in row.extras if t]
+            cut_in_a_cell = len(values) == 1 and row.extras[-1][1] == values[0] and _cut_cell(values[0])
+            if row.ended or (values and not cut_in_a_cell):
+                goes_on = f"goes on with {values[0]!r}" if values else "was printed to its end"
+                raise TopologyError(
+                    f"{source}: row {label} has {len(cells)} cells for {n} columns and {goes_on}: a cell was "
+                    "lost, so the cells after it cannot be placed; copy the matrix again with its tabs "
+                    "(`nvidia-smi topo -m > topo.tsv`)")
             excerpt = True
             notes.append(f"row {label} is truncated ({len(cells)} of {n} cells)")
+            repaired[label] = f"row {label} is cut short"
+        if col[label] < len(cells) and cells[col[label]] != "X":
+            raise TopologyError(f"{source}: row {label} does not have X in its own column; header and rows disagree")
+        if row.glued:
+            repaired[label] = f"row {label} was read from {', '.join(map(repr, row.glued))} split into cells"
         for i, cell in enumerate(cells):
-            other = header[i]
+            other = columns[i]
             if other == label:
                 continue
             cell = "SYS" if cell == "SOC" else cell  # SOC is the older nvidia-smi name of SYS
@@ -309,80 +361,248 @@ def _parse_matrix(text: str, source: str) -> Topology:
             if cell not in pcie.CLASSES and not (both_gpus and cell.startswith("NV")):
                 raise TopologyError(f"{source}: {label}-{other} is {cell!r}; only two GPUs can be NV#, "
                                     f"and X belongs on the diagonal")
-            prior = classes.get((other, label))
+            prior = grid.get((other, label))
             if prior is not None and prior != cell:
-                raise TopologyError(f"{source}: {label}-{other} is {cell} but {other}-{label} is {prior}")
-            classes[(label, other)] = classes[(other, label)] = cell
+                # The matrix is symmetric: a mismatch means one of the two rows is damaged.
+                why = "; ".join(repaired[r] for r in (label, other) if r in repaired) or "the matrix is not symmetric"
+                raise TopologyError(f"{source}: {label}-{other} is {cell} but {other}-{label} is {prior} ({why})")
+            grid[(label, other)] = cell
         if label in gpu_labels:
-            gpu_extra[label] = dict(zip(extras, [e for e in extra if e]))
-    missing = [h for h in header if h not in seen_rows]
+            affinity[label] = _affinity(row, extras, header.extra_cols if header else None, source)
+    for row in rows:
+        if row.glued:
+            across = sum((other, row.label) in grid for other in columns)
+            notes.append(f"row {row.label}: {', '.join(map(repr, row.glued))} read as cells that lost the tab "
+                         f"between them; {across} of its cells confirmed by the rows across the diagonal")
+    classes = {**grid, **{(b, a): c for (a, b), c in grid.items()}}
+    missing = [h for h in columns if h not in seen_rows]
     if missing:
         excerpt = True
         notes.append(f"rows not in the file: {', '.join(missing)}")
     if nic_labels and not legend and any(re.fullmatch(r"NIC\d+", h) for h in nic_labels):
         notes.append("no NIC Legend: NICs are named by their matrix label")
+    elif legend:
+        unnamed = [h for h in nic_labels if h not in legend and re.fullmatch(r"NIC\d+", h)]
+        if unnamed:
+            notes.append(f"not in the NIC Legend, so named by their label: {', '.join(unnamed)}")
 
-    gpus = []
+    gpus, unknown = [], []
     for label in gpu_labels:
-        info = gpu_extra.get(label, {})
+        info = affinity.get(label, {})
         numa_text = info.get("NUMA Affinity")
         numa = int(numa_text) if numa_text and numa_text.isdigit() else None
-        if label in gpu_extra and "NUMA Affinity" in extras and numa is None:
-            notes.append(f"{label}: NUMA affinity {numa_text!r} is not a single node" if numa_text
-                         else f"{label}: no NUMA affinity in its row")
-        cpu = info.get("CPU Affinity")
-        gpus.append(_Dev(label, "gpu", int(label[3:]), label, numa, cpu_affinity=cpu if cpu not in (None, "N/A") else None))
+        if label in affinity and "NUMA Affinity" in extras and numa_text is None:
+            notes.append(f"{label}: the row stops before its NUMA Affinity")
+        elif numa_text in ("", "N/A"):
+            unknown.append(label)
+        elif numa_text is not None and numa is None:
+            notes.append(f"{label}: NUMA Affinity {numa_text!r} is not a single node: NUMA unknown")
+        cpu = info.get("CPU Affinity") or None
+        # A NUMA Affinity cell the row shows is the answer, even when empty: unknown is not guessed.
+        gpus.append(_Dev(label, "gpu", int(label[3:]), label, numa, cpu_affinity=cpu if cpu != "N/A" else None,
+                         numa_stated=numa_text is not None))
+    if unknown:
+        notes.append(f"NUMA Affinity empty or N/A for {', '.join(unknown)}: NUMA unknown")
     nics = [_Dev(legend.get(label, label), "nic", i, label, None) for i, label in enumerate(nic_labels)]
     rename = {d.label: d.name for d in gpus + nics}
     classes = {(rename[a], rename[b]): c for (a, b), c in classes.items()}
     return _build(source, "nvidia-smi", not excerpt, gpus, nics, classes, notes)
 
 
-def _matrix_row(label: str, rest: list[str]) -> tuple[str, list[str], list[str], bool]:
+def _fields(line: str) -> tuple[list[tuple[int, str]], bool]:
+    """The words of a matrix line as (column, text), "" for an empty field, and whether those are real.
+
+    nvidia-smi ends every field with one or more tabs, and an empty cell is an empty field. A line
+    with tabs splits at them. A line whose tabs a terminal turned into spaces still starts every
+    field on an 8-column tab stop, so its tabs, and the empty fields between them, count back; a line
+    spaced any other way (retyped, re-aligned) gives only its words.
+    """
+    if "\t" in line:
+        out, col = [], 0
+        for part in line.split("\t"):
+            out += [(col, word) for word in part.split()] or [(col, "")]
+            col = (col + len(part)) // 8 * 8 + 8
+        return out, True
+    words = []
+    for m in re.finditer(r"\S+", line):
+        start = m.start() - 1 if m.group() == "X" and m.start() % 8 == 1 else m.start()  # the diagonal is " X "
+        words.append((start, m.end(), m.group()))
+    out, end = [], None
+    for start, stop, word in words:
+        first_stop = 0 if end is None else (end // 8 + 1) * 8
+        if start % 8 or start < first_stop:
+            return [(start, word) for start, _, word in words], False
+        out += [(c, "") for c in range(first_stop, start, 8)]
+        out.append((start, word))
+        end = stop
+    return out, True
+
+
+def _matrix_row(line: str) -> _Row | None:
+    """A matrix row: a label, then class cells. None when the line is not one."""
+    fields, exact = _fields(line)
+    words = [i for i, (_, t) in enumerate(fields) if t]
+    if len(words) < 2:
+        return None
+    label, rest = fields[words[0]][1], fields[words[0] + 1:]
     cells: list[str] = []
+    glued: list[str] = []
     i = 0
-    while i < len(rest) and _CELL.fullmatch(rest[i]):
-        cells.append(rest[i])
-        i += 1
-    # A tab-separated row ends its cells at the first empty or non-class field; what follows are
-    # the affinity fields (CPU list, NUMA node, GPU NUMA id).
-    extra = rest[i:]
-    truncated = bool(extra) and not extra[0] == "" and not re.fullmatch(r"[\d,\-]+|N/A", extra[0])
-    return label, cells, extra, truncated
-
-
-def _matrix_header(line: str) -> tuple[list[str], list[str]]:
-    cut = len(line)
-    found = []
-    for name in _EXTRA_COLUMNS:
-        at = line.find(name)
-        if at >= 0:
-            cut = min(cut, at)
-            found.append((at, name))
-    return line[:cut].split(), [name for _, name in sorted(found)]
-
-
-def _infer_header(rows: list[tuple[str, list[str], list[str], bool]], source: str) -> list[str]:
-    """Columns are GPU0..GPU<g-1>, NIC0..NIC<k-1> in nvidia-smi; the X of a row marks its column."""
-    n = max(len(cells) for _, cells, _, _ in rows)
-    gpus = None
-    for label, cells, _, _ in rows:
-        if "X" not in cells:
+    while i < len(rest):
+        column, text = rest[i]
+        if not text:
+            # A stray tab between cells is harmless; a cell lost there leaves the row short, which
+            # is refused once the number of columns is known.
+            following = next((t for _, t in rest[i + 1:] if t), "")
+            if not _CELL.match(following):
+                break
+            i += 1
             continue
-        at = cells.index("X")
-        m = re.fullmatch(r"(GPU|NIC)(\d+)", label)
+        m = _CELLS_THEN.fullmatch(text)
         if not m:
-            raise TopologyError(f"{source}: no header, and row {label} is not GPU<n> or NIC<n>")
+            break
+        run, tail = m.groups()
+        split = _CELL.findall(run)
+        cells += split
+        if tail or len(split) > 1:
+            glued.append(text)
+        if tail:  # the last cell lost its tab to the field after it
+            rest[i] = (column, tail)
+            break
+        i += 1
+    if not cells:
+        return None
+    return _Row(label, cells, rest[i:], exact, line.endswith("\t"), glued)
+
+
+def _cut_cell(text: str) -> bool:
+    """Whether text is the start of a class cell, as when a row was cut in the middle of one."""
+    return any(c.startswith(text) for c in ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "NV"))
+
+
+def _matrix_header(line: str) -> _Header:
+    expanded = line.expandtabs(8)
+    found = list(_EXTRA_NAME.finditer(expanded))
+    cut = found[0].start() if found else len(expanded)
+    labels: list[str] = []
+    for word in expanded[:cut].split():
+        # Labels that lost the space between them (GPU7NIC0, mlx5_0mlx5_1) part before each new one.
+        labels += re.split(r"(?<=\d)(?=(?:GPU|NIC|mlx)\d)", word)
+    extras = ["CPU Affinity" if m.group().startswith("CPU") else
+              "GPU NUMA ID" if m.group().startswith("GPU") else "NUMA Affinity" for m in found]
+    unread = _EXTRA_NAME.sub(" ", expanded[cut:]).split()
+    return _Header(labels, extras, [m.start() for m in found], unread)
+
+
+def _matrix_columns(header: _Header | None, rows: list[_Row], source: str, notes: list[str]) -> list[str]:
+    """The column labels: the header's, checked against the X diagonal of the rows.
+
+    A damaged header (a label lost or two run together) is rebuilt from the rows when every column
+    has its row; a row whose X is not where the header puts its label lost or gained a cell.
+    """
+    if header is None:
+        return _infer_header(rows, source)
+    labels = header.labels
+    n = max(len(r.cells) for r in rows)
+    diagonal: dict[int, str] = {}
+    for r in rows:
+        if "X" in r.cells:
+            diagonal.setdefault(r.cells.index("X"), r.label)
+    if len(labels) >= n and all(labels[i] == label for i, label in diagonal.items()):
+        return labels
+    if sorted(diagonal) == list(range(n)) and len(set(diagonal.values())) == n:
+        rebuilt = [diagonal[i] for i in range(n)]
+        notes.append(f"the header row ({' '.join(labels)}) does not match the rows: columns taken from "
+                     f"the rows' X diagonal ({' '.join(rebuilt)})")
+        return rebuilt
+    wrong = [f"row {label} has its X in column {i + 1}, which the header calls {labels[i]}"
+             for i, label in sorted(diagonal.items()) if i < len(labels) and labels[i] != label]
+    if len(labels) >= n and wrong:
+        raise TopologyError(f"{source}: {'; '.join(wrong)}: the row lost or gained a cell")
+    raise TopologyError(f"{source}: the header row names {len(labels)} columns ({', '.join(labels)}) but rows "
+                        f"have {n} cells, and the rows do not cover every column to rebuild it from their X diagonal")
+
+
+def _affinity(row: _Row, columns: list[str], header_cols: list[int] | None, source: str) -> dict[str, str]:
+    """The CPU Affinity, NUMA Affinity and GPU NUMA ID cells of a GPU row, by header column.
+
+    As many values as columns are taken in order. A row with fewer has an empty cell or was cut
+    short, and which one matters: taking the next value for an empty cell is how a GPU NUMA ID was
+    read as the NUMA node. nvidia-smi ends the last class cell with one tab, so an empty field right
+    there is an empty first column (CPU Affinity: printed so where a cgroup leaves a GPU no CPUs).
+    Values that stop before a column are empty cells when the line still ends in a tab, else a row
+    cut short, whose last value may be cut too. A gap
+    anywhere else does not say which column is empty, and the row is refused. A row without its tab
+    structure is placed by where the header's column names start.
+    """
+    fields = list(row.extras)
+    while fields and not fields[-1][1]:
+        fields.pop()
+    values = [t for _, t in fields if t]
+    ambiguous = TopologyError(
+        f"{source}: row {row.label} has {len(values)} values ({', '.join(values) or 'none'}) for the "
+        f"{len(columns)} columns {', '.join(columns)} and does not show which cell is empty, so its NUMA "
+        "node cannot be read; copy the matrix again with its tabs (`nvidia-smi topo -m > topo.tsv`)")
+    if len(values) > len(columns):
+        raise TopologyError(f"{source}: row {row.label} has {len(values)} values after its cells "
+                            f"({', '.join(values)}) for the {len(columns)} columns {', '.join(columns)}")
+    if len(values) == len(columns):
+        return dict(zip(columns, values))
+    if row.exact:
+        texts = [t for _, t in fields]
+        out: dict[str, str] = {}
+        rest = list(columns)
+        if texts and not texts[0]:
+            out[rest.pop(0)] = ""
+            texts = texts[1:]
+        if len(values) == len(rest):
+            return {**out, **dict(zip(rest, values))}
+        gap = texts.index("") if "" in texts else len(texts)
+        if any(texts[gap:]):
+            raise ambiguous
+        if row.ended:  # printed to its end: the columns after the values are empty cells
+            return {**out, **dict.fromkeys(rest, ""), **dict(zip(rest, values))}
+        return {**out, **dict(zip(rest, values[:-1]))}
+    if not header_cols:
+        raise ambiguous
+    placed: dict[str, str] = {}
+    last = -1
+    for column, text in fields:
+        if not text:
+            continue
+        at = max((j for j, start in enumerate(header_cols) if start <= column + 1), default=-1)
+        if at <= last:
+            raise ambiguous
+        placed[columns[at]] = text
+        last = at
+    if last < len(columns) - 1:
+        placed.pop(columns[last], None)  # the row stops early: its last value may be cut
+    return placed
+
+
+def _infer_header(rows: list[_Row], source: str) -> list[str]:
+    """Columns are GPU0..GPU<g-1>, NIC0..NIC<k-1> in nvidia-smi; the X of a row marks its column."""
+    n = max(len(r.cells) for r in rows)
+    gpus = None
+    for r in rows:
+        if "X" not in r.cells:
+            continue
+        at = r.cells.index("X")
+        m = re.fullmatch(r"(GPU|NIC)(\d+)", r.label)
+        if not m:
+            raise TopologyError(f"{source}: no header, and row {r.label} is not GPU<n> or NIC<n>")
         if m.group(1) == "NIC":
             gpus = at - int(m.group(2))
             break
         if at != int(m.group(2)):
-            raise TopologyError(f"{source}: no header, and row {label} has its X in column {at}")
+            raise TopologyError(f"{source}: no header, and row {r.label} has its X in column {at}")
     if gpus is None:
-        nv = [sum(1 for c in cells if c.startswith("NV")) for label, cells, _, _ in rows if label.startswith("GPU")]
+        nv = [sum(1 for c in r.cells if c.startswith("NV")) for r in rows if r.label.startswith("GPU")]
         if not nv or max(nv) == 0:
             raise TopologyError(f"{source}: no header and no NIC row: cannot tell GPU columns from NIC columns")
         gpus = max(nv) + 1
+    if gpus < 0 or gpus > n:
+        raise TopologyError(f"{source}: no header, and the rows' X diagonal gives {gpus} GPU columns of {n}")
     return [f"GPU{i}" for i in range(gpus)] + [f"NIC{j}" for j in range(n - gpus)]
 
 
@@ -551,6 +771,7 @@ class _Dev:
     pci_bus_id: str | None = None
     cpu_affinity: str | None = None
     compute: bool | None = None
+    numa_stated: bool | None = None  # the source gave the NUMA node, maybe as unknown; None: when numa is set
 
 
 def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_Dev],
@@ -561,7 +782,7 @@ def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_
     repeated = sorted({x for x in names if names.count(x) > 1})
     if repeated:
         raise TopologyError(f"{source}: device names repeated: {', '.join(repeated)}")
-    stated = {d.name for d in devices if d.numa is not None}
+    stated = {d.name for d in devices if (d.numa is not None if d.numa_stated is None else d.numa_stated)}
     numa = {d.name: d.numa for d in devices}
     # Spread known NUMA nodes over same-node classes until nothing changes; the nearest known
     # neighbour wins, then the lowest NUMA id, so the result does not depend on device order.
@@ -570,7 +791,7 @@ def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_
     while changed:
         changed = False
         for d in devices:
-            if numa[d.name] is not None:
+            if numa[d.name] is not None or d.name in stated:
                 continue
             near = [(order[classes[(d.name, o.name)]], numa[o.name]) for o in devices
                     if o.name != d.name and numa[o.name] is not None
@@ -580,8 +801,9 @@ def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_
                 changed = True
     for d in devices:
         conflicts = {numa[o.name] for o in devices if o.name != d.name and o.name in stated
-                     and classes.get((d.name, o.name)) in SAME_NUMA_CLASSES and numa[o.name] != numa[d.name]}
-        if d.name in stated and conflicts:
+                     and numa[o.name] is not None and classes.get((d.name, o.name)) in SAME_NUMA_CLASSES
+                     and numa[o.name] != numa[d.name]}
+        if d.name in stated and numa[d.name] is not None and conflicts:
             notes.append(f"{d.name} is on NUMA {numa[d.name]} but has a same-node class to NUMA {sorted(conflicts)}")
 
     gpu_names = [g.name for g in gpus]

@@ -57,6 +57,33 @@ def test_an_excerpt_is_flagged_incomplete_in_the_table(capsys):
     assert rc == 0 and "INCOMPLETE" in out and "Notes:" in out
 
 
+def test_numa_is_printed_as_the_file_gives_it_unknown_or_inferred(capsys):
+    rc, out, _ = run(capsys, str(TOPOLOGIES / "pcie_8gpu_1nic_mlx5_header_quda669.tsv"))
+    gpu_rows = [line.split() for line in out.splitlines() if line.startswith("GPU") and "mlx5_0" in line]
+    assert rc == 0 and len(gpu_rows) == 8 and all(r[1] == "unknown" for r in gpu_rows), out
+    rc, out, _ = run(capsys, str(TOPOLOGIES / "b300_9nic_ansi_bond_sglang26039.tsv"))
+    nic_row = next(line for line in out.splitlines() if line.startswith("mlx5_10 "))
+    assert nic_row.split() == ["mlx5_10", "NIC0", "0", "(inferred)", "compute", "GPU0"], out
+
+
+def test_import_json_keeps_an_empty_cpu_affinity_and_marks_what_is_inferred(capsys):
+    rc, out, _ = run(capsys, "--json", str(TOPOLOGIES / "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt"))
+    data = json.loads(out)
+    assert rc == 0
+    assert [(g["numa"], g["numa_inferred"], g["cpu_affinity"]) for g in data["gpus"][3:5]] == [
+        (0, False, "0-15,56-71"), (1, False, None)]
+    assert (data["nics"][0]["numa"], data["nics"][0]["numa_inferred"]) == (1, True)
+
+
+def test_a_row_that_lost_a_cell_exits_1_naming_the_row(capsys, tmp_path):
+    lines = (TOPOLOGIES / "b300_9nic_ansi_bond_sglang26039.tsv").read_text().splitlines()
+    lines[4] = lines[4].replace("\tNODE\tNODE\tNODE\tPXB", "\tNODE\tNODE\tPXB", 1)  # GPU3 loses a cell
+    bad = tmp_path / "topo.tsv"
+    bad.write_text("\n".join(lines))
+    rc, out, err = run(capsys, str(bad))
+    assert rc == 1 and out == "" and err.count("\n") == 1 and "row GPU3" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_refused_format_exits_1_with_one_line_on_stderr(capsys, name):
     rc, out, err = run(capsys, str(TOPOLOGIES / name))

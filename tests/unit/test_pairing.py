@@ -106,6 +106,32 @@ def test_ties_are_settled_for_gpus_in_numa_then_index_order():
     assert pair(gpus, nics, d) == {"late": "b", "early": "a"}
 
 
+def test_a_free_nic_one_bridge_further_beats_sharing_a_pix_nic():
+    # Without rule 3 the class sum alone pairs a{g0,g1} b{g2,g3} (sum 0) and leaves c idle.
+    d = {(g, n): "NODE" for g in ("g0", "g1", "g2", "g3") for n in ("a", "b", "c")}
+    d.update({("g0", "a"): "PIX", ("g1", "a"): "PIX", ("g2", "b"): "PIX", ("g3", "b"): "PIX", ("g3", "c"): "PXB"})
+    got = pair(["g0", "g1", "g2", "g3"], ["a", "b", "c"], d)
+    assert got == {"g0": "a", "g1": "a", "g2": "b", "g3": "c"}
+    assert set(got.values()) == {"a", "b", "c"}, "every compute NIC serves a GPU"
+
+
+def test_gpus_that_tie_for_two_nics_take_one_each():
+    # Two GPUs PXB to the same two NICs (a DGX A100 pair): the tie-break alone gave both the first.
+    d = {("g0", "a"): "PXB", ("g0", "b"): "PXB", ("g1", "a"): "PXB", ("g1", "b"): "PXB",
+         ("g2", "a"): "SYS", ("g2", "b"): "SYS", ("g3", "a"): "SYS", ("g3", "b"): "SYS",
+         ("g0", "c"): "SYS", ("g1", "c"): "SYS", ("g2", "c"): "PIX", ("g3", "c"): "PIX"}
+    assert pair(["g0", "g1", "g2", "g3"], ["a", "b", "c"], d) == {"g0": "a", "g1": "b", "g2": "c", "g3": "c"}
+
+
+def test_an_idle_nic_on_the_other_socket_does_not_pull_a_gpu_across():
+    # Rule 2 outranks rule 3: the NUMA 0 GPUs fit on their own NICs, so the NUMA 1 NIC stays idle.
+    gpus = [Device(f"g{i}", numa=0) for i in range(4)]
+    nics = [Device("x", numa=0), Device("y", numa=0), Device("z", numa=1)]
+    d = {(g.name, n.name): ("PIX" if n.numa == 0 else "SYS") for g in gpus for n in nics}
+    got = pair(gpus, nics, d)
+    assert "z" not in got.values() and sorted(got.values()) == ["x", "x", "y", "y"]
+
+
 def test_more_nics_than_gpus_leaves_nics_unused():
     got = pair(["g0"], ["a", "b", "c"], {("g0", "a"): "SYS", ("g0", "b"): "PHB", ("g0", "c"): "PIX"})
     assert got == {"g0": "c"}
@@ -166,7 +192,8 @@ def _tie(d: Device):
 
 
 def _brute(gpus, nics, dist, *, lexicographic_numa: bool):
-    """Every assignment within the bound; the literal NUMA rule as a filter; min class sum; ties in order.
+    """Every assignment within the bound; the literal NUMA rule as a filter; most NICs in use; min
+    class sum; ties in order.
 
     lexicographic_numa: rank by the number of cross-NUMA pairs first (the implementation's reading,
     needed when classes disagree with NUMA nodes) instead of only filtering by the literal rule.
@@ -185,7 +212,8 @@ def _brute(gpus, nics, dist, *, lexicographic_numa: bool):
                if nics[j].numa is not None and nics[j].numa == gpus[i].numa):
             continue
         cost = sum(RANK[dist(gpus[i].name, nics[combo[i]].name)] for i in range(n))
-        key = ((len(crossing),) if lexicographic_numa else ()) + (cost, tuple(n_pos[combo[i]] for i in g_order))
+        idle = m - len(set(combo))
+        key = ((len(crossing),) if lexicographic_numa else ()) + (idle, cost, tuple(n_pos[combo[i]] for i in g_order))
         if best is None or key < best[0]:
             best = (key, combo)
     return {gpus[i].name: nics[best[1][i]].name for i in range(n)}
@@ -252,6 +280,17 @@ def test_pairing_on_any_matrix_respects_the_bound_and_the_numa_rule_and_is_optim
             own = [n.name for n in nics if n.numa == g.numa]
             assert all(load[n] == cap for n in own), f"{g.name} crosses NUMA while one of {own} has room"
     assert got == _brute(gpus, nics, lambda a, b: table[(a, b)], lexicographic_numa=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_matrices())
+def test_without_numa_nodes_every_compute_nic_serves_a_gpu_before_any_serves_two(case):
+    gpus, nics, table = case
+    gpus = [g._replace(numa=None) for g in gpus]
+    nics = [n._replace(numa=None) for n in nics]
+    got = pair(gpus, nics, table)
+    used = list(got.values())
+    assert len(set(used)) == min(len(gpus), len(nics)), f"NICs in use {sorted(set(used))} of {[n.name for n in nics]}"
 
 
 @settings(max_examples=100, deadline=None)

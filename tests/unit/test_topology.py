@@ -23,6 +23,12 @@ EXPECTED = {
     "a100_dgx_12nic_nccl1505_excerpt.txt": (False, 8, 12, 6),
     "a100_18nic_nccl2157_excerpt.txt": (False, 8, 18, 8),
     "h800_nv8_9nic_nccl933_excerpt.txt": (False, 8, 9, 7),
+    "b300_9nic_ansi_bond_sglang26039.tsv": (True, 8, 9, 8),
+    "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
+    "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
+    "rtx4090_8gpu_2nic_ibp_gooxi_blog.txt": (True, 8, 2, 2),
+    "pcie_8gpu_1nic_mlx5_header_quda669.tsv": (True, 8, 1, 1),
+    "pcie_8gpu_14nic_topo_mp_deepep60_excerpt.txt": (False, 8, 14, 4),
     "azure_ndv5_h100_topo.xml": (True, 8, 8, 8),
     "dgx_a100_nccl1505_dump_excerpt.xml": (False, 1, 3, 0),
     "hgx_h100_simai128_excerpt.xml": (False, 2, 1, 1),
@@ -109,6 +115,14 @@ def test_a_headerless_excerpt_takes_its_columns_from_the_x_diagonal():
     assert [g.numa for g in topo.gpus[4:]] == [1] * 4
 
 
+def test_every_compute_nic_of_the_dgx_a100_excerpt_serves_a_gpu():
+    # Six compute NICs for eight GPUs; GPU4 is PXB to NIC6 and NIC7 alike, and NIC7 used to sit idle.
+    topo = _read("a100_dgx_12nic_nccl1505_excerpt.txt")
+    pairs = topo.pairing()
+    assert set(pairs.values()) == {n.name for n in topo.compute_nics}
+    assert {pairs["GPU0"], pairs["GPU1"]} <= {"NIC0", "NIC1"} and pairs["GPU4"] in ("NIC6", "NIC7")
+
+
 def test_the_dgx_h100_excerpt_pairs_as_the_catalog_dgx_h100_does():
     # The excerpt uses DGX naming (NICk = mlx5_k); its pairing is the catalog's, derived independently.
     labels = CATALOG.nodes["dgx-h100"].reproduces.nic_labels
@@ -151,6 +165,193 @@ def test_rows_that_contradict_each_other_are_refused():
     text = "\tGPU0\tNIC0\nGPU0\t X \tPIX\nNIC0\tSYS\t X \n"
     with pytest.raises(TopologyError, match="NIC0-GPU0 is SYS but GPU0-NIC0 is PIX"):
         parse_topology_text(text, "bad")
+
+
+# --- the shapes people paste (issue 19) -------------------------------------------------------------
+# Every "derived" text below is a real fixture with one copy-paste accident applied, named in the test.
+
+B300 = "b300_9nic_ansi_bond_sglang26039.tsv"
+
+
+def _text(name: str) -> str:
+    return (TOPOLOGIES / name).read_text()
+
+
+def _same_reading(a: Topology, b: Topology) -> None:
+    assert dict(a.classes) == dict(b.classes), "classes"
+    assert a.to_json()["gpus"] == b.to_json()["gpus"] and a.to_json()["nics"] == b.to_json()["nics"]
+
+
+def test_the_current_format_names_nics_by_their_legend_whatever_the_name():
+    topo = _read(B300)
+    assert [n.name for n in topo.nics] == [f"mlx5_{i}" for i in range(10, 18)] + ["mlx5_bond_0"]
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(0, False)] * 4 + [(1, False)] * 4
+    assert topo.pairing() == {f"GPU{i}": f"mlx5_{10 + i}" for i in range(8)}
+    assert not {n.name: n.compute for n in topo.nics}["mlx5_bond_0"], "the bond is NODE/SYS to every GPU"
+    assert topo.notes == ()
+
+
+def test_infiniband_netdev_names_in_the_legend_are_kept_as_they_are():
+    topo = _read("rtx4090_8gpu_2nic_ibp_gooxi_blog.txt")
+    assert [n.name for n in topo.nics] == ["ibp177s0f0", "ibp177s0f1"]
+    assert sorted(topo.pairing().values()) == ["ibp177s0f0"] * 4 + ["ibp177s0f1"] * 4
+
+
+def test_ansi_underline_around_the_header_is_ignored_with_or_without_its_escape_byte():
+    # B300 as pasted lost the ESC bytes ("[4mGPU0 ... ID[0m"); a capture from a terminal keeps them.
+    pasted = _text(B300)
+    with_escape = pasted.replace("[4m", "\x1b[4m").replace("[0m", "\x1b[0m")
+    plain = pasted.replace("[4m", "").replace("[0m", "")
+    _same_reading(parse_topology_text(pasted), parse_topology_text(plain))
+    _same_reading(parse_topology_text(with_escape), parse_topology_text(plain))
+
+
+def test_the_older_format_with_rdma_names_as_column_headers_and_no_legend_reads():
+    topo = _read("pcie_8gpu_1nic_mlx5_header_quda669.tsv")
+    assert [n.name for n in topo.nics] == ["mlx5_0"] and topo.distance("GPU4", "mlx5_0") == "PHB"
+    assert set(topo.pairing().values()) == {"mlx5_0"}, "one compute NIC serves all eight GPUs"
+    assert all(g.numa is None and not g.numa_inferred for g in topo.gpus), "no NUMA column: unknown"
+    assert topo.gpus[4].cpu_affinity == "14-27"
+
+
+def test_topo_mp_prints_pcie_classes_between_gpus_and_reads_like_topo_m():
+    topo = _read("pcie_8gpu_14nic_topo_mp_deepep60_excerpt.txt")
+    assert topo.distance("GPU0", "GPU1") == "NODE" and topo.distance("GPU0", "GPU4") == "SYS"
+    assert [g.numa for g in topo.gpus[:4]] == [0] * 4
+    assert {g: topo.pairing()[g] for g in ("GPU0", "GPU1", "GPU2", "GPU3")} == {
+        "GPU0": "NIC0", "GPU1": "NIC1", "GPU2": "NIC2", "GPU3": "NIC7"}
+
+
+def test_a_retyped_header_with_short_column_names_and_a_ruler_reads_by_its_names():
+    topo = _read("h200_9nic_bond_edited_header_weiziyang.txt")
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(0, False)] * 4 + [(1, False)] * 4, \
+        "'NUMA' is the NUMA Affinity column, 'GPU NUMA' (N/A) is not"
+    assert topo.gpus[0].cpu_affinity == "0,2-47,96-143"
+    assert topo.nics[8].name == "mlx5_bond_0" and topo.pairing()["GPU1"] == "mlx5_3"
+    assert not any("skipped" in n for n in topo.notes), "the ruler line is not a stray line"
+
+
+@pytest.mark.parametrize("damage", ["glued labels", "no leading tab", "wrapped"])
+def test_a_damaged_header_row_reads_like_the_intact_one(damage):
+    lines = _text(B300).splitlines()
+    if damage == "glued labels":  # the space between two labels lost
+        lines[0] = lines[0].replace("NIC7\tNIC8", "NIC7NIC8")
+    elif damage == "no leading tab":
+        lines[0] = lines[0].lstrip("\t")
+    else:  # the header wrapped before its affinity columns
+        lines[0:1] = lines[0].split("\tCPU Affinity")[0], "CPU Affinity" + lines[0].split("\tCPU Affinity")[1]
+    _same_reading(parse_topology_text("\n".join(lines)), _read(B300))
+
+
+def test_a_header_that_has_lost_a_label_is_rebuilt_from_the_rows_x_diagonal():
+    lines = _text(B300).splitlines()
+    lines[0] = lines[0].replace("NIC3\t", "")
+    topo = parse_topology_text("\n".join(lines))
+    _same_reading(topo, _read(B300))
+    assert any("X diagonal" in n for n in topo.notes)
+
+
+def test_a_damaged_header_that_the_rows_cannot_replace_is_refused():
+    lines = _text(B300).splitlines()
+    lines[0] = lines[0].replace("NIC3\t", "")
+    text = "\n".join(ln for ln in lines if not ln.startswith("NIC3"))
+    with pytest.raises(TopologyError, match="header row names 16 columns"):
+        parse_topology_text(text, "bad")
+
+
+def test_an_empty_cpu_affinity_cell_leaves_the_numa_column_in_place():
+    # Slurm left GPU4-7 no CPUs: their CPU Affinity cell is empty and NUMA Affinity still says 1.
+    topo = _read("a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt")
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(0, False)] * 4 + [(1, False)] * 4
+    assert [g.cpu_affinity for g in topo.gpus] == ["0-15,56-71"] * 4 + [None] * 4
+
+
+@pytest.mark.parametrize("form", ["tabs", "terminal spaces"])
+def test_an_empty_cpu_affinity_cell_reads_in_tab_and_in_terminal_copied_text(form):
+    # Derived from B300: GPU4's CPU Affinity emptied as nvidia-smi prints it ("NODE\t\t1\t\tN/A").
+    text = _text(B300).replace("NODE\t64-127,192-255\t1", "NODE\t\t1", 1)
+    assert text != _text(B300)
+    if form == "terminal spaces":
+        text = "\n".join(line.expandtabs(8) for line in text.splitlines())
+    gpu4 = parse_topology_text(text).gpus[4]
+    assert (gpu4.numa, gpu4.numa_inferred, gpu4.cpu_affinity) == (1, False, None)
+
+
+def test_a_matrix_copied_from_a_terminal_reads_like_the_tab_separated_one():
+    expanded = "\n".join(line.expandtabs(8) for line in _text(B300).splitlines())
+    _same_reading(parse_topology_text(expanded), _read(B300))
+
+
+def test_a_hand_aligned_row_with_an_empty_cell_is_placed_by_the_header_columns():
+    # Derived from the retyped-header fixture: GPU0's CPU list blanked, spaces kept.
+    text = _text("h200_9nic_bond_edited_header_weiziyang.txt").replace("0,2-47,96-143", " " * 13, 1)
+    gpu0 = parse_topology_text(text).gpus[0]
+    assert (gpu0.numa, gpu0.cpu_affinity) == (0, None)
+
+
+def test_an_empty_cell_that_the_spacing_cannot_place_is_refused_naming_the_row():
+    # Derived from the Slurm fixture with its spacing squeezed: "NODE 1 N/A" could be CPU 1, NUMA N/A.
+    text = "\n".join(re.sub(r" +", " ", line) for line in
+                     _text("a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt").splitlines())
+    with pytest.raises(TopologyError, match=r"row GPU4 has 2 values \(1, N/A\).*does not show which cell is empty"):
+        parse_topology_text(text, "squeezed")
+
+
+def test_a_gap_between_affinity_values_that_could_be_either_column_is_refused():
+    # Derived from B300: GPU2's NUMA Affinity emptied, so "1" after the gap could be NUMA or GPU NUMA ID.
+    text = _text(B300).replace("0-63,128-191\t0\t\tN/A", "0-63,128-191\t\t\t1", 3)
+    with pytest.raises(TopologyError, match="row GPU0 has 2 values"):
+        parse_topology_text(text, "gap")
+
+
+def test_an_empty_or_na_numa_cell_is_unknown_and_not_inferred_from_its_neighbours():
+    # Derived from B300: GPU0 NUMA Affinity N/A, GPU1's empty. Both are PXB to a NIC whose node is known.
+    text = _text(B300).replace("0-63,128-191\t0\t", "0-63,128-191\tN/A\t", 1)
+    lines = text.splitlines()
+    lines[2] = lines[2].replace("0-63,128-191\t0\t\tN/A", "\t\t\t")
+    topo = parse_topology_text("\n".join(lines))
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus[:3]] == [(None, False), (None, False), (0, False)]
+    assert any("GPU0" in n and "NUMA unknown" in n for n in topo.notes)
+    data = topo.to_json()["gpus"][0]
+    assert (data["numa"], data["numa_inferred"]) == (None, False)
+
+
+@pytest.mark.parametrize("row, glue", [
+    (1, ("PXB\tNODE", "PXBNODE")),      # GPU0: the tab between two class cells lost
+    (9, ("SYS\tSYS\tSYS", "SYS\tSYSSYS")),  # NIC0
+    (10, (" X \tNODE", " X NODE")),     # NIC1: the tab after the diagonal lost
+])
+def test_cells_that_lost_the_tab_between_them_are_split_and_checked_across_the_diagonal(row, glue):
+    lines = _text(B300).splitlines()
+    assert glue[0] in lines[row]
+    lines[row] = lines[row].replace(glue[0], glue[1], 1)
+    topo = parse_topology_text("\n".join(lines))
+    _same_reading(topo, _read(B300))
+    label = lines[row].split("\t")[0]
+    if "X" not in glue[1]:
+        assert any(n.startswith(f"row {label}:") and "confirmed by the rows across" in n for n in topo.notes)
+
+
+def test_a_row_that_lost_a_cell_is_refused_naming_the_row():
+    lines = _text(B300).splitlines()
+    lines[4] = lines[4].replace("\tNODE\tNODE\tNODE\tPXB", "\tNODE\tNODE\tPXB", 1)  # GPU3
+    with pytest.raises(TopologyError, match=r"row GPU3 has 16 cells for 17 columns and goes on with '0-63,128-191'"):
+        parse_topology_text("\n".join(lines), "lost")
+
+
+def test_a_nic_row_that_lost_a_cell_is_refused_though_nothing_follows_its_cells():
+    lines = _text(B300).splitlines()
+    lines[12] = lines[12].replace("\tPXB", "", 1)  # NIC3, which nvidia-smi ends with four tabs
+    with pytest.raises(TopologyError, match="row NIC3 has 16 cells for 17 columns and was printed to its end"):
+        parse_topology_text("\n".join(lines), "lost")
+
+
+def test_a_split_that_the_other_rows_contradict_is_refused_naming_both_rows():
+    # Derived from B300: GPU0 loses its PXB cell and NIC0's tab, so the split shifts its NIC cells.
+    lines = _text(B300).splitlines()
+    lines[1] = lines[1].replace("\tPXB\tNODE\tNODE\tNODE", "\tNODENODE\tNODE\tNODE", 1)
+    with pytest.raises(TopologyError, match=r"NIC0-GPU0 is PXB but GPU0-NIC0 is NODE \(row GPU0 was read from 'NODENODE'"):
+        parse_topology_text("\n".join(lines), "shifted")
 
 
 # --- NCCL XML -------------------------------------------------------------------------------------
