@@ -30,10 +30,25 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
+# Lab objects of the stack on this machine: namespaces, root-namespace links, marked processes,
+# and (once the clone exists) mounts and loop devices under it. Output is captured whole before
+# it is searched, so a full pipe can never read as "nothing".
+lab_objects() {
+  local netns links procs
+  netns=$(ip netns list 2>/dev/null || true)
+  links=$(ip -o link show 2>/dev/null || true)
+  procs=$(grep -ls -z "^RAILYARD_LAB=$stack:" /proc/[0-9]*/environ 2>/dev/null || true)
+  awk '{print $1}' <<<"$netns" | grep "^$prefix" || true
+  awk -F': ' '{print $2}' <<<"$links" | cut -d@ -f1 | grep "^$prefix" || true
+  [ -z "$procs" ] || echo "$procs"
+  if [ -n "${base:-}" ]; then
+    grep -F " $base/" /proc/self/mountinfo | awk '{print $5}' || true
+    losetup -l -n -O NAME,BACK-FILE 2>/dev/null | grep -F "$base/" || true
+  fi
+}
+
 # Refuse before anything exists: objects of this stack, whoever made them, are not ours to reuse.
-leftover=$( { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix" || true
-              ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^$prefix" || true
-              grep -ls -z "^RAILYARD_LAB=$stack:" /proc/[0-9]*/environ 2>/dev/null || true; } | head -5)
+leftover=$(lab_objects)
 if [ -n "$leftover" ]; then
   echo "fresh-check: lab objects of stack '$stack' already exist on this machine; nothing was started:" >&2
   echo "$leftover" | sed 's/^/  /' >&2
@@ -60,20 +75,29 @@ print(free[-1], free[-2])
 EOF
 )
 
-base=$(mktemp -d "${TMPDIR:-/var/tmp}/railyard-fresh.XXXXXX")
+# Not under /var, /run, /etc, /boot or /mnt: lab nodes mount their own over those.
+tmp_root=$(readlink -f "${FRESH_TMPDIR:-/tmp}")
+case "$tmp_root/" in
+  /var/*|/run/*|/etc/*|/boot/*|/mnt/*|/proc/*|/sys/*|/dev/*)
+    echo "fresh-check: FRESH_TMPDIR=$tmp_root lies where lab nodes mount their own directories; use another" >&2
+    exit 2;;
+esac
+base=$(mktemp -d "$tmp_root/railyard-fresh.XXXXXX")
 clone="$base/clone"
 results="$base/results.tsv"
 : >"$results"
-up_done=0
+up_started=0
 
 cleanup() {
   local rc=$?
   set +e
-  if [ "$up_done" = 1 ] && [ -x "$clone/.venv/bin/railyard" ]; then
+  # Straight to the clone's railyard, not make: a failed set-up must not rerun as a second cold build.
+  if [ "$up_started" = 1 ] && [ -x "$clone/.venv/bin/railyard" ] && [ -e "$clone/.railyard/bin/pulumi" ]; then
     echo "fresh-check: cleaning up stack $stack" >&2
-    (cd "$clone" && make -s down STACK="$stack" >/dev/null 2>&1; .venv/bin/railyard lab gc --all >/dev/null 2>&1)
+    (cd "$clone" && .venv/bin/railyard down --stack "$stack" >/dev/null 2>&1
+     .venv/bin/railyard lab gc --all >/dev/null 2>&1)
   fi
-  if ip netns list 2>/dev/null | grep -q "^$prefix" || grep -qs " $clone/" /proc/self/mountinfo; then
+  if [ -n "$(lab_objects)" ]; then
     echo "fresh-check: lab objects of '$stack' remain; keeping $base for inspection" >&2
     echo "  (cd $clone && .venv/bin/railyard lab gc --all) removes them, then rm -rf $base" >&2
   else
@@ -88,13 +112,16 @@ echo "fresh-check: HEAD ${commit:0:12} cloned into $clone; empty caches under $b
 git clone --quiet --no-hardlinks "$src" "$clone"
 sed -e "s#cidr: 198.18.32.0/20#cidr: $storage#" -e "s#cidr: 198.18.0.0/20#cidr: $mgmt#" -e '/^encryptionsalt:/d' \
   "$clone/stacks/Pulumi.lab.yaml" >"$clone/stacks/Pulumi.$stack.yaml"
-grep -q "cidr: $mgmt" "$clone/stacks/Pulumi.$stack.yaml" || { echo "fresh-check: could not retarget the lab stack file" >&2; exit 1; }
+grep -q "cidr: $mgmt" "$clone/stacks/Pulumi.$stack.yaml" && grep -q "cidr: $storage" "$clone/stacks/Pulumi.$stack.yaml" \
+  || { echo "fresh-check: could not retarget the lab stack file's networks" >&2; exit 1; }
 
 # Empty caches; nothing of the developer's environment that would find an existing build.
 export RAILYARD_CACHE="$base/cache/railyard" XDG_CACHE_HOME="$base/cache/xdg" PIP_CACHE_DIR="$base/cache/pip"
 export GOPATH="$base/go" GOMODCACHE="$base/go/pkg/mod" GOCACHE="$base/cache/go-build"
 unset RAILYARD_ROOT PULUMI_HOME PULUMI_BACKEND_URL VIRTUAL_ENV PYTHONPATH
-PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -e '/\.railyard/bin' -e '/\.venv/bin' | paste -sd:)
+# No pulumi on PATH at all: a compatible one would be used instead of the build being rehearsed.
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do [ -x "$d/pulumi" ] || printf '%s\n' "$d"; done \
+       | grep -v -e '/\.railyard/bin' -e '/\.venv/bin' | paste -sd:)
 export PATH
 
 installed=()
@@ -121,12 +148,17 @@ step() {
 }
 
 failed=0
-step "make up" make up STACK="$stack" && up_done=1 || { up_done=1; failed=1; }
+up_started=1  # from here on, an interrupt or a failure cleans up what make up made
+step "make up" make up STACK="$stack" || failed=1
+if [ "$failed" = 0 ] && [[ $(readlink -f "$clone/.railyard/bin/pulumi") != "$RAILYARD_CACHE"/* ]]; then
+  echo "fresh-check: the clone's pulumi is $(readlink -f "$clone/.railyard/bin/pulumi"), not a build in the empty cache" >&2
+  failed=1
+fi
 if [ "$failed" = 0 ]; then
   step "make preview" make preview STACK="$stack" || failed=1
 fi
 if [ "$failed" = 0 ]; then
-  step "make down" make down STACK="$stack" && up_done=0 || failed=1
+  step "make down" make down STACK="$stack" || failed=1
 fi
 if [ "$failed" = 0 ]; then
   step "make test" make test || failed=1

@@ -125,36 +125,51 @@ def gc_all(dry_run: bool) -> int:
     """Every lab stack of this checkout: objects of a stack the backend has no state for go
     entirely; of a stack with state, those its state does not know."""
     from railyard.drivers.lab import gc as lab_gc
-    from railyard.drivers.lab.errors import LabError
+    from railyard.drivers.lab.errors import LabError, require_root
     from railyard.engine import orphans
+    from railyard.engine.lock import CheckoutBusy, checkout_lock
 
+    try:
+        require_root()
+    except LabError as exc:
+        return _fail(str(exc))
     engines = orphans.live_engines()
     if engines:
         return _fail(f"a Pulumi engine of this checkout is running (pid {', '.join(map(str, engines))}); its stack's "
                      "new objects are in no state yet. Run gc --all when it has finished; nothing was removed")
     root = paths.project_root()
     verb = "would remove" if dry_run else "removed"
-    print(f"railyard lab gc --all{' --dry-run' if dry_run else ''}: lab stacks of the checkout {root}")
     try:
-        found = lab_gc.owners(root)
-        total = 0
-        for owner in found:
-            if not owner.here:
-                where = f" ({', '.join(owner.roots)})" if owner.roots else ""
-                print(f"  tag {owner.tag}: belongs elsewhere: {owner.why}{where}; left alone")
-                continue
-            known = pulumi.stack_resource_ids(owner.stack)
-            if known is None:
-                removed = lab_gc.destroy_all(owner.stack, root, dry_run=dry_run)
-                state = "no state in the backend"
-            else:
-                removed = lab_gc.gc(owner.stack, known, root, dry_run=dry_run)
-                state = f"state knows {len(known)} lab object(s)"
-            total += sum(len(v) for v in removed.values())
-            print(f"  stack {owner.stack} (tag {owner.tag}): {state}; {verb} {_summary(removed)}")
-            _print_objects(removed, verb)
-    except (ToolchainError, pulumi.PulumiError, LabError) as exc:
+        with checkout_lock(root, exclusive=True):
+            # One listing decides which stacks have state: a backend that cannot be read is an
+            # error, never "no state" (that would destroy live stacks).
+            in_backend = {s["name"] for s in pulumi.run_json(["stack", "ls"])}
+            print(f"railyard lab gc --all{' --dry-run' if dry_run else ''}: lab stacks of the checkout {root}")
+            total = 0
+            for owner in lab_gc.owners(root):
+                if not owner.here:
+                    where = f" ({', '.join(owner.roots)})" if owner.roots else ""
+                    print(f"  tag {owner.tag}: belongs elsewhere: {owner.why}{where}; left alone")
+                    continue
+                unmarked = " (unmarked objects, this checkout's by its lab directory)" if owner.unmarked else ""
+                if owner.stack not in in_backend:
+                    removed = lab_gc.destroy_all(owner.stack, root, dry_run=dry_run)
+                    state = "no state in the backend"
+                else:
+                    known = pulumi.stack_resource_ids(owner.stack)
+                    if known is None:
+                        raise pulumi.PulumiError(["stack", "export", "--stack", owner.stack], 1,
+                                                 "the stack is listed but its state cannot be read")
+                    removed = lab_gc.gc(owner.stack, known, root, dry_run=dry_run)
+                    state = f"state knows {len(known)} lab object(s)"
+                total += sum(len(v) for v in removed.values())
+                print(f"  stack {owner.stack} (tag {owner.tag}){unmarked}: {state}; {verb} {_summary(removed)}")
+                _print_objects(removed, verb)
+    except CheckoutBusy as exc:
         return _fail(str(exc))
+    except (ToolchainError, pulumi.PulumiError, LabError) as exc:
+        return _fail(f"{exc}{': ' + exc.output.strip()[-500:] if isinstance(exc, pulumi.PulumiError) else ''}; "
+                     "nothing more was removed")
     print(f"railyard lab gc --all: {verb} {total} object(s) no state knows about")
     return 0
 
@@ -172,12 +187,6 @@ def gc(args) -> int:
         return _fail(str(exc))
     verb = "would remove" if args.dry_run else "removed"
     try:
-        from railyard.drivers.lab import names
-
-        owner = next((o for o in lab_gc.owners() if o.tag == names.stack_tag(stack)), None)
-        if owner is not None and owner.roots:
-            return _fail(f"the lab objects of stack {stack} belong to another checkout ({', '.join(owner.roots)}); "
-                         "run gc there. Nothing was removed")
         removed = lab_gc.gc(stack, known or set(), dry_run=args.dry_run)
     except LabError as exc:
         return _fail(str(exc))

@@ -64,6 +64,15 @@ def validate(stack: str):
         print(f"railyard: stack {stack} uses the lab driver, which needs root (it creates network namespaces, "
               "links, mounts and sshd processes); nothing was changed. Run it as root.", file=sys.stderr)
         return None
+    if spec.driver == "lab":
+        from railyard.drivers.lab.errors import LabError
+        from railyard.drivers.lab.node import check_dir_location
+
+        try:
+            check_dir_location(paths.lab_dir(stack))
+        except LabError as exc:  # before the engine starts, not from its provider half-way through an up
+            print(f"railyard: {exc}; nothing was changed", file=sys.stderr)
+            return None
     return spec
 
 
@@ -72,19 +81,22 @@ def handle(args) -> int:
     if spec is None:
         return 1
     from railyard.engine import orphans
+    from railyard.engine.lock import checkout_lock
 
     orphans.stop_all()
     try:
-        pulumi.ensure_stack(args.stack)
-        if args.action == "down" and not unprotect_for_down(args.stack, args.force):
-            return 1
-        if args.action == "recover":
-            # The file backend holds no lock to cancel; a team backend may.
-            pulumi.run(["cancel", "--yes", "--stack", args.stack], capture=True, check=False)
-        proc = pulumi.run([*PULUMI_ARGS[args.action], "--stack", args.stack, *args.extra], check=False)
-        if args.action == "up":
-            # Even after a failed up: whatever it created is ephemeral and must be reaped.
-            report_expiry(args.stack)
+        # Shared with other engine commands; `lab gc --all` waits for none of them and they wait for it.
+        with checkout_lock():
+            pulumi.ensure_stack(args.stack)
+            if args.action == "down" and not unprotect_for_down(args.stack, args.force):
+                return 1
+            if args.action == "recover":
+                # The file backend holds no lock to cancel; a team backend may.
+                pulumi.run(["cancel", "--yes", "--stack", args.stack], capture=True, check=False)
+            proc = pulumi.run([*PULUMI_ARGS[args.action], "--stack", args.stack, *args.extra], check=False)
+            if args.action == "up":
+                # Even after a failed up: whatever it created is ephemeral and must be reaped.
+                report_expiry(args.stack)
     except (ToolchainError, pulumi.PulumiError) as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         if isinstance(exc, pulumi.PulumiError):
@@ -109,8 +121,8 @@ def unprotect_for_down(stack: str, force: bool) -> bool:
     if not urns:
         return True
     if not force:
-        print(f"railyard: stack {stack} is long-lived: {len(urns)} of its resources are protected (a stack "
-              f"without railyard:ephemeral protects its cluster), so nothing was destroyed.\n"
+        print(f"railyard: stack {stack} is protected: {len(urns)} of its resources are (a long-lived stack on a "
+              f"driver of real machines, or railyard:protect: true, as of its last up), so nothing was destroyed.\n"
               f"To destroy it deliberately: railyard down --stack {stack} --force "
               f"(make down STACK={stack} FORCE=1), which runs `pulumi state unprotect --all` and then destroys.",
               file=sys.stderr)

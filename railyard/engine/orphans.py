@@ -44,9 +44,20 @@ def _resolved(path: str | None) -> str | None:
     return os.path.realpath(path) if path else None
 
 
-def _is_engine(pid: int) -> bool:
+def _engine_names(root: Path) -> set[str]:
+    """What a `pulumi` engine's executable may be: anything called pulumi, and whatever this
+    checkout's `.railyard/bin/pulumi` resolves to (an ambient binary may bear another name)."""
+    link = paths.bin_dir(root) / "pulumi"
+    return {"pulumi", os.path.basename(os.path.realpath(link))} if link.exists() else {"pulumi"}
+
+
+def _maybe_engine(pid: int, engine_names: set[str]) -> bool:
+    """True for an engine, and for a process whose executable cannot be read (another user's, or
+    one going away): never take a plugin for an orphan on a guess."""
     exe = procfs.exe(pid)
-    return exe is not None and os.path.basename(exe.removesuffix(" (deleted)")) == "pulumi"
+    if exe is None:
+        return procfs.alive(pid)
+    return os.path.basename(exe.removesuffix(" (deleted)")) in engine_names
 
 
 def _is_plugin(pid: int, argv: list[str], venv_bin: str, home: str | None) -> bool:
@@ -67,41 +78,61 @@ def find(root: Path | None = None) -> list[Orphan]:
     # Project copies (tests, benchmarks) run this checkout's virtualenv too: Pulumi.yaml names it.
     venv_bin = os.path.realpath(paths.PROJECT_ROOT / ".venv" / "bin")
     home = _resolved(str(paths.pulumi_home(root)))
-    me = os.getpid()
+    engine_names = _engine_names(root)
+    me, uid = os.getpid(), os.geteuid()
     found = []
     for pid in procfs.pids():
-        if pid == me:
+        # Only processes this user may stop (all of them for root).
+        if pid == me or (uid != 0 and procfs.uid(pid) != uid):
             continue
         argv = procfs.cmdline(pid)
         if not _is_plugin(pid, argv, venv_bin, home) or not procfs.alive(pid):
             continue
         if procfs.environ_value(pid, _LAB_MARKER) is not None:
             continue
-        if any(_is_engine(a) for a in procfs.ancestors(pid)):
+        # init (pid 1) adopts orphans; it is never an engine, and its executable may be unreadable.
+        if any(_maybe_engine(a, engine_names) for a in procfs.ancestors(pid) if a != 1):
             continue
         found.append(Orphan(pid, tuple(argv)))
     return found
 
 
 def stop(orphans: list[Orphan], timeout: float = 5.0) -> list[Orphan]:
-    """SIGTERM each, SIGKILL what is left after `timeout`; returns those that were running."""
-    running = []
+    """SIGTERM each, SIGKILL what is left after `timeout`; returns those that were running.
+
+    Signals go through a pidfd taken while the process is still the one found (same command
+    line), so a pid reused meanwhile, a lab node's process say, can never receive them.
+    """
+    held: list[tuple[Orphan, int]] = []
     for o in orphans:
         try:
-            os.kill(o.pid, signal.SIGTERM)
-            running.append(o)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while any(procfs.alive(o.pid) for o in running) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for o in running:
-        if procfs.alive(o.pid):
+            fd = os.pidfd_open(o.pid)
+        except OSError:  # gone, or not ours to stop
+            continue
+        if tuple(procfs.cmdline(o.pid)) != o.argv:
+            os.close(fd)
+            continue
+        held.append((o, fd))
+    running = []
+    try:
+        for o, fd in held:
             try:
-                os.kill(o.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+                running.append((o, fd))
+            except OSError:
                 pass
-    return running
+        deadline = time.monotonic() + timeout
+        while any(procfs.alive(o.pid) for o, _ in running) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for o, fd in running:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:  # exited already
+                pass
+    finally:
+        for _, fd in held:
+            os.close(fd)
+    return [o for o, _ in running]
 
 
 def stop_all(root: Path | None = None) -> list[Orphan]:
@@ -117,7 +148,9 @@ def stop_all(root: Path | None = None) -> list[Orphan]:
 
 def live_engines(root: Path | None = None) -> list[int]:
     """Pids of running `pulumi` engines of this checkout (their PULUMI_HOME is its own)."""
-    home = _resolved(str(paths.pulumi_home(root or paths.project_root())))
+    root = root or paths.project_root()
+    home = _resolved(str(paths.pulumi_home(root)))
+    names = _engine_names(root)
     return [pid for pid in procfs.pids()
-            if pid != os.getpid() and _is_engine(pid) and procfs.alive(pid)
-            and _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home]
+            if pid != os.getpid() and procfs.exe(pid) is not None and _maybe_engine(pid, names)
+            and procfs.alive(pid) and _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home]

@@ -43,8 +43,10 @@ def copies(tmp_path_factory):
         assert a.leftovers(LOST_A)["netns"], "the lost stack's objects must still be there"
         yield a, b
     finally:
-        a.cleanup()
-        b.cleanup()
+        try:
+            a.cleanup()
+        finally:
+            b.cleanup()
 
 
 def test_dry_run_lists_the_lost_stack_and_the_other_checkout_and_removes_nothing(copies):
@@ -92,3 +94,22 @@ def test_the_main_checkout_lists_both_copies_as_elsewhere(copies):
     for stack in (KEEP_A, "gcbk"):
         assert f"tag {names.stack_tag(stack)}: belongs elsewhere" in proc.stdout, proc.stdout
     assert os.path.isdir(paths.lab_dir(KEEP_A, a.dir))
+
+
+def test_gc_of_a_named_stack_of_another_checkout_is_refused(copies):
+    a, b = copies
+    keep_b = b.leftovers(KEEP_B)
+    proc = a.railyard("lab", "gc", "--stack", KEEP_B, check=False)
+    assert proc.returncode == 1 and str(b.dir) in proc.stderr and "Nothing was removed" in proc.stderr, proc.stderr
+    assert b.leftovers(KEEP_B) == keep_b
+
+
+def test_up_of_a_stack_another_checkout_owns_is_refused_not_adopted(copies):
+    a, b = copies
+    keep_b = b.leftovers(KEEP_B)
+    a.write_stack(KEEP_B, b.config_of(KEEP_B))
+    proc = a.railyard("up", "--stack", KEEP_B, check=False)
+    assert proc.returncode != 0 and "belongs to" in proc.stdout + proc.stderr
+    assert b.leftovers(KEEP_B)["netns"] == keep_b["netns"]
+    b_ssh = b.railyard("lab", "ssh", "--stack", KEEP_B, "gpu-0", "hostname")
+    assert b_ssh.stdout.strip() == "gpu-0"

@@ -186,7 +186,7 @@ def test_down_refuses_a_long_lived_stack_and_says_how_to_proceed(world):
     file = world["file"]
     proc = file.railyard("down", "--stack", "rplong", check=False)
     assert proc.returncode == 1
-    assert "long-lived" in proc.stderr and "railyard down --stack rplong --force" in proc.stderr, proc.stderr
+    assert "is protected" in proc.stderr and "railyard down --stack rplong --force" in proc.stderr, proc.stderr
     assert file.leftovers("rplong"), "a refused down must leave the stack as it was"
 
 
@@ -198,14 +198,14 @@ def test_make_down_undoes_make_up_of_a_lab_stack_without_force(world, tmp_path):
     file.write_stack("rpplay", lab_config(1, nets[0], nets[1]))
     make = lambda *a: subprocess.run(["make", "-C", str(ROOT), *a], env=file.env, text=True,  # noqa: E731
                                      capture_output=True, timeout=900, check=False)
-    up = make("up", "STACK=rpplay")
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    state = resources(file, "rpplay")
-    assert state and not [r["urn"] for r in state if r.get("protect")], "a lab stack is not protected by default"
-    down = make("down", "STACK=rpplay")
-    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
-    assert "long-lived" not in down.stderr
     try:
+        up = make("up", "STACK=rpplay")
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        state = resources(file, "rpplay")
+        assert state and not [r["urn"] for r in state if r.get("protect")], "a lab stack is not protected by default"
+        down = make("down", "STACK=rpplay")
+        assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+        assert "is protected" not in down.stderr
         assert resources(file, "rpplay") == [] and file.leftovers("rpplay") == {}
     finally:
         file.cleanup()

@@ -98,6 +98,15 @@ def test_a_checkout_path_too_long_for_an_interface_alias_is_hashed_and_never_mis
     assert a != b and names.parse_owner_marker(a)[0] == "lab"
 
 
+@pytest.mark.parametrize("root", ["/home/me/my proj", "/home/me/proj#2", "/srv/t\tab", "/srv/ünï"])
+def test_a_checkout_path_ip_batch_would_split_or_cut_is_hashed(root):
+    marker = names.owner_marker("lab", root)
+    assert marker.startswith("railyard:lab:sha256-") and " " not in marker and "#" not in marker
+    # What ip -batch would have written for "/home/me/proj#2": another checkout's marker.
+    truncated = root.split("#")[0].split(" ")[0].split("\t")[0]
+    assert truncated == root or marker != names.owner_marker("lab", truncated)
+
+
 def test_the_tag_is_read_back_from_netns_and_link_names_of_any_stack():
     for stack in ("lab", "lab-virtual", "fresh", "tgc-a-orphan"):
         tag = names.stack_tag(stack)

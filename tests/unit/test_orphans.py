@@ -3,8 +3,10 @@ having no engine above them, stopped; a live engine's plugins and lab node proce
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -22,13 +24,16 @@ def spawned():
     procs: list[subprocess.Popen] = []
 
     def spawn(argv, **kw) -> subprocess.Popen:
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        # A session (and group) of its own, so teardown stops its children too: a stand-in
+        # engine's plugin must not outlive the test as a real orphan.
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, **kw)
         procs.append(p)
         return p
 
     yield spawn
     for p in procs:
-        p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
 
 
@@ -90,3 +95,13 @@ def test_a_plugin_binary_is_this_checkouts_only_through_its_pulumi_home(spawned,
     orphans.stop([o for o in orphans.find() if o.pid == ours.pid])
     _wait_for(lambda: ours.poll() is not None)
     assert theirs.poll() is None
+
+
+def test_a_pid_reused_by_another_process_is_never_signalled(spawned):
+    victim = spawned([str(VENV_PYTHON), "-c", SLEEP])
+    _wait_for(lambda: procfs.cmdline(victim.pid)[:1] == [str(VENV_PYTHON)])
+    # What find() saw at that pid was another command line: stop() must leave this process be.
+    stale = orphans.Orphan(victim.pid, (str(VENV_PYTHON), "-m", "pulumi.dynamic", "127.0.0.1:1"))
+    assert orphans.stop([stale], timeout=0.2) == []
+    time.sleep(0.2)
+    assert victim.poll() is None

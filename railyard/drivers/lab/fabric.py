@@ -61,7 +61,7 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
     fab, hlink = names.fabric_ns(stack), names.host_link(stack)
     _check_host_conflicts(stack, mgmt, host_ip)
 
-    net.netns_add(fab)
+    net.claim_netns(fab, names.owner(stack))
     net.sysctls(fab, {**LAB_NETNS_SYSCTLS, "net/ipv4/ip_forward": 0})
 
     links = net.links(fab, with_addresses=False)
@@ -78,7 +78,6 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
             batch.add(f"bridge {br}", "link", "add", br, "type", "bridge")
         batch.add(f"bridge {br}", "link", "set", br, "up")
     batch.add("link lo", "link", "set", "lo", "up")
-    net.queue_alias(batch, "lo", links.get("lo"), names.owner(stack))
 
     # The host's veth: both ends exist or neither does (a half is left by a crash; replace it).
     host_side = net.link_exists(hlink)
@@ -102,7 +101,7 @@ def create_fabric(stack: str, *, rails: int, mgmt_cidr: str, host_address: str) 
     root = net.Batch(None)
     host_links = net.links()
     net.queue_addresses(root, hlink, host_links.get(hlink), [f"{host_ip}/32"])
-    net.queue_alias(root, hlink, host_links.get(hlink), names.owner(stack))
+    net.queue_owner(root, hlink, host_links.get(hlink), names.owner(stack))
     root.add(f"link {hlink}", "link", "set", hlink, "up")
     for r in net.routes(None, "main"):
         if r.get("dev") == hlink and r.get("dst") != str(mgmt):  # the stack's old management network
@@ -235,7 +234,7 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
     if missing:
         raise LabError(f"spine {sp}", f"rail bridges {missing} are missing in {fab}; create the fabric with enough rails")
 
-    net.netns_add(sp)
+    net.claim_netns(sp, names.owner(stack))
     net.sysctls(sp, {**LAB_NETNS_SYSCTLS, "net/ipv4/ip_forward": 1, "net/ipv4/conf/all/rp_filter": 0,
                      "net/ipv4/conf/default/rp_filter": 0})
     sp_links = net.links(sp)
@@ -268,7 +267,6 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
     sp_links = net.links(sp)
     sbatch = net.Batch(sp)
     sbatch.add("link lo", "link", "set", "lo", "up")
-    net.queue_alias(sbatch, "lo", sp_links.get("lo"), names.owner(stack))
     for i, gw in enumerate(gws):
         inner = names.spine_link(i)
         net.queue_addresses(sbatch, inner, sp_links.get(inner), [str(gw)])

@@ -105,6 +105,10 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
     """Remove every lab object of the stack that is not in `known` (ids as create_* return them).
     Returns what was removed, in inventory's shape; with dry_run, what would be, removing nothing."""
     require_root()
+    foreign = _foreign_markers(stack, root)
+    if foreign:
+        raise LabError(f"stack {stack}", f"its lab objects belong to {', '.join(foreign)} (their owner marker), not "
+                                         "to this checkout; collect them from there. Nothing was removed")
     known = set(known)
     removed: dict[str, list] = {k: [] for k in _KEYS}
     before = inventory(stack, root)
@@ -261,32 +265,65 @@ class StackOwner:
     here: bool
     why: str  # for a tag that is not this checkout's: why it is left alone
     roots: tuple[str, ...] = ()  # the checkout roots its markers name
+    unmarked: bool = False  # this checkout's by its lab directory alone (objects older than markers)
+
+
+def _alias(netns: str | None, dev: str) -> str | None:
+    """A link's owner marker; None when it has none, or when the namespace went away meanwhile
+    (another checkout's `down`), which is no reason to stop looking at the others."""
+    try:
+        return net.links(netns, with_addresses=False).get(dev, {}).get("ifalias")
+    except LabError:
+        return None
+
+
+def _markers(prefix: str) -> dict[str, set[str]]:
+    """Owner markers of every lab namespace and root-namespace link whose name starts with
+    `prefix`, by stack tag."""
+    found: dict[str, set[str]] = {}
+    for ns in net.netns_list(prefix):
+        tag = names.parse_tag(ns)
+        if tag is not None:
+            found.setdefault(tag, set())
+            alias = _alias(ns, "lo")
+            if alias:
+                found[tag].add(alias)
+    for name, info in net.links(with_addresses=False).items():
+        tag = names.parse_tag(name)
+        if tag is not None and name.startswith(prefix):
+            found.setdefault(tag, set())
+            if info.get("ifalias"):
+                found[tag].add(info["ifalias"])
+    return found
+
+
+def _foreign(markers: set[str], root: Path) -> list[str]:
+    """What markers name another owner than this checkout: its root, or the alias as it is."""
+    out = set()
+    for m in markers:
+        parsed = names.parse_owner_marker(m)
+        if parsed is None or m != names.owner(parsed[0], root):
+            out.add(parsed[1] if parsed else m)
+    return sorted(out)
+
+
+def _foreign_markers(stack: str, root: Path | None) -> list[str]:
+    tag = names.stack_tag(stack)
+    return _foreign(_markers(names.stack_prefix(stack)).get(tag, set()), root or paths.project_root())
 
 
 def owners(root: Path | None = None) -> list[StackOwner]:
     """Every lab stack tag with objects on this machine or a lab directory in this checkout.
 
     A tag is this checkout's when its objects carry this checkout's marker (names.owner), or carry
-    none and the tag is that of a stack with a lab directory here. A marker naming another
-    checkout wins over everything: such objects are never this checkout's to remove.
+    none and the tag is that of a stack with a lab directory here (objects made before markers
+    were). A marker naming another owner wins over everything: such objects are never this
+    checkout's to remove.
     """
-    root = (root or paths.project_root())
-    markers: dict[str, set[str]] = {}
-    seen: set[str] = set()
-    for ns in net.netns_list(names.PREFIX + "-"):
-        tag = names.parse_tag(ns)
-        if tag is None:
-            continue
-        seen.add(tag)
-        alias = net.links(ns, with_addresses=False).get("lo", {}).get("ifalias") if net.netns_exists(ns) else None
-        if alias:
-            markers.setdefault(tag, set()).add(alias)
-    for name, info in net.links(with_addresses=False).items():
-        tag = names.parse_tag(name)
-        if tag is not None:
-            seen.add(tag)
-            if info.get("ifalias"):
-                markers.setdefault(tag, set()).add(info["ifalias"])
+    require_root()
+    root = root or paths.project_root()
+    markers = _markers(names.PREFIX + "-")
+    seen = set(markers)
     for _, value in proc.marked(names.ENV_MARKER, lambda v: ":" in v):
         seen.add(value.split(":", 1)[0])
     lab_root = paths.local_dir(root) / "lab"
@@ -299,16 +336,15 @@ def owners(root: Path | None = None) -> list[StackOwner]:
                 continue  # not a lab stack's directory
     out = []
     for tag in sorted(seen | set(dirs)):
-        parsed = {m: names.parse_owner_marker(m) for m in markers.get(tag, ())}
-        foreign = sorted(p[1] if p else m for m, p in parsed.items() if p is None or m != names.owner(p[0], root))
-        ours = sorted({p[0] for m, p in parsed.items() if p is not None and m == names.owner(p[0], root)})
+        tag_markers = markers.get(tag, set())
+        foreign = _foreign(tag_markers, root)
+        ours = sorted({names.parse_owner_marker(m)[0] for m in tag_markers} if not foreign else ())
         if foreign:
-            out.append(StackOwner(tag, None, False, "its objects carry the marker of another checkout",
-                                  tuple(r for r in foreign if r)))
+            out.append(StackOwner(tag, None, False, "its objects carry the marker of another checkout", tuple(foreign)))
         elif len(ours) == 1:
             out.append(StackOwner(tag, ours[0], True, ""))
         elif not ours and len(dirs.get(tag, ())) == 1:
-            out.append(StackOwner(tag, next(iter(dirs[tag])), True, ""))
+            out.append(StackOwner(tag, next(iter(dirs[tag])), True, "", unmarked=True))
         else:
             out.append(StackOwner(tag, None, False, "its objects carry no checkout's marker and no lab directory "
                                                     "of this checkout has its tag"))

@@ -137,10 +137,16 @@ IFALIASZ = 255
 _OWNER = "railyard:"
 
 
+# What a root may hold to be written as it is: the marker travels through `ip -batch`, which
+# splits on blanks and drops everything after a '#'.
+_PLAIN_ROOT = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
 def owner_marker(stack: str, root: str) -> str:
-    """``railyard:<stack>:<checkout root>``; a root too long for an alias is replaced by its hash."""
+    """``railyard:<stack>:<checkout root>``; a root too long for an alias, or holding anything but
+    ``[A-Za-z0-9_./+-]``, is replaced by its hash."""
     text = f"{_OWNER}{check_stack(stack)}:{root}"
-    if len(text.encode()) > IFALIASZ:
+    if len(text.encode()) > IFALIASZ or not _PLAIN_ROOT.fullmatch(root):
         text = f"{_OWNER}{stack}:sha256-{_digest(root, 32)}"
     return text
 

@@ -252,10 +252,32 @@ def lab_address(addr: str, what: str) -> ipaddress.IPv4Address:
     return ip_  # type: ignore[return-value]
 
 
-def queue_alias(batch: Batch, dev: str, current: dict | None, alias: str) -> None:
-    """Set the link's alias (ifalias) unless it already is `alias`."""
-    if (current or {}).get("ifalias") != alias:
-        batch.add(f"link {dev} alias", "link", "set", "dev", dev, "alias", alias)
+def _refuse_foreign(obj: str, alias: str | None, owner: str) -> None:
+    if alias and alias != owner:
+        raise LabError(obj, f"it exists and belongs to {alias!r}, not to {owner!r}: another checkout (or this "
+                            "one under another path) made it. Remove it from there (railyard lab gc), or pick "
+                            "another stack name; nothing was changed")
+
+
+def claim_netns(name: str, owner: str) -> bool:
+    """netns_add, for an owner: the namespace's `lo` carries `owner` as its alias (see
+    names.owner_marker). A namespace some other owner marked is refused before anything in it is
+    touched, so one checkout's `up` never takes over, and later removes, another's live lab.
+    True when it was created."""
+    created = netns_add(name)
+    lo = links(name, with_addresses=False).get("lo") or {}
+    _refuse_foreign(f"netns {name}", lo.get("ifalias"), owner)
+    if lo.get("ifalias") != owner:
+        ip("link", "set", "dev", "lo", "alias", owner, netns=name, obj=f"netns {name} owner")
+    return created
+
+
+def queue_owner(batch: Batch, dev: str, current: dict | None, owner: str) -> None:
+    """Mark a link of the root namespace with `owner` unless it is; refused if another owner's."""
+    alias = (current or {}).get("ifalias")
+    _refuse_foreign(f"link {dev}", alias, owner)
+    if alias != owner:
+        batch.add(f"link {dev} owner", "link", "set", "dev", dev, "alias", owner)
 
 
 def queue_addresses(batch: Batch, dev: str, current: dict | None, wanted: Iterable[str]) -> None:

@@ -146,7 +146,7 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
     ns = names.node_ns(stack, node)
     fab = names.fabric_ns(stack)
     d = node_dir(stack, node, root)
-    _check_dir_location(d)
+    check_dir_location(d)
 
     if not net.netns_exists(fab):
         raise LabError(f"node {ns}", f"the fabric namespace {fab} does not exist; create the fabric first")
@@ -160,14 +160,14 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
         raise LabError(f"node {ns}", f"hw_tree_source {hw} is not a directory")
     config_changed = _prepare_dir(d, node, nics[0], keys)
 
-    net.netns_add(ns)
+    net.claim_netns(ns, names.owner(stack, root))
     # Before any interface is created, so new ones inherit them; every time, because a create
     # killed right after `ip netns add` leaves a namespace without them.
     net.sysctls(ns, LAB_NETNS_SYSCTLS)
     _ensure_links(stack, node, ns, fab, [n for n in nics if n.veth], fab_links)
     if attach is not None:
         attach(ns)
-    _ensure_addressing(ns, nics, compute_cidr, names.owner(stack, root))
+    _ensure_addressing(ns, nics, compute_cidr)
 
     pid = init_pid(stack, node, root)
     if pid is not None and _hw_source_of(pid) != _identity(hw):
@@ -254,7 +254,8 @@ def parse_keys(node: str, keys: str | Sequence[str]) -> list[str]:
     return out
 
 
-def _check_dir_location(d: Path) -> None:
+def check_dir_location(d: Path) -> None:
+    """Refuse a lab directory where every node mounts a directory of its own."""
     real = os.path.realpath(d)
     for bad in _FORBIDDEN_DIRS:
         if real == bad or real.startswith(bad + "/"):
@@ -396,12 +397,11 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
     fbatch.run()
 
 
-def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None, owner: str) -> None:
+def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:
     links = net.links(ns)
     batch = net.Batch(ns)
     if "UP" not in links.get("lo", {}).get("flags", []):
         batch.add("link lo", "link", "set", "lo", "up")
-    net.queue_alias(batch, "lo", links.get("lo"), owner)
     for nic in nics:
         net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
         if "UP" not in links.get(nic.name, {}).get("flags", []):

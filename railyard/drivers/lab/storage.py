@@ -143,7 +143,7 @@ def create_object_store(
         raise LabError(what, f"the fabric {fab} has no {names.STORAGE_BRIDGE} bridge")
 
     d = object_store_dir(stack, root)
-    node._check_dir_location(d)
+    node.check_dir_location(d)
     for sub in (d, d / "data"):
         sub.mkdir(parents=True, exist_ok=True)
         os.chmod(sub, 0o700)
@@ -155,9 +155,9 @@ def create_object_store(
     changed |= node._write_if_changed(d / "config.json", json.dumps({**config, "argv": argv}, indent=1,
                                                                     sort_keys=True) + "\n", 0o600)
 
-    net.netns_add(sns)
+    net.claim_netns(sns, names.owner(stack, root))
     net.sysctls(sns, LAB_NETNS_SYSCTLS)
-    _ensure_port(stack, sns, fab, str(iface), names.owner(stack, root))
+    _ensure_port(stack, sns, fab, str(iface))
 
     pid = _weed_pid(stack, root)
     if pid is not None and changed:
@@ -217,7 +217,7 @@ def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
     ]
 
 
-def _ensure_port(stack: str, sns: str, fab: str, address: str, owner: str) -> None:
+def _ensure_port(stack: str, sns: str, fab: str, address: str) -> None:
     port = names.OBJECT_STORE_PORT
     inner = net.links(sns).get(port)
     outer = net.links(fab, with_addresses=False).get(port)
@@ -232,13 +232,11 @@ def _ensure_port(stack: str, sns: str, fab: str, address: str, owner: str) -> No
                   "peer", "name", port, "address", names.mac(stack, sns, port), "netns", sns)
     batch.add(f"link {port}", "link", "set", port, "master", names.STORAGE_BRIDGE, "up")
     batch.run()
-    inner_links = net.links(sns)
-    inner = inner_links.get(port)
+    inner = net.links(sns).get(port)
     sbatch = net.Batch(sns)
     net.queue_addresses(sbatch, port, inner, [address])
     sbatch.add(f"link {port}", "link", "set", port, "up")
     sbatch.add("link lo", "link", "set", "lo", "up")
-    net.queue_alias(sbatch, "lo", inner_links.get("lo"), owner)
     sbatch.run()
 
 
@@ -689,7 +687,7 @@ def create_pfs(stack: str, root: Path | None = None) -> dict:
     """Ensure the stack's shared directory (the stand-in for Lustre or GPFS)."""
     require_root()
     d = pfs_dir(stack, root)
-    node._check_dir_location(d)
+    node.check_dir_location(d)
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o755)
     return read_pfs(stack, root)  # type: ignore[return-value]

@@ -1,0 +1,79 @@
+"""Recovery after a killed `up`, as the README tells a user to do it: `railyard recover`, then
+`railyard up`. The kill takes the engine and its plugin processes, as a crash does; the dynamic
+provider's Python, a child of its shell shim, survives them, and the recovery must stop it.
+
+The stack is the test's own, in a project copy whose `railyard` commands and engine all run with
+RAILYARD_ROOT pointing at it (tests/lab/railyard_project.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from railyard import paths
+from railyard.bench import proctree
+from railyard.drivers.lab import names, net
+from railyard.engine import orphans
+from railyard.procfs import cmdline
+from tests.lab.railyard_project import RailyardProject, free_networks, lab_config
+
+ROOT = paths.PROJECT_ROOT
+STACK = "tkill"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    p = RailyardProject(tmp_path_factory.mktemp("recover"))
+    mgmt, storage = free_networks(2)
+    p.config = lab_config(2, mgmt, storage)
+    p.write_stack(STACK, p.config)
+    try:
+        p.railyard("up", "--stack", STACK)
+        yield p
+    finally:
+        p.cleanup()
+
+
+def test_killed_up_recovers_with_the_documented_steps_and_leaves_no_plugin_running(project):
+    project.config["railyard:nodePools"][0]["count"] = 4
+    project.write_stack(STACK, project.config)
+    proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "railyard"), "up", "--stack", STACK], cwd=project.dir,
+                            env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not net.netns_exists(names.node_ns(STACK, "gpu-2")):
+        time.sleep(0.05)
+    assert net.netns_exists(names.node_ns(STACK, "gpu-2")), "the up never reached the new nodes"
+    # The crash: railyard and the engine (one process group), then each plugin (groups of their own).
+    plugins = [shim for shim in proctree.tree(proc.pid)[1:] if any("pulumi-" in a for a in cmdline(shim)[:2])]
+    survivors = {pid for shim in plugins for pid in proctree.tree(shim)[1:]}
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid in plugins:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)  # let init adopt them
+    assert survivors & {o.pid for o in orphans.find(project.dir)}, \
+        "the killed up's plugins left no orphan, so this test would prove nothing"
+
+    recover = project.railyard("recover", "--stack", STACK)
+    assert "outlived their engine" in recover.stderr, recover.stderr
+    assert not survivors & {o.pid for o in orphans.find(project.dir)}
+    project.railyard("up", "--stack", STACK)
+    project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes", stack=STACK)
+    outputs = json.loads(project.pulumi("stack", "output", "--json", stack=STACK).stdout)
+    assert [n["name"] for n in outputs["inventory"]] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    stray = [ns for ns in net.netns_list(names.stack_prefix(STACK))
+             if ns not in {names.fabric_ns(STACK), names.spine_ns(STACK), names.storage_ns(STACK)}
+             | {names.node_ns(STACK, f"gpu-{i}") for i in range(4)}]
+    assert stray == []
+    assert orphans.find(project.dir) == [], "no plugin process outlives a killed up once it is recovered"
