@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -30,9 +31,21 @@ def timed(what: str, fn, *args, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def stored(stack_factory):
+def stored(stack_factory, tmp_path_factory):
     if not storage.weed_binary().exists():
         pytest.skip("weed is not built (the toolchain builds it into .railyard/bin)")
+    # The binary from a build cache under /tmp (RAILYARD_CACHE there, as `make fresh-check` has it):
+    # weed's own mount namespace has a private /tmp, which once hid it ("weed: not found").
+    in_tmp = tmp_path_factory.mktemp("cache") / "seaweedfs-key" / "weed"
+    assert str(in_tmp).startswith("/tmp/")
+    in_tmp.parent.mkdir()
+    shutil.copy2(storage.weed_binary(), in_tmp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storage, "weed_binary", lambda root=None: in_tmp)
+        yield from _stored(stack_factory)
+
+
+def _stored(stack_factory):
     c = stack_factory("storage", rails=1, spine=False)
     c.create_fabric()
     for i in range(2):

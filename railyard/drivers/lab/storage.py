@@ -144,16 +144,17 @@ def create_object_store(
 
     d = object_store_dir(stack, root)
     node.check_dir_location(d)
-    for sub in (d, d / "data"):
+    for sub in (d, d / "data", d / ".bin"):
         sub.mkdir(parents=True, exist_ok=True)
         os.chmod(sub, 0o700)
     identity = {"identities": [{"name": "railyard", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
                                 "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
     changed = node._write_if_changed(d / "s3.json", json.dumps(identity, indent=1, sort_keys=True) + "\n", 0o600)
     config = {"address": str(iface), "port": port, "bucket": bucket, "access_key": access_key, "dataset": ds}
-    argv = _weed_argv(weed, d, str(iface.ip), port)
-    changed |= node._write_if_changed(d / "config.json", json.dumps({**config, "argv": argv}, indent=1,
-                                                                    sort_keys=True) + "\n", 0o600)
+    argv = _weed_argv(d, str(iface.ip), port)
+    weed_real = os.path.realpath(weed)
+    changed |= node._write_if_changed(d / "config.json", json.dumps({**config, "argv": argv, "weed": weed_real},
+                                                                    indent=1, sort_keys=True) + "\n", 0o600)
 
     net.claim_netns(sns, names.owner(stack, root))
     net.sysctls(sns, LAB_NETNS_SYSCTLS)
@@ -165,7 +166,7 @@ def create_object_store(
         pid = None
     if pid is None:
         _kill_store_processes(stack)
-        pid = _start_weed(stack, d, argv)
+        pid = _start_weed(stack, d, argv, os.path.dirname(weed_real))
     # The bucket and dataset are checked through S3 (a second of boto3) unless this very weed
     # process already seeded them for this configuration.
     seeded = json.dumps({"pid": pid, "config": config}, sort_keys=True)
@@ -196,15 +197,17 @@ def _check_bucket(bucket: str, what: str) -> None:
         raise LabError(what, f"bucket {bucket!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
 
 
-# Where weed's mount namespace shows the store's directory (nothing else there needs /mnt).
+# Where weed's mount namespace shows the store's directory (nothing else there needs /mnt), and
+# the directory holding the weed binary (a build cache under /tmp would be hidden too).
 STORE_MOUNT = "/mnt"
+WEED_BIN_MOUNT = f"{STORE_MOUNT}/.bin"
 
 
-def _weed_argv(weed: Path, d: Path, ip: str, port: int) -> list[str]:
+def _weed_argv(d: Path, ip: str, port: int) -> list[str]:
     # Paths under STORE_MOUNT, where weed's own mount namespace shows the store's directory: its
     # private /tmp would hide a checkout that lives under /tmp (weed absolutizes relative paths).
     return [
-        os.path.realpath(weed), "server",
+        f"{WEED_BIN_MOUNT}/weed", "server",
         f"-dir={STORE_MOUNT}/data", f"-ip={ip}", f"-ip.bind={ip}",
         f"-master.port={WEED_PORTS['master']}", f"-volume.port={WEED_PORTS['volume']}",
         "-filer", f"-filer.port={WEED_PORTS['filer']}",
@@ -267,17 +270,18 @@ def _kill_store_processes(stack: str) -> None:
     proc.kill_all(_store_processes(stack), what=f"object store {names.storage_ns(stack)}")
 
 
-def _start_weed(stack: str, d: Path, argv: list[str]) -> int:
+def _start_weed(stack: str, d: Path, argv: list[str], weed_dir: str) -> int:
     sns = names.storage_ns(stack)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LANG": "C.UTF-8",
            names.ENV_MARKER: names.storage_env_marker(stack)}
     (d / "weed.pid").unlink(missing_ok=True)
-    # In weed's own mount namespace: the store's directory at STORE_MOUNT, then a private /tmp
-    # (for weed's fixed-path unix sockets), then weed itself in place of the shell, so the pid
-    # the shell writes is weed's.
-    script = (f'mount --bind "$DIR" {STORE_MOUNT} && mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && '
+    # In weed's own mount namespace: the store's directory at STORE_MOUNT and weed's own directory
+    # at WEED_BIN_MOUNT, then a private /tmp (for weed's fixed-path unix sockets), then weed itself
+    # in place of the shell, so the pid the shell writes is weed's.
+    script = (f'mount --bind "$DIR" {STORE_MOUNT} && mount --bind "$BIN" {WEED_BIN_MOUNT} && '
+              f'mount -t tmpfs -o mode=1777,size=64m "$1" /tmp && '
               f'cd {STORE_MOUNT} && echo $$ > weed.pid && shift 2 && exec "$@" >>weed.log 2>&1')
-    env["DIR"] = str(d)
+    env["DIR"], env["BIN"] = str(d), weed_dir
     cmd = ["setsid", "--fork", "nsenter", f"--net={net.netns_path(sns)}", "--",
            "unshare", "--mount", "--propagation", "private", "--",
            "sh", "-c", script, "weed", f"{names.stack_prefix(stack)}storage", str(d / "weed.pid"), *argv]
