@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# Each entry is a module under railyard.commands exposing register(subparsers).
-# A command whose module is missing is skipped, so the CLI grows one file at a time.
-COMMANDS = ("env", "stack", "validate", "plan", "topology", "lab", "tune", "review", "reap", "bench")
+from railyard.commands import bench, env, lab, plan, reap, review, stack, topology, tune, validate
+
+# Each module exposes register(subparsers); the order is the order of `railyard --help`.
+COMMANDS = (env, stack, validate, plan, topology, lab, tune, review, reap, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,13 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"railyard.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"railyard.commands.{name}":
-                raise
-            continue
+    for module in COMMANDS:
         module.register(sub)
     return parser
 

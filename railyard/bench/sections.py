@@ -1,24 +1,16 @@
-"""The registry of benchmark sections; later issues add theirs here."""
+"""The registry of benchmark sections; a new section module is added here by name."""
 
 from __future__ import annotations
 
-import importlib
-
+from railyard.bench import bench_engine, bench_lab, bench_planner
 from railyard.bench.harness import Section
 
-# Modules under railyard.bench exposing SECTION; missing ones are skipped until they exist.
-_MODULES = ("bench_planner", "bench_engine", "bench_lab", "bench_tuning")
+_MODULES = (bench_planner, bench_engine, bench_lab)
 
 
 def all_sections() -> dict[str, Section]:
     found = {}
-    for name in _MODULES:
-        try:
-            mod = importlib.import_module(f"railyard.bench.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"railyard.bench.{name}":
-                raise
-            continue
-        for section in getattr(mod, "SECTIONS", ()):
+    for mod in _MODULES:
+        for section in mod.SECTIONS:
             found[section.name] = section
     return found

@@ -15,6 +15,7 @@ from railyard.model import addressing as addr
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, compute_nics, nic_name, plan_fabric
 from railyard.model.storage import StoragePlan, plan_storage
+from railyard.model.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -207,14 +208,7 @@ class Plan:
 
 
 def _pairing(catalog: Any, sku_id: str) -> dict[str, str]:
-    sku = catalog.nodes[sku_id]
-    try:
-        from railyard.model.topology import Topology
-    except ModuleNotFoundError as exc:  # topology.py lands in the same issue; the SKU carries the rule too
-        if exc.name != "railyard.model.topology":
-            raise
-        return dict(sku.pairing())
-    return dict(Topology.from_sku(sku).pairing())
+    return dict(Topology.from_sku(catalog.nodes[sku_id]).pairing())
 
 
 def make_plan(spec: Any, catalog: Any = None) -> Plan:
