@@ -10,6 +10,7 @@ import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from components.driver import DriverNotImplemented, load_driver
+from railyard import paths
 from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
@@ -17,7 +18,7 @@ from railyard.model.plan import make_plan
 from railyard.model.spec import load_stack_file
 
 stack = pulumi.get_stack()
-stack_file = Path.cwd() / "stacks" / f"Pulumi.{stack}.yaml"
+stack_file = paths.stack_file(stack, Path.cwd())
 try:
     spec = load_stack_file(stack_file)
     plan = make_plan(spec)

@@ -16,6 +16,19 @@ def project_root() -> Path:
     return Path(os.environ.get("RAILYARD_ROOT", PROJECT_ROOT)).resolve()
 
 
+# Pulumi.yaml's stackConfigDir, and the name Pulumi gives a stack's file in it.
+STACKS_DIR = "stacks"
+
+
+def stack_file_name(stack: str) -> str:
+    """The stack file's path relative to the project root (as git and reviews name it)."""
+    return f"{STACKS_DIR}/Pulumi.{stack}.yaml"
+
+
+def stack_file(stack: str, root: Path | None = None) -> Path:
+    return (root or project_root()) / stack_file_name(stack)
+
+
 def local_dir(root: Path | None = None) -> Path:
     return (root or project_root()) / ".railyard"
 

@@ -80,7 +80,7 @@ class StackProject:
         self.write(config)
 
     def write(self, config: dict) -> None:
-        path = self.dir / "stacks" / f"Pulumi.{self.stack}.yaml"
+        path = paths.stack_file(self.stack, self.dir)
         doc = yaml.safe_load(path.read_text()) if path.exists() else {}
         doc["config"] = config
         path.write_text(yaml.safe_dump(doc, sort_keys=False))

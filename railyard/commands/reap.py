@@ -39,7 +39,7 @@ class Outcome:
 
 def _destroy(stack: str) -> tuple[bool, str]:
     """Destroy, then remove the stack from the backend; (ok, what happened)."""
-    stack_file = paths.project_root() / "stacks" / f"Pulumi.{stack}.yaml"
+    stack_file = paths.stack_file(stack)
     had_file = stack_file.exists()
     proc = pulumi.run(["destroy", "--yes", "--skip-preview", "--stack", stack], capture=True, check=False)
     if proc.returncode != 0:

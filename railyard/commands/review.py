@@ -134,11 +134,11 @@ def review(stacks: list[str] | None, base: str | None,
         if skip_lab and driver_of(doc) == "lab":
             left_out.append(stack)
             continue
-        before = read_yaml(git("show", f"{merge_base}:stacks/Pulumi.{stack}.yaml", check=False) or None) \
+        before = read_yaml(git("show", f"{merge_base}:{paths.stack_file_name(stack)}", check=False) or None) \
             if merge_base else None
         r = render.StackReview(stack, why, config=rules.config_changes(before, doc) if merge_base else [])
         if doc is None:
-            r.skipped = f"stacks/Pulumi.{stack}.yaml is missing or not YAML"
+            r.skipped = f"{paths.stack_file_name(stack)} is missing or not YAML"
         elif stack not in in_backend:
             r.skipped = (f"the stack is not in this backend yet: its first `make up STACK={stack}` creates "
                          "everything it declares")

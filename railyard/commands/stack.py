@@ -42,16 +42,12 @@ PULUMI_ARGS = {
 }
 
 
-def stack_file(stack: str):
-    return paths.project_root() / "stacks" / f"Pulumi.{stack}.yaml"
-
-
 def validate(stack: str):
     """The stack's Spec, or None after saying why nothing will run."""
     from railyard.model.errors import SpecError
     from railyard.model.spec import load_stack_file
 
-    path = stack_file(stack)
+    path = paths.stack_file(stack)
     if not path.is_file():
         print(f"railyard: no stack file {path.relative_to(paths.project_root())}", file=sys.stderr)
         return None

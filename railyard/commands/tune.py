@@ -25,7 +25,7 @@ def handle(args) -> int:
     from railyard.tuning import runner
 
     try:
-        spec = load_stack_file(paths.project_root() / "stacks" / f"Pulumi.{args.stack}.yaml")
+        spec = load_stack_file(paths.stack_file(args.stack))
         plan = make_plan(spec)
         outputs = pulumi.stack_outputs(args.stack, secrets=True)
     except SpecError as exc:

@@ -44,7 +44,7 @@ class RailyardProject:
         self.stacks: list[str] = []
 
     def stack_file(self, stack: str) -> Path:
-        return self.dir / "stacks" / f"Pulumi.{stack}.yaml"
+        return paths.stack_file(stack, self.dir)
 
     def config_of(self, stack: str) -> dict:
         return yaml.safe_load(self.stack_file(stack).read_text())["config"]
