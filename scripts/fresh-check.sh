@@ -125,8 +125,7 @@ PATH=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do [ -x "$d/pulumi" 
 export PATH
 
 installed=()
-for pkg in openssh-server openssh-client iproute2 traceroute xfsprogs e2fsprogs mount iputils-ping procps \
-           util-linux curl mdadm python3-boto3; do
+for pkg in $(bash "$src/scripts/host-deps.sh" --list); do
   dpkg -s "$pkg" >/dev/null 2>&1 && installed+=("$pkg")
 done
 echo "fresh-check: cannot reset Debian packages already installed: ${installed[*]:-none}"

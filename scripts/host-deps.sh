@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Railyard's lab and tests use, only those missing, so reruns are free.
+# --list: print the packages it manages, one a line, and install nothing (make fresh-check reports
+# which of them were already there).
 set -euo pipefail
 declare -A want=(
   [sshd]=openssh-server
@@ -19,6 +21,10 @@ declare -A want=(
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${want[@]}" python3-boto3 | sort -u
+  exit 0
+fi
 missing=()
 for cmd in "${!want[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("${want[$cmd]}")

@@ -26,8 +26,11 @@ from pathlib import Path
 
 from railyard import paths, procfs
 
-_PYTHON_PLUGINS = ("pulumi.dynamic", "pulumi-language-python-exec")
+_DYNAMIC_PROVIDER = "pulumi.dynamic"  # python -m pulumi.dynamic
+_EXEC_SHIM = "pulumi-language-python-exec"  # the language host's program runner
 _PLUGIN_BINARIES = ("pulumi-resource-", "pulumi-language-", "pulumi-analyzer-")
+# The lab driver's names.ENV_MARKER: the engine layer may not import a driver, so the name is
+# repeated here (tests/unit/test_orphans.py starts a process carrying it).
 _LAB_MARKER = "RAILYARD_LAB"
 
 
@@ -66,7 +69,7 @@ def _is_plugin(pid: int, argv: list[str], venv_bin: str, home: str | None) -> bo
     # The shim runs "$VIRTUALENV/bin/python": compare the directory, since the interpreter itself
     # is a link out of the virtualenv.
     if os.sep in argv[0] and _resolved(os.path.dirname(argv[0])) == venv_bin:
-        return any(a == "pulumi.dynamic" or a.endswith(_PYTHON_PLUGINS[1]) for a in argv[1:4])
+        return any(a == _DYNAMIC_PROVIDER or a.endswith(_EXEC_SHIM) for a in argv[1:4])
     names = [os.path.basename(a) for a in argv[:2]]
     if any(n.startswith(_PLUGIN_BINARIES) for n in names):
         return _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home

@@ -208,13 +208,14 @@ def module_dir(main_module: Path, module: str) -> Path:
     what = f"locating {module}"
     proc = _run_go(["mod", "download", "-json", module], main_module, what, check=False)
     try:
-        info = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        info = json.loads(proc.stdout)
     except ValueError:
+        info = None
+    if not isinstance(info, dict):
         info = {}
-    error = info.get("Error") if isinstance(info, dict) else None
-    if error or proc.returncode != 0:
-        raise ToolchainError(explain_go_failure(f"{error or ''}\n{proc.stderr}", what))
-    directory = info.get("Dir") if isinstance(info, dict) else None
+    if info.get("Error") or proc.returncode != 0:
+        raise ToolchainError(explain_go_failure(f"{info.get('Error', '')}\n{proc.stderr}", what))
+    directory = info.get("Dir")
     if not directory or not Path(directory).is_absolute() or not Path(directory).is_dir():
         raise ToolchainError(f"{what} failed: `go mod download -json` gave no module directory ({proc.stdout.strip()[:200]!r})")
     return Path(directory)
