@@ -1,4 +1,4 @@
-"""The Pulumi program: load the validated stack spec, plan it, build the Cluster, export.
+"""The Pulumi program: load the validated stack spec and its plan, build the Cluster, export.
 
 The spec is read from the stack file itself (stacks/Pulumi.<stack>.yaml), the same file
 `railyard validate` checks, so what was validated is what is built.
@@ -9,19 +9,17 @@ from pathlib import Path
 import pulumi
 
 from components.cluster import Cluster, ClusterArgs
-from components.driver import DriverNotImplemented, load_driver
+from railyard.drivers.base import DriverNotImplemented, load_driver
 from railyard import paths
 from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
-from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load
 
 stack = pulumi.get_stack()
 stack_file = paths.stack_file(stack, Path.cwd())
 try:
-    spec = load_stack_file(stack_file)
-    plan = make_plan(spec)
+    spec, plan = load(stack_file)
     driver = load_driver(spec, plan)
 except (SpecError, DriverNotImplemented) as exc:
     # A RunError is shown without a Python traceback; nothing has been registered yet.

@@ -1,4 +1,9 @@
-"""The whole cluster: networks, storage tiers, node pools and host tuning, from one plan."""
+"""The whole cluster: networks, storage tiers, node pools and host tuning, from one plan.
+
+What is made, and in which order, follows the driver's Capabilities (railyard/drivers/base.py):
+HostTuning only where Railyard tunes the machines, VMs after their hypervisors' tuning only where
+VMs sit on hypervisors, a kubeconfig output only where the driver has a Kubernetes cluster.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.driver import Driver
+from railyard.drivers.base import Driver
 from components.fabric import Fabric, FabricArgs
 from components.host_tuning import HostTuning, HostTuningArgs
 from components.node_pool import NodePool, NodePoolArgs
@@ -40,34 +45,38 @@ class Cluster(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         summary = args.plan.summary()
+        caps = driver.capabilities
         self.access = driver.access(f"{name}-access", self)
-        self.fabric = Fabric(f"{name}-fabric", FabricArgs(summary["fabrics"]["compute"], args.plan.networks()),
+        self.fabric = Fabric(f"{name}-fabric", FabricArgs(summary["fabrics"]["compute"], summary["networks"]),
                              driver, child)
         self.storage = StorageTiers(f"{name}-storage", StorageTiersArgs(summary.get("storage", {})), driver,
                                     self.fabric.ready, child)
         self.pools = []
         for pool in args.spec.node_pools:
-            nodes = [n for n in args.plan.nodes if n.pool == pool.name]
-            self.pools.append(NodePool(f"{name}-{pool.name}", NodePoolArgs(pool.name, nodes, self.access), driver,
-                                       self.fabric.ready, child))
+            self.pools.append(NodePool(f"{name}-{pool.name}",
+                                       NodePoolArgs(pool.name, pool.sku, list(args.plan.pool_nodes(pool.name)),
+                                                    self.access), driver, self.fabric.ready, child))
         self.inventory = pulumi.Output.all(*[p.inventory for p in self.pools]).apply(
             lambda pools: [n for nodes in pools for n in nodes])
-        self.tuning = HostTuning(
-            f"{name}-tuning",
-            HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
-                           storage=self.storage.endpoints, extra_vars=driver.tuning_vars()),
-            # The machines themselves, not the pools: a pool's descendants include the VMs, which
-            # come after tuning.
-            depends_on=[r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready),
-            opts=child)
+        machines = [r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready)
+        self.tuning: HostTuning | None = None
+        if caps.tuned_by == "railyard":
+            self.tuning = HostTuning(
+                f"{name}-tuning",
+                HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
+                               storage=self.storage.endpoints, extra_vars=driver.tuning_vars()),
+                # The machines themselves, not the pools: a pool's descendants include the VMs, which
+                # come after tuning.
+                depends_on=machines, opts=child)
         # The virtual layout, ordered as on real hosts: hypervisor -> host tuning -> VMs.
         self.vms: list[tuple[str, VirtualMachine]] = []
-        for pool in self.pools:
+        after = [self.tuning] if self.tuning is not None else machines
+        for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
                 for vm in plan_node.vms:
                     self.vms.append((plan_node.name, VirtualMachine(
                         vm.name, VirtualMachineArgs(vm=vm, hypervisor=plan_node.name, access=self.access), driver,
-                        [self.tuning], pulumi.ResourceOptions(parent=node_component))))
+                        after, pulumi.ResourceOptions(parent=node_component))))
         if self.vms:
             vm_entries = pulumi.Output.all(*[
                 pulumi.Output.all(v.management_ip, v.host_key).apply(
@@ -76,10 +85,17 @@ class Cluster(pulumi.ComponentResource):
                 for host, v in self.vms])
             self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
                 lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
-        self.register_outputs({
+        # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
+        kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self) if caps.kubernetes else None
+        self.kubeconfig = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
+        outputs = {
             "inventory": self.inventory,
             "fabric": self.fabric.summary,
             "storage": self.storage.endpoints,
-            "tuning": {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed},
             "access": {"user": self.access.user, "private_key": self.access.private_key},
-        })
+        }
+        if self.tuning is not None:
+            outputs["tuning"] = {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed}
+        if self.kubeconfig is not None:
+            outputs["kubeconfig"] = self.kubeconfig
+        self.register_outputs(outputs)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.driver import Access, Driver
+from railyard.drivers.base import Access, Driver
 from railyard.model.plan import NodePlan
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pulumi
 
-from components.driver import Access
+from railyard.drivers.base import Access
 from railyard.model.plan import Plan
 from railyard.model.spec import Spec
 from railyard.tuning import runner

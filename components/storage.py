@@ -7,7 +7,7 @@ from typing import Any
 
 import pulumi
 
-from components.driver import Driver
+from railyard.drivers.base import Driver
 
 
 @dataclass

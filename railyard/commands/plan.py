@@ -32,10 +32,9 @@ def register(sub) -> None:
 def handle(args) -> int:
     path = args.stackfile
     try:
-        from railyard.model.plan import make_plan
-        from railyard.model.spec import load_stack_file
+        from railyard.stack import load
 
-        plan = make_plan(load_stack_file(path))
+        _, plan = load(path)
         if args.cabling:
             try:
                 with open(args.cabling, "w", encoding="utf-8", newline="") as out:

@@ -11,7 +11,6 @@ non-zero only when the review itself cannot run (no git, no engine).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from railyard import paths
+from railyard import drivers, paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 from railyard.review import preview as preview_mod
@@ -80,9 +79,9 @@ def driver_of(doc: dict | None) -> str | None:
 
 
 def runnable(driver: str | None) -> bool:
-    """A driver runs when it has a module under railyard/drivers/ (components/driver.py's
-    DRIVERS names the same modules); found without importing it, so without Pulumi."""
-    return bool(driver) and importlib.util.find_spec(f"railyard.drivers.{driver}") is not None
+    """A driver runs when the registry names its implementation (railyard.drivers, Pulumi-free)."""
+    entry = drivers.DRIVERS.get(driver) if driver else None
+    return entry is not None and entry.implementation is not None
 
 
 def read_yaml(text: str | None) -> dict | None:

@@ -8,7 +8,6 @@ environment, streaming its output.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from railyard import paths
@@ -44,8 +43,9 @@ PULUMI_ARGS = {
 
 def validate(stack: str):
     """The stack's Spec, or None after saying why nothing will run."""
+    from railyard import drivers
     from railyard.model.errors import SpecError
-    from railyard.model.spec import load_stack_file
+    from railyard.stack import load_stack_file
 
     path = paths.stack_file(stack)
     if not path.is_file():
@@ -56,19 +56,10 @@ def validate(stack: str):
     except SpecError as exc:
         print(f"railyard: {path.name} is invalid; nothing was changed:\n{exc}", file=sys.stderr)
         return None
-    if spec.driver == "lab" and os.geteuid() != 0:
-        print(f"railyard: stack {stack} uses the lab driver, which needs root (it creates network namespaces, "
-              "links, mounts and sshd processes); nothing was changed. Run it as root.", file=sys.stderr)
+    why = drivers.preflight(spec)
+    if why is not None:
+        print(f"railyard: {why}; nothing was changed", file=sys.stderr)
         return None
-    if spec.driver == "lab":
-        from railyard.drivers.lab.errors import LabError
-        from railyard.drivers.lab.node import check_dir_location
-
-        try:
-            check_dir_location(paths.lab_dir(stack))
-        except LabError as exc:  # before the engine starts, not from its provider half-way through an up
-            print(f"railyard: {exc}; nothing was changed", file=sys.stderr)
-            return None
     return spec
 
 
@@ -98,12 +89,8 @@ def handle(args) -> int:
         if isinstance(exc, pulumi.PulumiError):
             print(exc.output, file=sys.stderr)
         return 1
-    if proc.returncode == 0 and args.action == "up" and spec.driver == "lab":
-        print(f"\nNodes of {args.stack} (reach one with: .venv/bin/railyard lab ssh --stack {args.stack} NODE [CMD]):")
-        from railyard.commands.lab import inventory_from
-
-        for m in inventory_from(pulumi.stack_outputs(args.stack)):
-            print(f"  {m['name']:<16} {m['management_ip']}")
+    if proc.returncode == 0 and args.action == "up":
+        drivers.after_up(spec)
     return proc.returncode
 
 

@@ -20,13 +20,11 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     from railyard.model.errors import SpecError
-    from railyard.model.plan import make_plan
-    from railyard.model.spec import load_stack_file
+    from railyard.stack import load
     from railyard.tuning import runner
 
     try:
-        spec = load_stack_file(paths.stack_file(args.stack))
-        plan = make_plan(spec)
+        spec, plan = load(paths.stack_file(args.stack))
         outputs = pulumi.stack_outputs(args.stack, secrets=True)
     except SpecError as exc:
         print(f"railyard tune: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ def summary(spec) -> str:
 def handle(args) -> int:
     path = args.stackfile
     try:
-        from railyard.model.spec import load_stack_file
+        from railyard.stack import load_stack_file
 
         spec = load_stack_file(path)
     except SpecError as exc:

@@ -1,4 +1,9 @@
-"""Drivers realise the components' resources on a substrate: `lab` (this machine) today, clouds later.
+"""The drivers Railyard has, by `railyard:driver` name: what each machine substrate can do, and
+where its code lives. The one list of driver names.
+
+Pulumi-free, so that validation, `railyard plan|tune|review` and the CLI read it without the
+Pulumi SDK; the Pulumi half of the contract is railyard/drivers/base.py. Every module is named
+here explicitly, so a driver whose module is broken fails loudly instead of vanishing.
 
 A driver never imports another driver.
 """
@@ -6,19 +11,106 @@ A driver never imports another driver.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-# driver -> its Pulumi-free module of role variables; a driver not named here has none (real hosts
-# show their sysfs and procfs where tuning looks for them).
-TUNING_MODULES = {"lab": "railyard.drivers.lab.tuning"}
+Machines = Literal["node", "pool"]
+Addresses = Literal["plan", "provider"]
+TunedBy = Literal["railyard", "platform"]
+Vms = Literal["on-hypervisors", "are-nodes"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """How a driver's machines come to be, which the components follow (components/cluster.py)."""
+
+    machines: Machines
+    """"node": one driver call per planned node (lab, hosts); "pool": one per node pool, the
+    provider making the pool's nodes (CoreWeave's node pools, an OpenStack server group)."""
+    addresses: Addresses
+    """"plan": the plan's management addresses are the machines' (lab, hosts); "provider": the
+    provider assigns them and hands them back as Outputs (clouds)."""
+    tuned_by: TunedBy
+    """"railyard": HostTuning runs the site playbook over the nodes; "platform": the provider's
+    images are tuned already (CoreWeave), so there is no HostTuning."""
+    vms: Vms
+    """In the virtual layout: "on-hypervisors": VMs on the nodes, after Railyard tuned them (the
+    lab); "are-nodes": the provider's VMs are the nodes themselves (OpenStack)."""
+    kubernetes: bool = False
+    """Whether the driver hands back a Kubernetes cluster (Driver.kubeconfig, an Output)."""
+    playground: bool = False
+    """Throwaway clusters: not protected unless railyard:protect says so (lifecycle.protected)."""
+
+
+@dataclass(frozen=True)
+class DriverEntry:
+    name: str
+    capabilities: Capabilities
+    implementation: str | None
+    """"module:Class" of its railyard.drivers.base.Driver; None: validated, `up` stops with a message."""
+    rules: str | None = None
+    """Pulumi-free module: KEYS and parse (model.spec.DriverRules), and preflight(spec, stack)."""
+    tuning: str | None = None
+    """Pulumi-free module whose tuning_vars() adds role variables (the lab's sysfs and procfs)."""
+    cli: str | None = None
+    """Module whose register(subparsers) adds `railyard <name> ...`."""
+
+
+DRIVERS: dict[str, DriverEntry] = {
+    "lab": DriverEntry(
+        "lab", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
+                            playground=True),
+        implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
+        tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
+    # Validated so region stacks plan and review today; their implementations come with the
+    # official providers' SDKs.
+    "coreweave": DriverEntry(
+        "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="are-nodes",
+                                  kubernetes=True), implementation=None),
+    "openstack": DriverEntry(
+        "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
+        implementation=None),
+}
+
+
+def entry(name: str) -> DriverEntry:
+    try:
+        return DRIVERS[name]
+    except KeyError:
+        raise KeyError(f"no driver {name!r}; drivers: {', '.join(DRIVERS)}") from None
+
+
+def rules() -> dict[str, Any]:
+    """Each driver's DriverRules module (None where it has none), for the spec parser."""
+    return {name: importlib.import_module(e.rules) if e.rules else None for name, e in DRIVERS.items()}
 
 
 def tuning_vars(driver: str) -> dict[str, Any]:
     """Role variables a driver's machines need on top of the plan's (the lab presents sysfs and
-    procfs somewhere else).
+    procfs somewhere else); real hosts show theirs where tuning looks, so most drivers add none.
 
     Pulumi-free so that `railyard tune` and the Pulumi program read the same values without the
     components package, which only the Pulumi program has on its path.
     """
-    name = TUNING_MODULES.get(driver)
+    name = entry(driver).tuning
     return importlib.import_module(name).tuning_vars() if name else {}
+
+
+def cli_modules() -> list[Any]:
+    """The drivers' own command modules (`railyard lab ...`), in registry order."""
+    return [importlib.import_module(e.cli) for e in DRIVERS.values() if e.cli]
+
+
+def after_up(spec: Any) -> None:
+    """The driver's word after a successful `railyard up` (the lab lists its nodes), if it has one."""
+    name = entry(spec.driver).cli
+    hook = getattr(importlib.import_module(name), "after_up", None) if name else None
+    if hook is not None:
+        hook(spec)
+
+
+def preflight(spec: Any) -> str | None:
+    """Why the driver cannot act on this machine for `spec` (said before the engine starts), or None."""
+    name = entry(spec.driver).rules
+    check = getattr(importlib.import_module(name), "preflight", None) if name else None
+    return check(spec) if check is not None else None

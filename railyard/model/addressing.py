@@ -382,8 +382,6 @@ class AddressNeed:
 
 def pools_for_addressing(spec: Any, catalog: Any = None) -> list[PoolAddressing]:
     """The spec's pools as addressing sees them (unknown SKUs count zero rails)."""
-    from railyard.model.fabric import compute_nics  # the one definition of a pool's rails
-
     if catalog is None:
         from railyard.model.catalog import load_catalog
 
@@ -392,15 +390,19 @@ def pools_for_addressing(spec: Any, catalog: Any = None) -> list[PoolAddressing]
     out = []
     for ordinal, pool in enumerate(spec.node_pools):
         sku = catalog.nodes.get(pool.sku) if pool.sku is not None else None
-        rails = len(compute_nics(sku)) if sku is not None else 0
+        rails = len(sku.compute_nics) if sku is not None else 0
         vms = (pool.vms_per_host or 0) if virtual else 0
         vfs = (pool.vm.vfs or 0) if (virtual and pool.vm is not None) else 0
         out.append(PoolAddressing(pool.name or f"#{ordinal}", ordinal, pool.count or 0, vms, vfs, rails))
     return out
 
 
-def address_needs(spec: Any, catalog: Any = None) -> list[AddressNeed]:
-    """The size each of the spec's three networks must have, with the reason."""
+def address_needs(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> list[AddressNeed]:
+    """The size each of the spec's three networks must have, with the reason.
+
+    fabric_plan: the spec's FabricPlan, planned once by the caller (None where it could not be
+    planned: a RoCE fabric's /31 links are then left out of the compute network's size).
+    """
     pools = pools_for_addressing(spec, catalog)
     fabric = spec.fabric
     out = []
@@ -417,8 +419,8 @@ def address_needs(spec: Any, catalog: Any = None) -> list[AddressNeed]:
     rails = max((p.rails for p in pools), default=0)
     kind = compute.kind or "infiniband"
     p2p: list[tuple[int, int]] = []
-    if kind == "roce" and hosts:
-        p2p = _p2p_links_per_pool(spec, catalog)
+    if kind == "roce" and hosts and fabric_plan is not None:
+        p2p = fabric_plan.p2p_links_per_pool()
     worst = max((p for p in pools if p.rails), key=lambda p: block_need(p.count, p.rail_stride), default=None)
     detail = (f"{rail_slots(max(rails, 1))} rail subnets of {MAX_POOLS} pool blocks of at least "
               f"{next_pow2(block_need(worst.count, worst.rail_stride))} addresses (pool {worst.name}: "
@@ -434,42 +436,29 @@ def address_needs(spec: Any, catalog: Any = None) -> list[AddressNeed]:
     return out
 
 
-def _p2p_links_per_pool(spec: Any, catalog: Any) -> list[tuple[int, int]]:
-    from railyard.model.fabric import FabricError, plan_fabric
-
-    try:
-        plan = plan_fabric(spec, catalog)
-    except FabricError:
-        return []
-    return plan.p2p_links_per_pool()
-
-
-def asn_need(spec: Any, catalog: Any = None) -> tuple[int, int] | None:
+def asn_need(spec: Any, fabric_plan: Any) -> tuple[int, int] | None:
     """(ASNs the largest pool needs, ASNs each pool block holds) for a RoCE fabric, else None."""
     compute = spec.fabric.compute
-    if compute.kind != "roce" or compute.asn_base is None:
+    if compute.kind != "roce" or compute.asn_base is None or fabric_plan is None:
         return None
-    from railyard.model.fabric import FabricError, plan_fabric
-
-    try:
-        plan = plan_fabric(spec, catalog)
-    except FabricError:
-        return None
-    return plan.asns_needed_per_pool(), asn_pool_block(compute.asn_base)
+    return fabric_plan.asns_needed_per_pool(), asn_pool_block(compute.asn_base)
 
 
-def address_problems(spec: Any, catalog: Any = None) -> list[Problem]:
-    """Every network too small for the spec, and too many pools, as Problems for SpecError."""
+def address_problems(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> list[Problem]:
+    """Every network too small for the spec, and too many pools, as Problems for SpecError.
+
+    fabric_plan: as for address_needs; the caller plans the fabric once and hands it to both.
+    """
     problems = []
     if len(spec.node_pools) > MAX_POOLS:
         problems.append(Problem("railyard:nodePools", f"{len(spec.node_pools)} pools", f"at most {MAX_POOLS}",
                                 "every network is cut into one block per pool; merge pools of the same SKU"))
         return problems
-    for need in address_needs(spec, catalog):
+    for need in address_needs(spec, catalog, fabric_plan):
         if need.cidr is not None and not need.ok:
             problems.append(Problem(need.path, need.cidr, f"a /{need.prefixlen} or larger ({need.needed} addresses)",
                                     need.detail))
-    asns = asn_need(spec, catalog)
+    asns = asn_need(spec, fabric_plan)
     if asns is not None and asns[0] > asns[1]:
         problems.append(Problem("railyard:fabric.compute.asnBase", str(spec.fabric.compute.asn_base),
                                 f"a base leaving {asns[0] * (MAX_POOLS + 1)} private ASNs above it",

@@ -30,8 +30,9 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 from railyard.model import addressing as addr
 from railyard.model.errors import Problem, SpecError
+from railyard.model.fabric_roce import roce_summary
+from railyard.model.speeds import SPEED_GBPS
 
-SPEED_GBPS = {"ndr": 400, "hdr": 200, "800gbe": 800, "400gbe": 400, "200gbe": 200, "100gbe": 100}
 LINK_TIERS = ("node_leaf", "leaf_spine", "spine_core")
 SWITCH_TIERS = ("leaf", "spine", "core")
 CSV_COLUMNS = ("tier", "rail", "a_device", "a_port", "a_interface", "a_ip", "b_device", "b_port",
@@ -516,8 +517,6 @@ class FabricPlan:
             "pools": [self._pool_summary(pl) for pl in self.layouts],
         }
         if self.kind == "roce":
-            from railyard.model.fabric_roce import roce_summary
-
             out.update(roce_summary(self))
         return out
 

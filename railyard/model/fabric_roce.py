@@ -14,12 +14,9 @@ import functools
 import io
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from railyard.model import addressing as addr
-
-if TYPE_CHECKING:
-    from railyard.model.fabric import FabricPlan
 
 QOS_TABLE = "roce_qos_defaults_cumulus.csv"
 
@@ -73,8 +70,9 @@ def qos_defaults() -> dict[str, Any]:
     }
 
 
-def roce_summary(plan: "FabricPlan") -> dict[str, Any]:
+def roce_summary(plan: Any) -> dict[str, Any]:
     """The RoCE additions to a fabric summary: ASN plan, /31 links, QoS."""
+    # plan: a fabric.FabricPlan, untyped here so that fabric.py -> fabric_roce.py stays one-way.
     links = plan.link_counts()
     p2p_links = links["leaf_spine"] + links["spine_core"]
     out: dict[str, Any] = {

@@ -7,9 +7,10 @@ which VM with which MAC. railyard/tuning/vars.py turns these into role variables
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Mapping
+
+from railyard.model.mac import hashed_mac
 
 
 def split_pages(total: int, weights: Mapping[int, float]) -> dict[int, int]:
@@ -46,9 +47,7 @@ def vf_mac(stack: str, node: str, pf: str, vf: int) -> str:
     A VF keeps its MAC across runs and re-creations, so a VM's network config and its neighbours'
     ARP entries stay valid; the stack is part of the name so two stacks never share one.
     """
-    digest = bytearray(hashlib.sha256(f"railyard-vf/{stack}/{node}/{pf}/{vf}".encode()).digest()[:6])
-    digest[0] = (digest[0] & 0xFC) | 0x02
-    return ":".join(f"{b:02x}" for b in digest)
+    return hashed_mac("railyard-vf", stack, node, pf, str(vf))
 
 
 @dataclass(frozen=True)
@@ -78,3 +77,43 @@ def vf_assignments(stack: str, node_plan, vfs_per_pf: int, compute_nics: list[st
         raise ValueError(f"{node_plan.name}: the plan gives VMs VFs that the host does not create: "
                          f"{', '.join(sorted(missing))} (vfsPerPf is {vfs_per_pf})")
     return out
+
+
+@dataclass(frozen=True)
+class TuningTargets:
+    """Everything host tuning sets on one host, as numbers and names the roles only apply."""
+
+    hugepage_size: str
+    hugepages_per_numa: dict[int, int]
+    """NUMA node -> pages, when the stack splits hugepages per NUMA node; else empty."""
+    hugepages_total: int
+    """Pages for the whole host when they are not split per NUMA node; else 0."""
+    compute_pfs: tuple[str, ...]
+    """The compute NICs (RDMA names), rail order."""
+    vfs_per_pf: int
+    vfs: tuple[VfAssignment, ...]
+    """Every VF of every compute PF: those the plan gives VMs, then the spare ones."""
+    pairing: dict[str, str]
+    """GPU -> NIC, the one pairing rule's answer for the SKU (what verify compares with)."""
+    cache_drives: int
+    """The SKU's data NVMe drives that make up the local cache (0: none in the catalog)."""
+
+
+def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drives: int) -> TuningTargets:
+    """The targets of `node_plan` (a NodePlan of `sku`) under the stack's tuning settings."""
+    hp = spec.tuning.hugepages
+    pages = hp.pages_for(sku.memory_gib) if (hp.count is not None or sku.memory_gib is not None) else 0
+    # In proportion to the GPUs each NUMA node serves (those given to VMs, if any).
+    gpu_names = [g for vm in node_plan.vms for g in vm.gpus] if node_plan.vms else [g.name for g in sku.gpus]
+    weights = dict.fromkeys(sorted(n.id for n in sku.numa_nodes), 0)
+    for name in gpu_names:
+        numa = sku.gpu(name).numa
+        if numa is not None:
+            weights[numa] = weights.get(numa, 0) + 1
+    per_numa = split_pages(pages, weights) if (hp.per_numa and weights) else {}
+    pfs = tuple(n.rdma for n in sku.compute_nics)
+    vfs_per_pf = spec.tuning.sriov.vfs_per_pf or 0
+    vfs = tuple(vf_assignments(spec.stack, node_plan, vfs_per_pf, list(pfs))) if vfs_per_pf else ()
+    return TuningTargets(hugepage_size=hp.size, hugepages_per_numa=per_numa,
+                         hugepages_total=0 if per_numa else pages, compute_pfs=pfs, vfs_per_pf=vfs_per_pf,
+                         vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives)

@@ -1,8 +1,12 @@
-"""The whole plan of a stack: nodes and their addresses, the compute fabric, storage tiers, pairing.
+"""The whole plan of a stack: nodes and their addresses, the compute fabric, storage tiers, pairing,
+the networks with their gateways and service addresses, and each node's tuning targets.
 
-`make_plan(spec)` is cheap: it sizes everything arithmetically. `Plan.summary()` is the JSON of
-`railyard plan --json`; `Plan.nodes` (every host and VM with its addresses and leaf port) and
-`Plan.fabric.links()` enumerate, and are what components and the cabling CSV consume.
+`railyard.stack.load(path)` makes it once per run, from the FabricPlan validation made;
+`make_plan(spec)` is for a spec in hand. It is cheap: it sizes everything arithmetically.
+`Plan.summary()` is the JSON of `railyard plan --json`; `Plan.nodes` (every host and VM with its
+addresses, netdevs and leaf port), `Plan.networks`, `Plan.tuning(node)` and `Plan.fabric.links()`
+are what drivers, components, host tuning and the cabling CSV read. Nobody downstream formats an
+address, derives a prefix or a netdev name, or counts hugepages again.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from typing import Any, Iterator
 
 from railyard.model import addressing as addr
 from railyard.model.errors import SpecError
-from railyard.model.fabric import FabricPlan, compute_nics, nic_name, plan_fabric
+from railyard.model.fabric import FabricPlan, nic_name, plan_fabric
+from railyard.model.host_tuning import TuningTargets, tuning_targets
+from railyard.model.pci_layout import netdev_name
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
 
@@ -23,11 +29,17 @@ class NicPlan:
     """A compute NIC (PF) of a host: its rail, its address on the rail, the leaf port it plugs into."""
 
     name: str
+    """The RDMA device name (mlx5_0): the catalog's, and the pairing's."""
     rail: int
     ip: str
     prefixlen: int
     leaf: str
     leaf_port: int
+    netdev: str | None = None
+    """Its network interface: the catalog's name, else the predictable name of its PCI address
+    (model.pci_layout); None where the catalog cannot tell its link layer."""
+    gateway: str | None = None
+    """The rail's gateway where traffic between rails is routed (Networks.compute.routed)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,62 @@ class VfPlan:
     slot: int
     ip: str
     prefixlen: int
+    gateway: str | None = None
+    """As NicPlan.gateway."""
+
+
+@dataclass(frozen=True)
+class Subnet:
+    """A rail's subnet and the address its gateway answers on (its first host address: the leaves
+    of a RoCE rail, the lab's spine)."""
+
+    cidr: str
+    prefixlen: int
+    gateway: str
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """The management or storage network: every host has an address on it (NodePlan)."""
+
+    name: str
+    cidr: str
+    prefixlen: int
+    pools: dict[str, str]
+    """Pool name -> the block of this network the pool owns (addressing.py)."""
+    gateway: str
+    """Its first host address, reserved in pool block 0: the controller's side of the network
+    (the lab's host end of the management bridge)."""
+    services: dict[str, str]
+    """Service -> its address; on the storage network, `object_store` where the stack has an
+    object tier (the last host address: node addresses count up from the bottom of their blocks,
+    so the top is never a node's)."""
+
+
+@dataclass(frozen=True)
+class ComputeNetworkPlan:
+    cidr: str
+    rails: tuple[Subnet, ...]
+    routed: bool
+    """Whether traffic between rails is routed through the rails' gateways: the fabric has a tier
+    above its leaves. Without one, a rail is a leaf of its own and NICs have no gateway."""
+    kind: str
+
+
+@dataclass(frozen=True)
+class Networks:
+    management: NetworkPlan
+    storage: NetworkPlan
+    compute: ComputeNetworkPlan
+
+    def to_json(self) -> dict[str, Any]:
+        """The `networks` of `railyard plan --json` and of the stack's outputs."""
+        out: dict[str, Any] = {n.name: {"cidr": n.cidr, "pools": dict(n.pools)}
+                               for n in (self.management, self.storage)}
+        out["compute"] = {"cidr": self.compute.cidr, "rails": [r.cidr for r in self.compute.rails]}
+        if self.compute.kind == "roce":
+            out["compute"]["gateways"] = [r.gateway for r in self.compute.rails]
+        return out
 
 
 @dataclass(frozen=True)
@@ -69,11 +137,11 @@ class NodePlan:
             "name": self.name, "pool": self.pool, "index": self.index, "sku": self.sku,
             "management_ip": self.management_ip, "storage_ip": self.storage_ip,
             "nics": [{"name": n.name, "rail": n.rail, "ip": n.ip, "prefixlen": n.prefixlen, "leaf": n.leaf,
-                      "leaf_port": n.leaf_port} for n in self.nics],
+                      "leaf_port": n.leaf_port, "netdev": n.netdev, "gateway": n.gateway} for n in self.nics],
             "vms": [{"name": v.name, "index": v.index, "management_ip": v.management_ip, "storage_ip": v.storage_ip,
                      "gpus": list(v.gpus),
                      "vfs": [{"name": f.name, "rail": f.rail, "pf": f.pf, "slot": f.slot, "ip": f.ip,
-                              "prefixlen": f.prefixlen} for f in v.vfs]} for v in self.vms],
+                              "prefixlen": f.prefixlen, "gateway": f.gateway} for f in v.vfs]} for v in self.vms],
         }
 
 
@@ -88,6 +156,8 @@ class Plan:
         self._rails = fabric.rails
         self._ordinal = {p.name: i for i, p in enumerate(spec.node_pools)}
         self._pairings: dict[str, dict[str, str]] = {}
+        self._netdevs: dict[str, dict[str, str | None]] = {}
+        self._tuning: dict[str, TuningTargets] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -95,6 +165,21 @@ class Plan:
     def nodes(self) -> tuple[NodePlan, ...]:
         """Every host, pool by pool, index by index (built on first use: large clusters are large)."""
         return tuple(self.iter_nodes())
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, NodePlan]:
+        return {n.name: n for n in self.nodes}
+
+    def node_named(self, name: str) -> NodePlan:
+        """The host called `name`; KeyError naming the hosts when there is none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            shown = ", ".join(list(self._by_name)[:8]) + (", ..." if len(self._by_name) > 8 else "")
+            raise KeyError(f"no host {name!r} in the plan; hosts: {shown}") from None
+
+    def pool_nodes(self, pool_name: str) -> tuple[NodePlan, ...]:
+        return tuple(n for n in self.nodes if n.pool == pool_name)
 
     def iter_nodes(self) -> Iterator[NodePlan]:
         for pool in self.spec.node_pools:
@@ -106,7 +191,7 @@ class Plan:
         spec, pool = self.spec, self.spec.pool(pool_name)
         ordinal = self._ordinal[pool_name]
         sku = self.catalog.nodes[pool.sku]
-        nics = compute_nics(sku)
+        nics = sku.compute_nics
         virtual = spec.virtual and pool.vms_per_host > 0
         vms_per_host = pool.vms_per_host if virtual else 0
         vfs = pool.vm.vfs if (virtual and pool.vm is not None) else 0
@@ -114,12 +199,15 @@ class Plan:
         mgmt, stor, comp = spec.fabric.management.cidr, spec.fabric.storage.cidr, spec.fabric.compute.cidr
         kind = spec.fabric.compute.kind
         rail_prefix = addr.rail_prefixlen(comp, self._rails, kind)
+        netdevs = self._netdevs_of(sku)
+        rails = self.networks.compute
+        gateways = [r.gateway if rails.routed else None for r in rails.rails]
         nic_plans = []
         for rail, nic in enumerate(nics):
             leaf, port = self.fabric.leaf_port(pool_name, index, rail)
             nic_plans.append(NicPlan(nic_name(nic), rail,
                                      addr.nic_ip(comp, kind, self._rails, ordinal, index, rail, stride),
-                                     rail_prefix, leaf, port))
+                                     rail_prefix, leaf, port, netdevs.get(nic.rdma), gateways[rail]))
         vms = []
         gpus = [g.name for g in getattr(sku, "gpus", ())]
         per_vm = pool.vm.gpus if (virtual and pool.vm is not None and pool.vm.gpus) else 0
@@ -129,7 +217,7 @@ class Plan:
                 rail, slot = addr.vf_placement(j, k, vfs, len(nics))
                 vf_plans.append(VfPlan(f"vf{k}", rail, nic_plans[rail].name, slot,
                                        addr.vf_ip(comp, kind, self._rails, ordinal, index, rail, slot, stride),
-                                       rail_prefix))
+                                       rail_prefix, gateways[rail]))
             vms.append(VmPlan(addr.vm_name(pool_name, index, j), j,
                               addr.guest_ip(mgmt, ordinal, index, j, vms_per_host),
                               addr.guest_ip(stor, ordinal, index, j, vms_per_host),
@@ -146,20 +234,40 @@ class Plan:
             self._pairings[sku_id] = _pairing(self.catalog, sku_id)
         return self._pairings[sku_id]
 
-    def networks(self) -> dict[str, Any]:
+    def _netdevs_of(self, sku: Any) -> dict[str, str | None]:
+        if sku.id not in self._netdevs:
+            self._netdevs[sku.id] = {n.rdma: netdev_name(sku, n.rdma) for n in sku.compute_nics}
+        return self._netdevs[sku.id]
+
+    def tuning(self, node: NodePlan | str) -> TuningTargets:
+        """What host tuning sets on `node` (a NodePlan or a host name): computed once per node."""
+        plan = self.node_named(node) if isinstance(node, str) else node
+        if plan.name not in self._tuning:
+            self._tuning[plan.name] = tuning_targets(self.spec, self.catalog.nodes[plan.sku], plan,
+                                                     self.pairing(plan.sku), self._cache_drives(plan.pool))
+        return self._tuning[plan.name]
+
+    def _cache_drives(self, pool_name: str) -> int:
+        return next((p.drives for p in self.storage.pools if p.pool == pool_name), 0) or 0
+
+    @functools.cached_property
+    def networks(self) -> Networks:
         f = self.spec.fabric
         kind = f.compute.kind
-        out = {}
+        nets = {}
         for name in ("management", "storage"):
             cidr = getattr(f, name).cidr
-            out[name] = {"cidr": str(cidr),
-                         "pools": {p.name: addr.pool_block(cidr, i) for i, p in enumerate(self.spec.node_pools)}}
-        out["compute"] = {"cidr": str(f.compute.cidr),
-                          "rails": [addr.rail_subnet(f.compute.cidr, r, self._rails, kind) for r in range(self._rails)]}
-        if kind == "roce":
-            out["compute"]["gateways"] = [addr.rail_gateway(f.compute.cidr, r, self._rails, kind)
-                                          for r in range(self._rails)]
-        return out
+            services = {}
+            if name == "storage" and self.spec.storage.object is not None:
+                services["object_store"] = str(cidr.broadcast_address - 1)
+            nets[name] = NetworkPlan(name, str(cidr), cidr.prefixlen,
+                                     {p.name: addr.pool_block(cidr, i) for i, p in enumerate(self.spec.node_pools)},
+                                     str(cidr.network_address + 1), services)
+        prefix = addr.rail_prefixlen(f.compute.cidr, self._rails, kind) if self._rails else 0
+        rails = tuple(Subnet(addr.rail_subnet(f.compute.cidr, r, self._rails, kind), prefix,
+                             addr.rail_gateway(f.compute.cidr, r, self._rails, kind)) for r in range(self._rails))
+        compute = ComputeNetworkPlan(str(f.compute.cidr), rails, self.fabric.spines > 0, kind)
+        return Networks(nets["management"], nets["storage"], compute)
 
     def tenants(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "pkey": f"0x{addr.partition_key(i, t.pkey):04x}"}
@@ -176,7 +284,7 @@ class Plan:
             n_gpus = len(getattr(sku, "gpus", ()))
             gpus += n_gpus * pool.count
             entry = {"name": pool.name, "sku": pool.sku, "count": pool.count, "gpus": n_gpus * pool.count,
-                     "gpus_per_node": n_gpus, "rails": len(compute_nics(sku)),
+                     "gpus_per_node": n_gpus, "rails": len(sku.compute_nics),
                      "pairing": self.pairing(pool.sku)}
             if spec.virtual:
                 entry["vms_per_host"] = pool.vms_per_host
@@ -195,7 +303,7 @@ class Plan:
             "vms": spec.vms if spec.virtual else 0,
             "pools": pools,
             "fabrics": {"compute": self.fabric.summary()},
-            "networks": self.networks(),
+            "networks": self.networks.to_json(),
             "tenants": self.tenants(),
             "storage": self.storage.summary(),
         }
@@ -211,14 +319,19 @@ def _pairing(catalog: Any, sku_id: str) -> dict[str, str]:
     return dict(Topology.from_sku(catalog.nodes[sku_id]).pairing())
 
 
-def make_plan(spec: Any, catalog: Any = None) -> Plan:
-    """The plan of a validated spec; raises SpecError when the fabric or a network cannot hold it."""
+def make_plan(spec: Any, catalog: Any = None, fabric: FabricPlan | None = None) -> Plan:
+    """The plan of a validated spec; raises SpecError when the fabric or a network cannot hold it.
+
+    fabric: the FabricPlan validation already made for this spec (railyard.stack.load passes it),
+    so the fabric is planned once per run; without it, it is planned (and the networks sized) here.
+    """
     if catalog is None:
         from railyard.model.catalog import load_catalog
 
         catalog = load_catalog()
-    fabric = plan_fabric(spec, catalog)
-    problems = addr.address_problems(spec, catalog)
-    if problems:
-        raise SpecError(problems)
+    if fabric is None:
+        fabric = plan_fabric(spec, catalog)
+        problems = addr.address_problems(spec, catalog, fabric)
+        if problems:
+            raise SpecError(problems)
     return Plan(spec, catalog, fabric, plan_storage(spec, catalog))

@@ -6,31 +6,37 @@ passed over untouched. The config is parsed once into frozen dataclasses; every 
 way is collected and raised together as one `SpecError` (see docs/stack-reference.md for every key,
 its default and its rules).
 
-Public API: `load_stack_file(path) -> Spec`, `parse_config(mapping, stack=...) -> Spec`.
+The model knows no driver: each driver's own keys (`railyard:<driver>`) and rules come in as
+DriverRules from the driver registry, which railyard.stack hands to the parser; `railyard.stack.load`
+is the one entry point that does so and plans the result.
+
+Public API here: `read_stack_file(path) -> (config, stack)`, `parse(config, stack, drivers) ->
+(Spec, FabricPlan | None)`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import yaml
 
 from railyard.model import addressing, yamlio
 from railyard.model.errors import Problem, SpecError
+from railyard.model.fabric import FabricError, FabricPlan, plan_fabric
+from railyard.model.speeds import SPEED_GBPS
 
 NAMESPACE = "railyard"
 
 LAYOUTS = ("bare-metal", "virtual")
-DRIVERS = ("lab", "coreweave", "openstack")
 FABRIC_KINDS = ("infiniband", "roce")
 SPEEDS_BY_KIND = {"infiniband": ("ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
-SPEED_GBPS = {"ndr": 400, "hdr": 200, "400gbe": 400, "200gbe": 200, "100gbe": 100}
 DEFAULT_SPEED = {"infiniband": "ndr", "roce": "400gbe"}
 DEFAULT_SWITCH = {"infiniband": "qm9700", "roce": "sn5600"}
 TOPOLOGIES = ("rail-optimized",)
@@ -49,9 +55,6 @@ DEFAULT_CIDRS = {
     # (addressing.py), so the compute network gets the whole upper half of the lab range.
     "compute": "198.19.0.0/16",
 }
-# The lab builds its networks on this very machine; 198.18.0.0/15 (RFC 2544, benchmarking) is routed
-# by no real network, so a lab stack can never shadow a route the host depends on.
-LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
 DEFAULT_ASN_BASE = 4_200_000_000
 
 # What the OS (or, in the virtual layout, the hypervisor) keeps for itself on every host: memory that
@@ -92,13 +95,33 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def documented_keys() -> list[str]:
-    """Every config key Railyard reads, as `railyard:section.key` (lists written `[]`)."""
+def documented_keys(drivers: Mapping[str, "DriverRules | None"] = {}) -> list[str]:
+    """Every config key Railyard reads, as `railyard:section.key` (lists written `[]`), the drivers'
+    own keys (`railyard:<driver>.key`) after the model's."""
+    sections = dict(KEYS)
+    for name, rules in drivers.items():
+        for section, keys in (rules.KEYS.items() if rules is not None else ()):
+            sections[f"{name}.{section}" if section else name] = keys
     out = []
-    for section, keys in KEYS.items():
+    for section, keys in sections.items():
         for key in keys:
             out.append(f"{NAMESPACE}:{section + '.' if section else ''}{key}")
     return out
+
+
+class DriverRules(Protocol):
+    """What a driver adds to validation (a Pulumi-free module of the driver's package).
+
+    KEYS: the driver's own keys by section, all under `railyard:<driver>` ("" = its top level);
+    empty when the driver reads none. parse: the driver's section (None when absent) and the spec
+    checked so far -> (the driver's typed config for Spec.driver_config, problems in the project's
+    format). Rules a driver puts on the model's own keys (the lab's networks inside its range) go
+    here too, so the model holds no driver-specific rule.
+    """
+
+    KEYS: Mapping[str, tuple[str, ...]]
+
+    def parse(self, section: Any, spec: "Spec") -> tuple[Any, list[Problem]]: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,6 +314,8 @@ class Spec:
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).
     protect: bool | None = None
+    driver_config: Any = None
+    """What the driver's DriverRules.parse made of its `railyard:<driver>` section."""
 
     @property
     def virtual(self) -> bool:
@@ -345,8 +370,8 @@ def stack_name_of(path: str | Path) -> str:
     return name
 
 
-def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
-    """Read and validate a Pulumi stack file; raises SpecError with every problem (never OSError)."""
+def read_stack_file(path: str | Path) -> tuple[Mapping[str, Any], str]:
+    """A Pulumi stack file's `config:` mapping and its stack name; raises SpecError (never OSError)."""
     p = Path(path)
     shown = str(path)
     try:
@@ -384,16 +409,23 @@ def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
         config = {}
     if not isinstance(config, dict):
         raise SpecError([Problem(f"{shown}:config", _show(config), "a mapping of config keys")])
-    return parse_config(config, stack=stack_name_of(p), catalog=catalog)
+    return config, stack_name_of(p)
 
 
-def parse_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = None) -> Spec:
-    """The Spec of a stack's `config:` mapping; raises SpecError with every problem in it."""
+def parse(config: Mapping[str, Any], stack: str, drivers: Mapping[str, DriverRules | None],
+          catalog: Any = None) -> tuple[Spec, FabricPlan | None]:
+    """The Spec of a stack's `config:` mapping and the compute fabric validation planned for it
+    (None for a spec without pools), so nobody plans it again; raises SpecError with every problem.
+
+    drivers: every driver name `railyard:driver` may take, with its rules (None: it has none).
+    """
     if catalog is None:
         from railyard.model.catalog import load_catalog
 
         catalog = load_catalog()
-    return _Parser(catalog).parse(config, stack)
+    parser = _Parser(catalog, drivers)
+    spec = parser.parse(config, stack)
+    return spec, parser.fabric_plan
 
 
 # --------------------------------------------------------------------------------------------------
@@ -509,9 +541,11 @@ class _PoolFacts:
 
 
 class _Parser:
-    def __init__(self, catalog: Any):
+    def __init__(self, catalog: Any, drivers: Mapping[str, DriverRules | None]):
         self.catalog = catalog
+        self.drivers = drivers
         self.problems: list[Problem] = []
+        self.fabric_plan: FabricPlan | None = None
 
     # --- recording ---------------------------------------------------------------------------
 
@@ -682,7 +716,7 @@ class _Parser:
                     self.problem(key, f"the namespace {namespace!r}", f"the namespace {NAMESPACE!r}",
                                  f"did you mean {NAMESPACE}:{name}?")
                 continue
-            if name not in KEYS[""]:
+            if name not in KEYS[""] and not self._driver_section(name):
                 head, dot, rest = name.partition(".")
                 if dot and head in KEYS[""]:
                     hint = f"nest it under {NAMESPACE}:{head} (pulumi config set --path '{head}.{rest}' ...)"
@@ -698,7 +732,11 @@ class _Parser:
         if region is not None and not _DNS_LABEL.match(region):
             self.problem(p + "region", _show(region), "a region name: lowercase letters, digits and '-'")
         layout = self.choice(ours, "layout", p + "layout", LAYOUTS, required=True)
-        driver = self.choice(ours, "driver", p + "driver", DRIVERS, required=True)
+        driver = self.choice(ours, "driver", p + "driver", tuple(self.drivers), required=True)
+        for name in ours:
+            if self._driver_section(name) and driver is not None and name != driver:
+                self.problem(p + name, "settings of another driver", f"settings of driver {driver}, "
+                             f"the stack's railyard:driver", f"remove {p}{name}, or set railyard:driver: {name}")
 
         pools, facts = self.node_pools(ours, layout)
         fabric = self.fabric(ours)
@@ -710,11 +748,16 @@ class _Parser:
         protect = self.protect(ours, ephemeral)
 
         self.check_pools(pools, facts, layout, tuning, fabric)
-        self.check_networks(fabric, driver)
+        self.check_networks(fabric)
 
         spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
                     fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
                     ephemeral=ephemeral, protect=protect)
+        rules = self.drivers.get(driver) if driver is not None else None
+        if rules is not None:
+            driver_config, problems = rules.parse(ours.get(driver), spec)
+            self.problems.extend(problems)
+            spec = dataclasses.replace(spec, driver_config=driver_config)
         if pools and fabric is not None and not any(_feeds_plan(p.path) for p in self.problems):
             self.check_plan(spec)
         if self.problems:
@@ -848,7 +891,7 @@ class _Parser:
 
     def compute(self, cm: Mapping, cpath: str) -> ComputeFabric:
         kind = self.choice(cm, "kind", cpath + ".kind", FABRIC_KINDS, required=True)
-        all_speeds = tuple(SPEED_GBPS)
+        all_speeds = tuple(s for speeds in SPEEDS_BY_KIND.values() for s in speeds)
         speed = self.choice(cm, "speed", cpath + ".speed", all_speeds,
                             default=DEFAULT_SPEED.get(kind) if kind else None)
         if kind and speed and speed not in SPEEDS_BY_KIND[kind]:
@@ -1259,8 +1302,13 @@ class _Parser:
                              f"the compute NICs of {pool.sku} ({nic.name}) run at {nic.speed_gbps} Gb/s at most")
                 return
 
-    def check_networks(self, fabric: Fabric | None, driver: str | None) -> None:
-        """CIDRs apart from each other, and inside the lab range for the lab driver (sizes: check_plan)."""
+    def _driver_section(self, name: str) -> bool:
+        """Whether `railyard:<name>` is a driver's own section (a driver that reads keys)."""
+        rules = self.drivers.get(name)
+        return rules is not None and bool(rules.KEYS)
+
+    def check_networks(self, fabric: Fabric | None) -> None:
+        """CIDRs apart from each other (sizes: check_plan; a driver's own range: its DriverRules)."""
         if fabric is None:
             return
         path = f"{NAMESPACE}:fabric"
@@ -1277,20 +1325,18 @@ class _Parser:
                 if net.overlaps(other):
                     self.problem(p, str(net), f"a network apart from {other}", f"it overlaps {q}")
             seen.append((p, net))
-            if driver == "lab" and not net.subnet_of(LAB_RANGE):
-                self.problem(p, str(net), f"a network inside {LAB_RANGE} for the lab driver",
-                             "the lab builds its networks on this machine; 198.18.0.0/15 is routed nowhere real")
 
     def check_plan(self, spec: Spec) -> None:
         """What only the planners can tell: network sizes (addressing.py), fabric limits (fabric.py).
 
         They need a whole spec, so they run once the keys they read are valid; their problems join
-        the others in the same SpecError.
+        the others in the same SpecError. The fabric is planned here, once: the address sizing
+        reads it, and the plan reuses it (parse returns it).
         """
-        from railyard.model.fabric import FabricError, plan_fabric
-
-        self.problems.extend(addressing.address_problems(spec, self.catalog))
+        fabric_problems: list[Problem] = []
         try:
-            plan_fabric(spec, self.catalog)
+            self.fabric_plan = plan_fabric(spec, self.catalog)
         except FabricError as exc:
-            self.problems.extend(p for p in exc.problems if p not in self.problems)
+            fabric_problems = exc.problems
+        self.problems.extend(addressing.address_problems(spec, self.catalog, self.fabric_plan))
+        self.problems.extend(p for p in fabric_problems if p not in self.problems)

@@ -190,7 +190,7 @@ def summary_line(review: StackReview) -> str:
 
 
 def not_implemented(preview: Preview) -> str | None:
-    """The program's own stop for a driver that is validated but not implemented (components/driver.py)."""
+    """The program's own stop for a driver that is validated but not implemented (railyard/drivers/base.py)."""
     for e in errors_of(preview):
         m = _NOT_IMPLEMENTED.search(e)
         if m:

@@ -17,7 +17,7 @@ from railyard.drivers.lab import fabric, gc, hwtree, names, net, node, proc, sri
 from railyard.drivers.lab.errors import LabError
 from railyard.model.catalog import load_catalog
 from railyard.model.plan import make_plan
-from railyard.model.spec import parse_config
+from railyard.stack import parse_config
 
 from .conftest import free_mgmt_cidr, keypair
 

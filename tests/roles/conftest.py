@@ -14,7 +14,7 @@ import pytest
 from railyard.drivers.lab import hwtree
 from railyard.model.catalog import load_catalog
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load_stack_file
 from railyard.tuning.vars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]

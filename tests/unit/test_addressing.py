@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railyard.model import addressing as addr
-from railyard.model.spec import parse_config
+from railyard.model.fabric import plan_fabric
+from railyard.stack import parse_config
 
 MGMT = "198.18.0.0/20"
 COMPUTE = "198.19.0.0/16"
@@ -160,8 +161,9 @@ def _with_compute(spec, cidr: str):
 
 def test_roce_compute_needs_room_for_the_31s():
     spec = _with_compute(_spec(256, compute="10.0.0.0/14", kind="roce"), "10.0.0.0/16")
-    (need,) = [n for n in addr.address_needs(spec) if n.network == "compute"]
+    fabric = plan_fabric(spec)
+    (need,) = [n for n in addr.address_needs(spec, fabric_plan=fabric) if n.network == "compute"]
     # 32 leaves x 64 uplinks = 2,048 /31 = 4,096 addresses in pool 0's leaf half -> pool blocks of
     # 8,192 -> 65,536 for the link half; the rail half: 8 x 8 x 512 = 32,768. Twice the larger: /15.
     assert need.needed == 131_072 and not need.ok
-    assert addr.address_problems(spec)[0].path == "railyard:fabric.compute.cidr"
+    assert addr.address_problems(spec, fabric_plan=fabric)[0].path == "railyard:fabric.compute.cidr"

@@ -60,7 +60,7 @@ def test_the_large_preview_is_split_into_pools_the_lab_networks_hold():
 
 
 def test_validated_stack_files_for_every_size(tmp_path):
-    from railyard.model.spec import load_stack_file
+    from railyard.stack import load_stack_file
 
     import yaml
 

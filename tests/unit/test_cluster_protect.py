@@ -9,7 +9,7 @@ import pulumi
 import pytest
 
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ class Mocks(pulumi.runtime.Mocks):
 def cluster_resources(protect: bool) -> list[pulumi.Resource]:
     pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="lab", preview=False)
     from components.cluster import Cluster, ClusterArgs
-    from components.driver import load_driver
+    from railyard.drivers.base import load_driver
 
     spec = load_stack_file(ROOT / "stacks" / "Pulumi.lab.yaml")
     plan = make_plan(spec)

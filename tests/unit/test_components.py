@@ -12,7 +12,7 @@ import pulumi
 import pytest
 
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -34,7 +34,7 @@ def build(stack: str):
     """Run the program's wiring for a shipped stack under mocks; returns (urns, inputs by name, cluster, plan)."""
     pulumi.runtime.set_mocks(Mocks(), project="railyard", stack=stack, preview=False)
     from components.cluster import Cluster, ClusterArgs
-    from components.driver import load_driver
+    from railyard.drivers.base import load_driver
 
     spec = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     plan = make_plan(spec)
@@ -103,7 +103,7 @@ def test_the_private_key_output_is_secret(lab):
 
 
 def test_undriven_cloud_driver_stops_before_any_resource():
-    from components.driver import DriverNotImplemented, load_driver
+    from railyard.drivers.base import DriverNotImplemented, load_driver
 
     spec = load_stack_file(ROOT / "stacks" / "Pulumi.us-east-bm.yaml")
     with pytest.raises(DriverNotImplemented, match="coreweave"):

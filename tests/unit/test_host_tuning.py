@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from railyard.model import host_tuning
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load_stack_file
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from railyard.model.catalog import load_catalog
 from railyard.model.fabric import FabricPlan
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file, parse_config
+from railyard.stack import load_stack_file, parse_config
 from railyard.model.topology import Topology
 
 CATALOG = load_catalog()
@@ -105,10 +105,76 @@ def test_nodes_carry_names_addresses_and_leaf_ports():
     assert [nic.name for nic in n.nics] == ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
                                             "mlx5_10", "mlx5_11"]
     assert (n.nics[7].leaf, n.nics[7].leaf_port) == ("gpu-su1-leaf7", 2)
-    rails = plan.networks()["compute"]["rails"]
+    rails = plan.networks.compute.rails
     for nic in n.nics:
-        assert ipaddress.ip_address(nic.ip) in ipaddress.ip_network(rails[nic.rail])
-        assert nic.prefixlen == ipaddress.ip_network(rails[nic.rail]).prefixlen
+        assert ipaddress.ip_address(nic.ip) in ipaddress.ip_network(rails[nic.rail].cidr)
+        assert nic.prefixlen == ipaddress.ip_network(rails[nic.rail].cidr).prefixlen == rails[nic.rail].prefixlen
+
+
+def test_the_plan_gives_every_nic_its_netdev_and_gateway_and_the_networks_their_services():
+    from railyard.model.pci_layout import netdev_name
+
+    plan = plan_of(config(40, **{"railyard:storage": {"object": {"bucket": "datasets"},
+                                                     "localCache": {"mount": "/mnt/cache"}}}))
+    sku = CATALOG.nodes["dgx-h100"]
+    nets = plan.networks
+    assert nets.compute.routed  # 40 DGX H100 need spines
+    for nic in plan.nodes[33].nics:
+        assert nic.netdev == netdev_name(sku, nic.name) and nic.netdev
+        rail = ipaddress.ip_network(nets.compute.rails[nic.rail].cidr)
+        # The gateway is the rail's first address, inside the rail and no node's.
+        assert nic.gateway == nets.compute.rails[nic.rail].gateway == str(next(rail.hosts()))
+        assert nic.gateway not in {x.ip for node in plan.nodes for x in node.nics}
+    storage = ipaddress.ip_network(nets.storage.cidr)
+    assert nets.storage.services == {"object_store": str(storage.broadcast_address - 1)}
+    assert nets.storage.services["object_store"] not in {node.storage_ip for node in plan.nodes}
+    assert nets.management.gateway == "10.68.0.1" and nets.management.prefixlen == 14
+    assert plan_of(config(2)).networks.storage.services == {}  # no object tier, no store address
+    # The JSON view is the typed one, formatted.
+    assert plan.summary()["networks"]["compute"]["rails"] == [r.cidr for r in nets.compute.rails]
+
+
+def test_tuning_targets_are_planned_once_per_node_and_found_by_name():
+    plan = plan_of(config(6, **{"railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 50}}}))
+    node = plan.nodes[4]
+    targets = plan.tuning(node.name)
+    assert plan.tuning(node) is targets
+    sku = CATALOG.nodes["dgx-h100"]
+    assert sum(targets.hugepages_per_numa.values()) == sku.memory_gib // 2 and targets.hugepages_total == 0
+    assert targets.compute_pfs == tuple(n.name for n in node.nics)
+    assert targets.cache_drives == sum(d.count for d in sku.nvme if d.role == "data")
+    assert targets.pairing == plan.pairing("dgx-h100")
+    with pytest.raises(KeyError, match="no host 'gpu-9'.*gpu-0"):
+        plan.tuning("gpu-9")
+
+
+def test_one_load_plans_the_fabric_once(monkeypatch):
+    """validation plans the fabric, and the plan takes that FabricPlan (RoCE sizing reads it too)."""
+    from railyard import stack
+    from railyard.model import fabric, plan, spec
+
+    calls = []
+    real = fabric.plan_fabric
+    for module in (fabric, plan, spec):  # every name it is reached by
+        monkeypatch.setattr(module, "plan_fabric", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for name in ("us-south-vela", "lab-virtual", "us-east-bm"):
+        calls.clear()
+        _, planned = stack.load(f"stacks/Pulumi.{name}.yaml")
+        planned.summary()
+        assert len(calls) == 1, name
+
+
+def test_host_vars_find_their_node_without_walking_the_plan(monkeypatch):
+    """Role variables for every host of a 448-node stack: one walk of the nodes, not one per host."""
+    from railyard.model.plan import Plan
+    from railyard.tuning.vars import host_vars
+
+    plan = plan_of(config(448))
+    walks = []
+    real = Plan.iter_nodes
+    monkeypatch.setattr(Plan, "iter_nodes", lambda self: walks.append(1) or real(self))
+    out = [host_vars(plan.spec, plan, f"gpu-{i}") for i in range(448)]
+    assert len(walks) <= 1 and out[447]["railyard_node"] == "gpu-447"
 
 
 def test_growing_a_pool_keeps_every_existing_node_plan_and_a_second_pool_untouched():

@@ -15,10 +15,11 @@ import yaml
 from railyard.model import addressing
 from railyard.model.catalog import load_catalog
 from railyard.model.errors import Problem, SpecError
+from railyard.drivers.lab.rules import LAB_RANGE
 from railyard.model.spec import (
-    KEYS, LAB_RANGE, NAMESPACE, Ephemeral, Secret, Spec, documented_keys, host_reserve_threads,
-    load_stack_file, os_reserve_gib, parse_config, parse_ttl, stack_name_of,
+    KEYS, NAMESPACE, Ephemeral, Secret, Spec, host_reserve_threads, os_reserve_gib, parse_ttl, stack_name_of,
 )
+from railyard.stack import documented_keys, load_stack_file, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ROOT / "stacks"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from railyard.model.plan import make_plan
-from railyard.model.spec import load_stack_file
+from railyard.stack import load_stack_file
 from railyard.tuning.vars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]

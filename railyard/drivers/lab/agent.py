@@ -1,4 +1,5 @@
-"""A lab node's stand-in for the kernel's SR-IOV (standard library only; runs inside the node).
+"""A lab node's stand-in for the kernel's SR-IOV (standard library and railyard.model.mac only;
+runs inside the node, isolated from the virtualenv).
 
 Lab nodes have no SR-IOV hardware: a PF is a veth named like the SKU's netdev, and the node's
 hardware tree (``/run/railyard/hw``, see node.py) presents its PCI device as sysfs would. This
@@ -59,6 +60,11 @@ import struct
 import subprocess
 import sys
 import time
+
+# Run by path with -I -S (no site-packages, no script directory on sys.path): the checkout's root,
+# three levels up, holds the one MAC helper, which is standard library only.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+from railyard.model.mac import hashed_mac, local_unicast  # noqa: E402
 
 HW = "/run/railyard/hw"
 DEVICES = "sys/bus/pci/devices"
@@ -133,12 +139,6 @@ def remove(path):
         for name in os.listdir(path):
             remove(os.path.join(path, name))
         os.rmdir(path)
-
-
-def stable_mac(*parts):
-    b = bytearray(hashlib.sha256("/".join(parts).encode()).digest()[:6])
-    b[0] = (b[0] & 0xFC) | 0x02  # locally administered, unicast
-    return ":".join(f"{x:02x}" for x in b)
 
 
 def vf_netdev(pf_netdev, index):
@@ -496,7 +496,7 @@ class Agent:
         admin = cfg.get("mac", DEFAULT_VF["mac"])
         if admin != DEFAULT_VF["mac"]:
             return admin
-        return stable_mac(self.hostname, pf.netdev or pf.bdf, str(i))
+        return hashed_mac(self.hostname, pf.netdev or pf.bdf, str(i))
 
     def _ensure_vf_tree(self, pf, i, cfg):
         vbdf = pf.vf_bdf(i)
@@ -588,9 +588,7 @@ class Agent:
         new = None
         if attr == "mac":
             if value == "Random":
-                b = bytearray(os.urandom(6))
-                b[0] = (b[0] & 0xFC) | 0x02
-                new = ":".join(f"{x:02x}" for x in b)
+                new = local_unicast(os.urandom(6))
             elif _MAC.fullmatch(value.lower()):
                 new = ":".join(f"{int(x, 16):02x}" for x in value.split(":"))
                 if int(new.split(":")[0], 16) & 1:

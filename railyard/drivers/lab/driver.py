@@ -1,15 +1,17 @@
-"""The lab driver: the planned cluster as namespaces, veth rails and sshd on this machine."""
+"""The lab driver: the planned cluster as namespaces, veth rails and sshd on this machine.
+
+Every address, prefix, gateway and netdev name comes from the plan; the driver only says where
+each lands in the lab.
+"""
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import pulumi
 
-from components.driver import Access, Driver, NodeHandle
-from railyard.drivers.lab import hwtree, resources
-from railyard.model.catalog import load_catalog
+from railyard.drivers.base import Access, Driver, NodeHandle
+from railyard.drivers.lab import resources
 from railyard.model.plan import NodePlan, VmPlan
 
 # Netdev names the catalog does not give (the DGX H100 sources name no management or storage
@@ -17,15 +19,13 @@ from railyard.model.plan import NodePlan, VmPlan
 MGMT_NETDEV = "mgmt0"
 STORAGE_NETDEV = "stor0"
 
-
-def host_address(cidr: str) -> str:
-    """The host's address on a stack's management network: its first host address."""
-    return str(next(ipaddress.ip_network(cidr).hosts()))
+# The lab makes the local cache from loop devices: at least one where the SKU lists no data
+# drive, and no more than a node's loop budget.
+MAX_CACHE_LOOPS = 16
 
 
 class LabDriver(Driver):
     name = "lab"
-    playground = True  # lab stacks are brought up and torn down at will: `make down` just works
 
     def access(self, name: str, parent: pulumi.Resource) -> Access:
         key = resources.AccessKey(name, comment=f"railyard-{self.spec.stack}",
@@ -34,21 +34,17 @@ class LabDriver(Driver):
         # every consumer of the key sees a secret.
         return Access(user="root", public_key=key.public_key, private_key=pulumi.Output.secret(key.private_key))
 
-    def _rail_gateways(self) -> list[str]:
-        rails = self.plan.networks()["compute"]["rails"]
-        return [f"{next(ipaddress.ip_network(r).hosts())}/{ipaddress.ip_network(r).prefixlen}" for r in rails]
-
     def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
-        networks = self.plan.networks()
-        mgmt = networks["management"]["cidr"]
-        fab = resources.LabFabric(name, stack=self.spec.stack, rails=len(networks["compute"]["rails"]),
-                                  mgmt_cidr=mgmt, host_address=host_address(mgmt),
+        nets = self.plan.networks
+        fab = resources.LabFabric(name, stack=self.spec.stack, rails=len(nets.compute.rails),
+                                  mgmt_cidr=nets.management.cidr, host_address=nets.management.gateway,
                                   opts=pulumi.ResourceOptions(parent=parent))
         ready: list[pulumi.Resource] = [fab]
-        if self.plan.summary()["fabrics"]["compute"]["switches"]["spine"] > 0:
-            # Where the plan has spines, a spine namespace routes between rails: same-rail traffic
-            # stays on its leaf, cross-rail traffic crosses the spine, as on the real fabric.
-            ready.append(resources.LabSpine(f"{name}-spine", stack=self.spec.stack, gateways=self._rail_gateways(),
+        if nets.compute.routed:
+            # A spine namespace routes between rails: same-rail traffic stays on its leaf,
+            # cross-rail traffic crosses the spine, as on the real fabric.
+            ready.append(resources.LabSpine(f"{name}-spine", stack=self.spec.stack,
+                                            gateways=[f"{r.gateway}/{r.prefixlen}" for r in nets.compute.rails],
                                             opts=pulumi.ResourceOptions(parent=parent, depends_on=[fab])))
         return ready
 
@@ -56,11 +52,10 @@ class LabDriver(Driver):
         obj = self.spec.storage.object
         out: dict[str, Any] = {}
         if obj is not None:
-            cidr = ipaddress.ip_network(self.plan.networks()["storage"]["cidr"])
-            # The store takes the storage network's last host address: node addresses count up
-            # from the bottom of per-pool blocks, so the top is never a node's.
-            address = f"{cidr.broadcast_address - 1}/{cidr.prefixlen}"
-            store = resources.LabObjectStore(name, stack=self.spec.stack, address=address, bucket=obj.bucket,
+            stor = self.plan.networks.storage
+            store = resources.LabObjectStore(name, stack=self.spec.stack,
+                                             address=f"{stor.services['object_store']}/{stor.prefixlen}",
+                                             bucket=obj.bucket,
                                              opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
             self.object_store = store
             out.update(object_endpoint=store.endpoint, bucket=obj.bucket, dataset_prefix=store.dataset_prefix,
@@ -71,26 +66,25 @@ class LabDriver(Driver):
                                   "lab": "a directory shared by every node, standing in for Lustre or GPFS"}
         return out
 
+    def _links(self, management_ip: str, storage_ip: str) -> dict[str, Any]:
+        nets = self.plan.networks
+        return {
+            "mgmt": {"name": MGMT_NETDEV, "address": f"{management_ip}/{nets.management.prefixlen}"},
+            "storage": {"name": STORAGE_NETDEV, "address": f"{storage_ip}/{nets.storage.prefixlen}"},
+            "compute_cidr": nets.compute.cidr if nets.compute.routed else None,
+        }
+
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle:
-        sku = load_catalog().nodes[node.sku]
-        networks = self.plan.networks()
-        has_spine = len(depends_on) > 1
-        gateways = self._rail_gateways()
-        mgmt_prefix = ipaddress.ip_network(networks["management"]["cidr"]).prefixlen
-        storage_prefix = ipaddress.ip_network(networks["storage"]["cidr"]).prefixlen
         rails = []
         for nic in node.nics:
-            rail = {"name": hwtree.netdev_name(sku, nic.name), "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"}
-            if has_spine:
-                rail["gateway"] = gateways[nic.rail].split("/")[0]
+            rail = {"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"}
+            if nic.gateway is not None:
+                rail["gateway"] = nic.gateway
             rails.append(rail)
         res = resources.LabNode(
-            name, stack=self.spec.stack, node=node.name, sku=node.sku,
-            mgmt={"name": MGMT_NETDEV, "address": f"{node.management_ip}/{mgmt_prefix}"},
-            rails=rails,
-            storage={"name": STORAGE_NETDEV, "address": f"{node.storage_ip}/{storage_prefix}"},
-            compute_cidr=networks["compute"]["cidr"] if has_spine else None,
+            name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
+            **self._links(node.management_ip, node.storage_ip),
             authorized_key=access.public_key,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
@@ -99,33 +93,26 @@ class LabDriver(Driver):
         pfs = self.spec.storage.parallel_fs
         if cache is not None:
             # One sparse image per data drive of the SKU (one loop device where the kernel has no md).
-            data_drives = sum(d.count for d in (sku.nvme or ()) if d.role == "data") or 1
+            drives = min(self.plan.tuning(node).cache_drives or 1, MAX_CACHE_LOOPS)
             ready.append(resources.LabNodeStorage(
                 f"{name}-storage", stack=self.spec.stack, node=node.name, cache_mount=cache.mount, fs=cache.fs,
-                raid=cache.raid, drives=min(data_drives, 16), size_gib=1.0,
+                raid=cache.raid, drives=drives, size_gib=1.0,
                 pfs_mount=pfs.mount if pfs is not None else None,
                 opts=pulumi.ResourceOptions(parent=parent, depends_on=[res])))
-        return NodeHandle(ready=ready, management_ip=node.management_ip, host_key=res.host_key)
+        return NodeHandle(ready=ready, management_ip=node.management_ip, host_key=res.host_key, name=node.name)
 
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
            depends_on: list[pulumi.Resource]) -> NodeHandle:
-        networks = self.plan.networks()
-        has_spine = self.plan.summary()["fabrics"]["compute"]["switches"]["spine"] > 0
-        gateways = self._rail_gateways()
-        mgmt_prefix = ipaddress.ip_network(networks["management"]["cidr"]).prefixlen
-        storage_prefix = ipaddress.ip_network(networks["storage"]["cidr"]).prefixlen
         vfs = []
         for vf in vm.vfs:
             entry = {"name": vf.name, "pf": vf.pf, "slot": vf.slot, "rail": vf.rail, "address": f"{vf.ip}/{vf.prefixlen}"}
-            if has_spine:
-                entry["gateway"] = gateways[vf.rail].split("/")[0]
+            if vf.gateway is not None:
+                entry["gateway"] = vf.gateway
             vfs.append(entry)
         res = resources.LabVm(
-            name, stack=self.spec.stack, vm=vm.name, hypervisor=hypervisor,
-            mgmt={"name": MGMT_NETDEV, "address": f"{vm.management_ip}/{mgmt_prefix}"}, vfs=vfs,
-            storage={"name": STORAGE_NETDEV, "address": f"{vm.storage_ip}/{storage_prefix}"},
-            compute_cidr=networks["compute"]["cidr"] if has_spine else None,
+            name, stack=self.spec.stack, vm=vm.name, hypervisor=hypervisor, vfs=vfs,
+            **self._links(vm.management_ip, vm.storage_ip),
             authorized_key=access.public_key,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
-        return NodeHandle(ready=[res], management_ip=vm.management_ip, host_key=res.host_key)
+        return NodeHandle(ready=[res], management_ip=vm.management_ip, host_key=res.host_key, name=vm.name)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from railyard import paths
 from railyard.drivers.lab.errors import LabError
+from railyard.model.mac import hashed_mac
 
 IFNAMSIZ = 15  # the kernel's limit on an interface name, without the trailing NUL
 
@@ -242,9 +243,7 @@ def mac(*parts: str) -> str:
     A re-created interface keeps its MAC, so neighbours' ARP caches (the host's, the spine's)
     stay right instead of sending to the old interface's address until their entries expire.
     """
-    b = bytearray(bytes.fromhex(_digest("/".join(parts), 12)))
-    b[0] = (b[0] & 0xFC) | 0x02
-    return ":".join(f"{x:02x}" for x in b)
+    return hashed_mac(*parts)
 
 
 def check_ifname(name: str) -> str:

@@ -18,12 +18,9 @@ import time
 from typing import Iterable
 
 from railyard.drivers.lab.errors import LabError
+from railyard.drivers.lab.rules import LAB_RANGE as LAB_SUPERNET
 
 NETNS_DIR = "/run/netns"
-
-# RFC 2544's benchmarking block: never routed on the internet and rarely used on a LAN, so lab
-# addresses cannot shadow a real network the host reaches.
-LAB_SUPERNET = ipaddress.ip_network("198.18.0.0/15")
 
 
 def where(netns: str | None) -> str:

@@ -59,6 +59,13 @@ def inventory_from(outputs: dict) -> list[dict]:
     return machines
 
 
+def after_up(spec) -> None:
+    """What `railyard up` prints once a lab stack is up: its machines and how to reach them."""
+    print(f"\nNodes of {spec.stack} (reach one with: .venv/bin/railyard lab ssh --stack {spec.stack} NODE [CMD]):")
+    for m in inventory_from(pulumi.stack_outputs(spec.stack)):
+        print(f"  {m['name']:<16} {m['management_ip']}")
+
+
 def _fail(msg: str) -> int:
     print(f"railyard lab: {msg}", file=sys.stderr)
     return 1

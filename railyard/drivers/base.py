@@ -1,0 +1,131 @@
+"""The driver contract: how a planned cluster becomes real machines, for every `railyard:driver`.
+
+Components (components/) call these methods and read a driver's Capabilities (railyard.drivers,
+the Pulumi-free registry); they never know a driver's internals, and no driver imports another or
+the components. The shape covers the four substrates Railyard targets:
+
+| driver    | machines | addresses | tuned by | VMs (virtual layout)  | Kubernetes   |
+|-----------|----------|-----------|----------|-----------------------|--------------|
+| lab       | per node | the plan  | Railyard | on tuned hypervisors  | none         |
+| hosts     | per node | the plan  | Railyard | on tuned hypervisors  | none         |
+| coreweave | per pool | provider  | platform | none (bare metal)     | a kubeconfig |
+| openstack | per pool | provider  | Railyard | the VMs are the nodes | none         |
+
+Per node, a driver implements `node()`; per pool, `pool()`, which returns one NodeHandle per
+planned node. Addresses "from the plan" are plain strings; a provider's come back as Outputs, and
+NodeHandle.management_ip takes either. A driver whose platform tunes its nodes gets no
+HostTuning. In the virtual layout, `vm()` makes a VM on a hypervisor after that hypervisor's
+tuning (the VFs exist then); where the VMs are the nodes, the driver makes them in node()/pool()
+from NodePlan.vms. A driver with a Kubernetes cluster returns its kubeconfig (a secret Output)
+from `kubeconfig()`.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from railyard import drivers
+from railyard.model.plan import NodePlan, Plan, VmPlan
+from railyard.model.spec import Spec
+
+
+class DriverNotImplemented(Exception):
+    def __init__(self, name: str):
+        runnable = [n for n, e in drivers.DRIVERS.items() if e.implementation]
+        super().__init__(
+            f"railyard:driver {name!r} is validated but not implemented yet: `up` stops here and "
+            f"nothing was created. Drivers that run today: {', '.join(sorted(runnable))}."
+        )
+
+
+@dataclass
+class Access:
+    """How Ansible and people reach nodes: the user and the stack's key pair (private = secret)."""
+
+    user: str
+    public_key: pulumi.Output[str]
+    private_key: pulumi.Output[str]
+
+
+@dataclass
+class NodeHandle:
+    ready: list[pulumi.Resource]
+    """What must exist before the node is tuned (the machine, its storage)."""
+    management_ip: pulumi.Input[str]
+    """The plan's address (a str) or the provider's (an Output), per Capabilities.addresses."""
+    host_key: pulumi.Output[str]
+    name: str = ""
+    """The planned node it stands for (pool drivers say which; per-node calls know it already)."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One node pool as a per-pool driver receives it."""
+
+    name: str
+    sku: str
+    nodes: tuple[NodePlan, ...] = field(default=())
+
+
+class Driver(abc.ABC):
+    name: str
+
+    def __init__(self, spec: Spec, plan: Plan):
+        self.spec = spec
+        self.plan = plan
+
+    @property
+    def capabilities(self) -> drivers.Capabilities:
+        return drivers.entry(self.name).capabilities
+
+    @property
+    def playground(self) -> bool:
+        """A playground's clusters are throwaway: unprotected unless railyard:protect says so."""
+        return self.capabilities.playground
+
+    @abc.abstractmethod
+    def access(self, name: str, parent: pulumi.Resource) -> Access: ...
+
+    @abc.abstractmethod
+    def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
+        """The compute, storage and management networks; returns what nodes must wait for."""
+
+    @abc.abstractmethod
+    def storage(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> dict[str, Any]:
+        """The storage tiers; returns their outputs (endpoints, mounts)."""
+
+    def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
+             depends_on: list[pulumi.Resource]) -> NodeHandle:
+        """One planned node's machine (Capabilities.machines == "node")."""
+        raise NotImplementedError(f"driver {self.name} makes machines per {self.capabilities.machines}, not per node")
+
+    def pool(self, name: str, pool: PoolPlan, access: Access, parent: pulumi.Resource,
+             depends_on: list[pulumi.Resource]) -> list[NodeHandle]:
+        """A pool's machines, one handle per planned node in index order (machines == "pool")."""
+        raise NotImplementedError(f"driver {self.name} makes machines per {self.capabilities.machines}, not per pool")
+
+    def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
+           depends_on: list[pulumi.Resource]) -> NodeHandle:
+        """A VM of the virtual layout on `hypervisor`, after its tuning made the VFs (vms == "on-hypervisors")."""
+        raise NotImplementedError(f"driver {self.name} puts no VMs on hypervisors ({self.capabilities.vms})")
+
+    def kubeconfig(self, name: str, parent: pulumi.Resource) -> pulumi.Output[str] | None:
+        """The cluster's kubeconfig, a secret Output, where Capabilities.kubernetes."""
+        return None
+
+    def tuning_vars(self) -> dict[str, Any]:
+        """Role variables the driver's machines need on top of the plan's (railyard.drivers.tuning_vars)."""
+        return drivers.tuning_vars(self.name)
+
+
+def load_driver(spec: Spec, plan: Plan) -> Driver:
+    target = drivers.entry(spec.driver).implementation
+    if target is None:
+        raise DriverNotImplemented(spec.driver)
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(spec, plan)

@@ -1,0 +1,50 @@
+"""The lab driver's rules for a stack file, and what it needs of this machine before an up.
+
+Pulumi-free: the spec parser (through railyard.stack) and the CLI read it. The lab reads no
+`railyard:lab` keys; its rule is on the model's own networks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import Any
+
+from railyard.model.errors import Problem
+
+# The lab builds its networks on this very machine; 198.18.0.0/15 (RFC 2544, benchmarking) is routed
+# by no real network, so a lab stack can never shadow a route the host depends on.
+LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
+
+KEYS: dict[str, tuple[str, ...]] = {}
+
+
+def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
+    problems = []
+    fabric = spec.fabric
+    if fabric is None:
+        return None, problems
+    for name in ("management", "storage", "compute"):
+        net = getattr(fabric, name).cidr
+        path = f"railyard:fabric.{name}.cidr"
+        if net is not None and not net.subnet_of(LAB_RANGE):
+            problems.append(Problem(path, str(net), f"a network inside {LAB_RANGE} for the lab driver",
+                                    "the lab builds its networks on this machine; 198.18.0.0/15 is routed "
+                                    "nowhere real"))
+    return None, problems
+
+
+def preflight(spec: Any) -> str | None:
+    if os.geteuid() != 0:
+        return (f"stack {spec.stack} uses the lab driver, which needs root (it creates network namespaces, "
+                "links, mounts and sshd processes): run it as root")
+    from railyard import paths
+    from railyard.drivers.lab.errors import LabError
+    from railyard.drivers.lab.node import check_dir_location
+
+    try:
+        # Before the engine starts, not from its provider half-way through an up.
+        check_dir_location(paths.lab_dir(spec.stack))
+    except LabError as exc:
+        return str(exc)
+    return None

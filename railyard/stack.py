@@ -1,0 +1,48 @@
+"""The one load of a stack file: the spec parsed with every driver's rules, then the whole plan.
+
+`load(path) -> (Spec, Plan)` is what the Pulumi program, `railyard validate|plan|tune|review` and
+the benchmarks call; each consumer then only reads the plan. The fabric is planned once, during
+validation, and the plan takes that very FabricPlan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from railyard import drivers
+from railyard.model import spec as spec_module
+from railyard.model.plan import Plan, make_plan
+from railyard.model.spec import Spec
+
+
+def load(path: str | Path, catalog: Any = None) -> tuple[Spec, Plan]:
+    """The validated spec and the plan of a stack file; raises SpecError with every problem."""
+    config, stack = spec_module.read_stack_file(path)
+    return from_config(config, stack, catalog)
+
+
+def from_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = None) -> tuple[Spec, Plan]:
+    """As load, for a stack's `config:` mapping already in hand."""
+    if catalog is None:
+        from railyard.model.catalog import load_catalog
+
+        catalog = load_catalog()
+    spec, fabric = spec_module.parse(config, stack, drivers.rules(), catalog)
+    return spec, make_plan(spec, catalog, fabric=fabric)
+
+
+def parse_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = None) -> Spec:
+    """Only the validated spec (what `railyard validate` and the spec's tests need)."""
+    return spec_module.parse(config, stack, drivers.rules(), catalog)[0]
+
+
+def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
+    """Only the validated spec of a stack file."""
+    config, stack = spec_module.read_stack_file(path)
+    return parse_config(config, stack, catalog)
+
+
+def documented_keys() -> list[str]:
+    """Every config key Railyard reads, the drivers' own included (docs/stack-reference.md lists them)."""
+    return spec_module.documented_keys(drivers.rules())

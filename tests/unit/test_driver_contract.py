@@ -1,0 +1,225 @@
+"""The driver contract: one registry of drivers, layers that import one way, drivers that own their
+keys, and components that follow a driver's capabilities (under Pulumi mocks: wiring only)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from railyard import drivers
+from railyard.model.errors import SpecError
+from railyard.model.spec import parse as parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a source file imports, at any depth (lazy imports count)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def _sources(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_the_model_imports_no_driver_no_component_and_no_pulumi():
+    for path in _sources("railyard/model"):
+        # ansible.module_utils.railyard_*: the model's own modules as shipped to hosts (the fallback
+        # import of the copies the tuning roles run), not Ansible.
+        bad = {m for m in _imports(path) if (m.split(".")[0] in ("pulumi", "ansible", "components")
+               and not m.startswith("ansible.module_utils"))
+               or m.startswith(("railyard.drivers", "railyard.commands", "railyard.cli", "railyard.stack"))}
+        bad -= {"ansible.module_utils"}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_components_know_the_contract_only():
+    for path in _sources("components"):
+        bad = {m for m in _imports(path) if m.startswith("railyard.drivers.")
+               and not m.startswith("railyard.drivers.base")}
+        assert not bad, f"{path.relative_to(ROOT)} imports driver internals {sorted(bad)}"
+
+
+def test_no_driver_imports_another_driver_or_the_components():
+    packages = [p.name for p in (ROOT / "railyard" / "drivers").iterdir() if (p / "__init__.py").exists()]
+    assert "lab" in packages
+    for name in packages:
+        for path in _sources(f"railyard/drivers/{name}"):
+            bad = {m for m in _imports(path) if m.split(".")[0] == "components"
+                   or any(m.startswith(f"railyard.drivers.{other}") for other in packages if other != name)}
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_every_module_the_registry_names_exists_and_fits_its_role():
+    for name, entry in drivers.DRIVERS.items():
+        if entry.rules:
+            rules = drivers.rules()[name]
+            assert isinstance(rules.KEYS, dict) and callable(rules.parse), name
+        if entry.tuning:
+            assert isinstance(drivers.tuning_vars(name), dict)
+        if entry.cli:
+            assert callable(__import__(entry.cli, fromlist=["register"]).register)
+        if entry.implementation:
+            module, cls = entry.implementation.split(":")
+            driver = getattr(__import__(module, fromlist=[cls]), cls)
+            assert driver.name == name
+
+
+def test_loading_a_stack_and_building_the_cli_import_no_pulumi():
+    code = ("import sys; from railyard.stack import load; from railyard.cli import build_parser; "
+            "load('stacks/Pulumi.lab.yaml'); load('stacks/Pulumi.us-south-vela.yaml'); build_parser(); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('pulumi', 'ansible', 'ansible_runner')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- drivers own their keys --------------------------------------------------------------------
+
+
+class ZoneRules:
+    """A driver that reads `railyard:metal: {zone: ...}` and refuses a zone it does not know."""
+
+    KEYS = {"": ("zone",)}
+
+    @staticmethod
+    def parse(section, spec):
+        zone = (section or {}).get("zone")
+        if zone not in ("a", "b"):
+            from railyard.model.errors import Problem
+
+            return None, [Problem("railyard:metal.zone", repr(zone), "one of a, b")]
+        return {"zone": zone}, []
+
+
+def _config(driver: str, **extra) -> dict:
+    fabric = {"compute": {"kind": "infiniband", "cidr": "198.19.0.0/16"}, "storage": {"cidr": "198.18.32.0/20"},
+              "management": {"cidr": "198.18.0.0/20"}}
+    return {"railyard:region": "r", "railyard:layout": "bare-metal", "railyard:driver": driver,
+            "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": 2}], "railyard:fabric": fabric,
+            **extra}
+
+
+def test_a_driver_section_is_read_by_its_driver_and_lands_in_the_spec():
+    table = {"lab": drivers.rules()["lab"], "metal": ZoneRules}
+    spec, fabric = parse_spec(_config("metal", **{"railyard:metal": {"zone": "b"}}), "t", table)
+    assert spec.driver_config == {"zone": "b"} and fabric is not None
+    with pytest.raises(SpecError) as bad:
+        parse_spec(_config("metal", **{"railyard:metal": {"zone": "z"}}), "t", table)
+    assert [p.path for p in bad.value.problems] == ["railyard:metal.zone"]
+
+
+def test_another_drivers_section_and_an_unknown_driver_are_refused_by_name():
+    table = {"lab": drivers.rules()["lab"], "metal": ZoneRules}
+    with pytest.raises(SpecError) as bad:
+        parse_spec(_config("lab", **{"railyard:metal": {"zone": "a"}}), "t", table)
+    assert "railyard:metal" in [p.path for p in bad.value.problems]
+    with pytest.raises(SpecError) as bad:
+        parse_spec(_config("hosts"), "t", table)
+    (problem,) = [p for p in bad.value.problems if p.path == "railyard:driver"]
+    assert "lab" in problem.allowed and "metal" in problem.allowed
+
+
+def test_the_lab_range_is_the_lab_drivers_rule_not_the_models():
+    outside = {"railyard:fabric": {**_config("lab")["railyard:fabric"], "management": {"cidr": "10.0.0.0/20"}}}
+    table = {"lab": drivers.rules()["lab"], "coreweave": None}
+    with pytest.raises(SpecError) as bad:
+        parse_spec(_config("lab", **outside), "t", table)
+    assert [p.path for p in bad.value.problems] == ["railyard:fabric.management.cidr"]
+    spec, _ = parse_spec(_config("coreweave", **outside), "t", table)  # no such rule for a cloud
+    assert str(spec.fabric.management.cidr) == "10.0.0.0/20"
+
+
+# --- components follow the capabilities --------------------------------------------------------
+
+MACHINE = "test:index:Machine"
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        outs = dict(args.inputs)
+        if args.typ == MACHINE:
+            outs.update(host_key=f"ssh-ed25519 AAAA{args.name}", management_ip=f"10.9.0.{len(args.name)}")
+        return f"{args.name}-id", outs
+
+    def call(self, args):
+        return {}
+
+
+def _cloud_driver(tuned_by: str):
+    from railyard.drivers.base import Access, Driver, NodeHandle
+
+    class PoolDriver(Driver):
+        name = "metal"
+        capabilities = drivers.Capabilities(machines="pool", addresses="provider", tuned_by=tuned_by,
+                                            vms="are-nodes", kubernetes=True)
+        pools: list = []
+
+        def access(self, name, parent):
+            return Access("ubuntu", pulumi.Output.from_input("ssh-ed25519 AAAApub"),
+                          pulumi.Output.secret("-----BEGIN OPENSSH PRIVATE KEY-----"))
+
+        def fabric(self, name, parent):
+            return []
+
+        def storage(self, name, parent, depends_on):
+            return {}
+
+        def pool(self, name, pool, access, parent, depends_on):
+            PoolDriver.pools.append((pool.name, len(pool.nodes)))
+            out = []
+            for n in pool.nodes:
+                m = pulumi.CustomResource(MACHINE, f"{n.name}-m", {"host_key": None, "management_ip": None},
+                                          pulumi.ResourceOptions(parent=parent))
+                out.append(NodeHandle(ready=[m], management_ip=m.management_ip, host_key=m.host_key, name=n.name))
+            return out
+
+        def tuning_vars(self):
+            return {}
+
+        def kubeconfig(self, name, parent):
+            return pulumi.Output.from_input("apiVersion: v1\nkind: Config\n")
+
+    return PoolDriver
+
+
+def _resolve(output):
+    fut = asyncio.get_event_loop().create_future()
+    output.apply(lambda v: fut.set_result(v) if not fut.done() else None)
+    return asyncio.get_event_loop().run_until_complete(fut)
+
+
+@pytest.mark.parametrize("tuned_by", ["platform", "railyard"])
+def test_a_pool_driver_gets_one_call_per_pool_and_tuning_only_where_railyard_tunes(tuned_by):
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="metal", preview=False)
+    from components.cluster import Cluster, ClusterArgs
+    from railyard.stack import from_config
+
+    spec, plan = from_config({**_config("coreweave"), "railyard:nodePools": [
+        {"name": "a", "sku": "dgx-h100", "count": 3}, {"name": "b", "sku": "dgx-h100", "count": 2}]}, "metal")
+    driver_cls = _cloud_driver(tuned_by)
+    cluster = Cluster("metal", ClusterArgs(spec=spec, plan=plan), driver_cls(spec, plan))
+    inventory = _resolve(cluster.inventory)
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
+    types = [u.split("::")[2].rsplit("$", 1)[-1] for u in pulumi.runtime.settings.get_monitor().resources]
+    assert driver_cls.pools == [("a", 3), ("b", 2)]
+    # Addresses came back from the provider, per machine, in plan order.
+    assert [(n["name"], n["management_ip"]) for n in inventory] == [
+        ("a-0", "10.9.0.5"), ("a-1", "10.9.0.5"), ("a-2", "10.9.0.5"), ("b-0", "10.9.0.5"), ("b-1", "10.9.0.5")]
+    assert ("railyard:index:HostTuning" in types) == (tuned_by == "railyard")
+    assert "railyard:index:HgxNode" not in types
+    assert asyncio.get_event_loop().run_until_complete(cluster.kubeconfig.is_secret())
+    assert _resolve(cluster.kubeconfig).startswith("apiVersion: v1")
