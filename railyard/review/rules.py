@@ -106,6 +106,8 @@ PROGRAM = ("__main__.py", "Pulumi.yaml", "pyproject.toml", "components/", "raily
            "templates/", "tools/pulumi/")
 # Parts of railyard/ the program never imports: the CLI around it.
 CLI_ONLY = ("railyard/commands/", "railyard/review/", "railyard/bench/", "railyard/cli.py")
+# A driver's own commands (`railyard lab ...`) live with the driver, still outside the program.
+DRIVER_CLI = re.compile(r"^railyard/drivers/[^/]+/cli\.py$")
 DRIVER_DIR = re.compile(r"^railyard/drivers/([^/]+)/")
 STACK_FILE = re.compile(r"^stacks/Pulumi\.([^/]+)\.yaml$")
 
@@ -127,7 +129,7 @@ def touched_stacks(changed: Iterable[str], drivers: Mapping[str, str], runnable:
             out[m.group(1)] = f"{path} changed"
     code: dict[str, list[str]] = {}
     for path in changed:
-        if not path.startswith(PROGRAM) or path.startswith(CLI_ONLY):
+        if not path.startswith(PROGRAM) or path.startswith(CLI_ONLY) or DRIVER_CLI.match(path):
             continue
         m = DRIVER_DIR.match(path)
         for stack, driver in drivers.items():
