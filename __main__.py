@@ -40,8 +40,9 @@ pulumi.export("inventory", cluster.inventory)
 pulumi.export("fabric", cluster.fabric.summary)
 pulumi.export("networks", cluster.fabric.networks)
 pulumi.export("storage", cluster.storage.endpoints)
-pulumi.export("access", {
-    "user": cluster.access.user,
-    "privateKey": cluster.access.private_key,
-    "ssh": f".venv/bin/railyard lab ssh --stack {spec.stack} NODE",
-})
+access = {"user": cluster.access.user, "privateKey": cluster.access.private_key}
+if driver.ssh_hint() is not None:
+    access["ssh"] = driver.ssh_hint()
+pulumi.export("access", access)
+if cluster.kubeconfig is not None:
+    pulumi.export("kubeconfig", cluster.kubeconfig)  # secret: the Cluster made it so

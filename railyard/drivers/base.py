@@ -118,6 +118,10 @@ class Driver(abc.ABC):
         """The cluster's kubeconfig, a secret Output, where Capabilities.kubernetes."""
         return None
 
+    def ssh_hint(self) -> str | None:
+        """How a person reaches a node, for the stack's `access` output (None: plain ssh to its address)."""
+        return None
+
     def tuning_vars(self) -> dict[str, Any]:
         """Role variables the driver's machines need on top of the plan's (railyard.drivers.tuning_vars)."""
         return drivers.tuning_vars(self.name)

@@ -27,6 +27,9 @@ MAX_CACHE_LOOPS = 16
 class LabDriver(Driver):
     name = "lab"
 
+    def ssh_hint(self) -> str:
+        return f".venv/bin/railyard lab ssh --stack {self.spec.stack} NODE"
+
     def access(self, name: str, parent: pulumi.Resource) -> Access:
         key = resources.AccessKey(name, comment=f"railyard-{self.spec.stack}",
                                   opts=pulumi.ResourceOptions(parent=parent))
