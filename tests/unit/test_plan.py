@@ -151,11 +151,12 @@ def test_tuning_targets_are_planned_once_per_node_and_found_by_name():
 def test_one_load_plans_the_fabric_once(monkeypatch):
     """validation plans the fabric, and the plan takes that FabricPlan (RoCE sizing reads it too)."""
     from railyard import stack
-    from railyard.model import fabric, plan, spec
+    from railyard.model import fabric, plan
+    from railyard.model.spec import rules
 
     calls = []
     real = fabric.plan_fabric
-    for module in (fabric, plan, spec):  # every name it is reached by
+    for module in (fabric, plan, rules):  # every name it is reached by (rules: spec's check_plan)
         monkeypatch.setattr(module, "plan_fabric", lambda *a, **k: calls.append(1) or real(*a, **k))
     for name in ("us-south-vela", "lab-virtual", "us-east-bm"):
         calls.clear()

@@ -1,17 +1,10 @@
-"""The typed stack config and its validation.
+"""Reading a stack file and parsing its `config:` mapping into a Spec.
 
-A stack is `stacks/Pulumi.<stack>.yaml`. Only the `railyard:*` keys of its `config:` are ours; every
-other key (Pulumi's `encryptionsalt`, `secretsprovider`, other namespaces such as `kubernetes:`) is
-passed over untouched. The config is parsed once into frozen dataclasses; every problem found on the
-way is collected and raised together as one `SpecError` (see docs/stack-reference.md for every key,
-its default and its rules).
-
-The model knows no driver: each driver's own keys (`railyard:<driver>`) and rules come in as
-DriverRules from the driver registry, which railyard.stack hands to the parser; `railyard.stack.load`
-is the one entry point that does so and plans the result.
-
-Public API here: `read_stack_file(path) -> (config, stack)`, `parse(config, stack, drivers) ->
-(Spec, FabricPlan | None)`.
+`read_stack_file(path) -> (config, stack)`, `parse(config, stack, drivers, catalog) -> (Spec,
+FabricPlan | None)`. The parser reads each section with a few primitives (mapping, integer,
+choice, ...) that record a problem and return None when a value cannot be used, so every problem
+is found in one pass; the cross-field rules (rules.py) run after the sections, and the planners'
+checks last, once the keys they read are valid.
 """
 
 from __future__ import annotations
@@ -21,341 +14,33 @@ import difflib
 import ipaddress
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from railyard.model import addressing, yamlio
 from railyard.model.errors import Problem, SpecError
-from railyard.model.fabric import FabricError, FabricPlan, plan_fabric
-from railyard.model.speeds import SPEED_GBPS
-
-NAMESPACE = "railyard"
-
-LAYOUTS = ("bare-metal", "virtual")
-FABRIC_KINDS = ("infiniband", "roce")
-SPEEDS_BY_KIND = {"infiniband": ("ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
-DEFAULT_SPEED = {"infiniband": "ndr", "roce": "400gbe"}
-DEFAULT_SWITCH = {"infiniband": "qm9700", "roce": "sn5600"}
-TOPOLOGIES = ("rail-optimized",)
-HUGEPAGE_SIZES = {"1G": 1 << 30, "2M": 2 << 20}
-AFFINITY_POLICIES = ("pcie-nearest", "numa", "none")
-IOMMU_MODES = ("passthrough", "on", "off")
-PARALLEL_FS_KINDS = ("lustre", "gpfs", "weka", "nfs")
-RAID_LEVELS = ("raid0", "raid1", "raid10", "none")
-LOCAL_FILESYSTEMS = ("xfs", "ext4")
-TTL_UNITS = {"m": 60, "h": 3600, "d": 86400}
-
-DEFAULT_CIDRS = {
-    "management": "198.18.0.0/20",
-    "storage": "198.18.32.0/20",
-    # Rail subnets are cut into per-pool blocks, and RoCE keeps half for its /31 switch links
-    # (addressing.py), so the compute network gets the whole upper half of the lab range.
-    "compute": "198.19.0.0/16",
-}
-DEFAULT_ASN_BASE = 4_200_000_000
-
-# What the OS (or, in the virtual layout, the hypervisor) keeps for itself on every host: memory that
-# hugepages and VMs may not take, and hardware threads no VM may take. Large enough for the kernel,
-# page cache of a data loader and the NIC/GPU drivers; see docs/stack-reference.md.
-OS_RESERVE_MIN_GIB = 16
-OS_RESERVE_FRACTION = 0.10
-HOST_RESERVE_MIN_THREADS = 4
-HOST_RESERVE_THREAD_FRACTION = 0.10
+from railyard.model.fabric import FabricPlan
+from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
+from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
+from railyard.model.spec.types import (
+    AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS,
+    RAID_LEVELS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
+    Ephemeral, Fabric, Hugepages, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, Spec,
+    Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
+)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 _PKEY = re.compile(r"^0[xX][0-9a-fA-F]{1,4}$")
 
-# The keys we know, by section: the single source for unknown-key errors, did-you-mean hints and the
-# test that keeps docs/stack-reference.md complete.
-KEYS: dict[str, tuple[str, ...]] = {
-    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "ephemeral", "protect"),
-    "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
-    "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
-    "fabric": ("compute", "storage", "management"),
-    "fabric.compute": (
-        "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase",
-    ),
-    "fabric.storage": ("cidr",),
-    "fabric.management": ("cidr",),
-    "tenants[]": ("name", "pkey"),
-    "storage": ("object", "parallelFs", "localCache"),
-    "storage.object": ("bucket", "endpoint", "credentials"),
-    "storage.parallelFs": ("kind", "mount", "capacityTiB"),
-    "storage.localCache": ("mount", "raid", "fs"),
-    "tuning": ("hugepages", "sriov", "affinity", "iommu", "previewDrift"),
-    "tuning.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
-    "tuning.sriov": ("vfsPerPf",),
-    "tuning.affinity": ("policy",),
-    "ephemeral": ("ttl",),
-}
-
-
-def documented_keys(drivers: Mapping[str, "DriverRules | None"] = {}) -> list[str]:
-    """Every config key Railyard reads, as `railyard:section.key` (lists written `[]`), the drivers'
-    own keys (`railyard:<driver>.key`) after the model's."""
-    sections = dict(KEYS)
-    for name, rules in drivers.items():
-        for section, keys in (rules.KEYS.items() if rules is not None else ()):
-            sections[f"{name}.{section}" if section else name] = keys
-    out = []
-    for section, keys in sections.items():
-        for key in keys:
-            out.append(f"{NAMESPACE}:{section + '.' if section else ''}{key}")
-    return out
-
-
-class DriverRules(Protocol):
-    """What a driver adds to validation (a Pulumi-free module of the driver's package).
-
-    KEYS: the driver's own keys by section, all under `railyard:<driver>` ("" = its top level);
-    empty when the driver reads none. parse: the driver's section (None when absent) and the spec
-    checked so far -> (the driver's typed config for Spec.driver_config, problems in the project's
-    format). Rules a driver puts on the model's own keys (the lab's networks inside its range) go
-    here too, so the model holds no driver-specific rule.
-    """
-
-    KEYS: Mapping[str, tuple[str, ...]]
-
-    def parse(self, section: Any, spec: "Spec") -> tuple[Any, list[Problem]]: ...
-
-
-# --------------------------------------------------------------------------------------------------
-# The model
-
-
-@dataclass(frozen=True, repr=False)
-class Secret:
-    """A Pulumi secret as it sits in the stack file: ciphertext only Pulumi can open."""
-
-    ciphertext: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return "Secret(<hidden>)"
-
-    def __str__(self) -> str:
-        return "[secret]"
-
-
-@dataclass(frozen=True)
-class VmSpec:
-    """The VM each host of a virtual-layout pool runs (`shape` set when it came from the catalog)."""
-
-    vcpus: int
-    memory_gib: int
-    gpus: int
-    vfs: int
-    shape: str | None = None
-
-
-@dataclass(frozen=True)
-class NodePool:
-    """Identical hosts of one catalog SKU; in the virtual layout each runs `vms_per_host` VMs."""
-
-    name: str
-    sku: str
-    count: int
-    vms_per_host: int = 0
-    vm: VmSpec | None = None
-
-    @property
-    def vms(self) -> int:
-        return self.count * self.vms_per_host
-
-
-@dataclass(frozen=True)
-class ComputeFabric:
-    kind: str
-    speed: str
-    switch: str
-    topology: str = "rail-optimized"
-    oversubscription: int = 1
-    reserved_leaf_ports: int = 0
-    cidr: ipaddress.IPv4Network = ipaddress.IPv4Network(DEFAULT_CIDRS["compute"])
-    asn_base: int | None = None
-
-    @property
-    def speed_gbps(self) -> int:
-        return SPEED_GBPS[self.speed]
-
-
-@dataclass(frozen=True)
-class Network:
-    cidr: ipaddress.IPv4Network
-
-
-@dataclass(frozen=True)
-class Fabric:
-    compute: ComputeFabric
-    storage: Network
-    management: Network
-
-
-@dataclass(frozen=True)
-class Tenant:
-    """An InfiniBand partition. `pkey` is the value as written (0x8000 bit = full membership)."""
-
-    name: str
-    pkey: int
-
-    @property
-    def partition(self) -> int:
-        return self.pkey & 0x7FFF
-
-    @property
-    def full_membership(self) -> bool:
-        return bool(self.pkey & 0x8000)
-
-    @property
-    def pkey_hex(self) -> str:
-        return f"0x{self.pkey:04x}"
-
-
-@dataclass(frozen=True)
-class ObjectTier:
-    """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
-
-    bucket: str
-    endpoint: str = ""
-    credentials: Secret | None = None
-
-
-@dataclass(frozen=True)
-class ParallelFs:
-    kind: str
-    mount: str
-    capacity_tib: float
-
-
-@dataclass(frozen=True)
-class LocalCache:
-    mount: str = "/mnt/cache"
-    raid: str = "raid0"
-    fs: str = "xfs"
-
-
-@dataclass(frozen=True)
-class StorageSpec:
-    object: ObjectTier | None = None
-    parallel_fs: ParallelFs | None = None
-    local_cache: LocalCache = LocalCache()
-
-
-@dataclass(frozen=True)
-class Hugepages:
-    """Hugepages reserved on every host: `percent_of_memory` of its memory or `count` pages in all."""
-
-    size: str = "1G"
-    percent_of_memory: int | None = 0
-    count: int | None = None
-    per_numa: bool = True
-
-    @property
-    def page_bytes(self) -> int:
-        return HUGEPAGE_SIZES[self.size]
-
-    def pages_for(self, memory_gib: float) -> int:
-        """Pages reserved on a host with that much memory."""
-        if self.count is not None:
-            return self.count
-        return int(memory_gib * (1 << 30) * (self.percent_of_memory or 0) / 100) // self.page_bytes
-
-    def gib_for(self, memory_gib: float) -> float:
-        return self.pages_for(memory_gib) * self.page_bytes / (1 << 30)
-
-
-@dataclass(frozen=True)
-class Sriov:
-    vfs_per_pf: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.vfs_per_pf > 0
-
-
-@dataclass(frozen=True)
-class Affinity:
-    policy: str = "pcie-nearest"
-
-
-@dataclass(frozen=True)
-class TuningSpec:
-    hugepages: Hugepages = Hugepages()
-    sriov: Sriov = Sriov()
-    affinity: Affinity = Affinity()
-    iommu: str = "passthrough"
-    preview_drift: bool = False
-
-
-@dataclass(frozen=True)
-class Ephemeral:
-    """A stack the reaper destroys `ttl_seconds` after it came up."""
-
-    ttl: str
-    ttl_seconds: int
-
-
-@dataclass(frozen=True)
-class Spec:
-    stack: str
-    region: str
-    layout: str
-    driver: str
-    node_pools: tuple[NodePool, ...]
-    fabric: Fabric
-    tenants: tuple[Tenant, ...] = ()
-    storage: StorageSpec = StorageSpec()
-    tuning: TuningSpec = TuningSpec()
-    ephemeral: Ephemeral | None = None
-    # railyard:protect as written; None when absent (the driver's default applies, see
-    # railyard.lifecycle.protected).
-    protect: bool | None = None
-    driver_config: Any = None
-    """What the driver's DriverRules.parse made of its `railyard:<driver>` section."""
-
-    @property
-    def virtual(self) -> bool:
-        return self.layout == "virtual"
-
-    @property
-    def hosts(self) -> int:
-        return sum(p.count for p in self.node_pools)
-
-    @property
-    def vms(self) -> int:
-        return sum(p.vms for p in self.node_pools)
-
-    def pool(self, name: str) -> NodePool:
-        for p in self.node_pools:
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
-
-def os_reserve_gib(memory_gib: float) -> float:
-    """Memory a host keeps for its OS (or hypervisor): neither hugepages nor VMs may take it."""
-    return max(OS_RESERVE_MIN_GIB, OS_RESERVE_FRACTION * memory_gib)
-
-
-def host_reserve_threads(threads: int) -> int:
-    """Hardware threads a virtual-layout host keeps for itself (vhost, interrupts, the agent)."""
-    return max(HOST_RESERVE_MIN_THREADS, math.ceil(HOST_RESERVE_THREAD_FRACTION * threads))
-
-
-def parse_ttl(text: str) -> int:
-    """`30m`, `8h`, `2d` -> seconds; ValueError otherwise."""
-    m = _TTL.match(text.strip()) if isinstance(text, str) else None
-    if not m or m.group(2) not in TTL_UNITS or int(m.group(1)) <= 0:
-        raise ValueError(f"not a ttl: {text!r}")
-    return int(m.group(1)) * TTL_UNITS[m.group(2)]
-
-
-# --------------------------------------------------------------------------------------------------
-# Loading
+# Reading the catalog (railyard/model/catalog.py). A fact the catalog marks unknown (None) skips the
+# rule that needs it: the rule cannot be decided, and the entry's `assumptions` say what is missing.
+
+_SWITCH_KIND = {"infiniband": "infiniband", "ethernet": "roce"}  # any Ethernet switch carries RoCE
+_KIND_LABEL = {"infiniband": "an InfiniBand", "roce": "an Ethernet"}
 
 
 def stack_name_of(path: str | Path) -> str:
@@ -429,118 +114,10 @@ def parse(config: Mapping[str, Any], stack: str, drivers: Mapping[str, DriverRul
 
 
 # --------------------------------------------------------------------------------------------------
-# Rendering and small helpers
-
-
-_ABSENT = object()
-
-
-def _is_secret(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"secure"}
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "mapping"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """A value as a person reads it in an error; a secret is never shown."""
-    if value is _ABSENT:
-        return "nothing (the key is missing)"
-    if _is_secret(value):
-        return "a secret (not shown)"
-    if value is None:
-        return "an empty value"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value if len(value) <= 60 else value[:57] + "...")
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"a {type(value).__name__} ({value})"
-
-
-def _norm(word: str) -> str:
-    return word.lower().replace("_", "").replace("-", "")
-
-
-def _suggest(word: Any, choices: Iterable[str]) -> str | None:
-    """The choice the user most likely meant, or None."""
-    if not isinstance(word, str):
-        return None
-    choices = list(choices)
-    for c in choices:
-        if _norm(c) == _norm(word):
-            return c
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    if not close:
-        close = difflib.get_close_matches(word.lower(), [c.lower() for c in choices], n=1, cutoff=0.6)
-        close = [c for c in choices if close and c.lower() == close[0]]
-    return close[0] if close else None
-
-
-def _one_of(choices: Iterable[Any]) -> str:
-    return "one of " + ", ".join(str(c) for c in choices)
-
-
-def _did_you_mean(word: Any, choices: Iterable[str], prefix: str = "") -> str:
-    s = _suggest(word, choices)
-    return f"did you mean {prefix}{s}?" if s else ""
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
-
-
-# --------------------------------------------------------------------------------------------------
-# Reading the catalog (railyard/model/catalog.py). A fact the catalog marks unknown (None) skips the
-# rule that needs it: the rule cannot be decided, and the entry's `assumptions` say what is missing.
-
-_SWITCH_KIND = {"infiniband": "infiniband", "ethernet": "roce"}  # any Ethernet switch carries RoCE
-_NIC_KINDS = {"infiniband": {"infiniband"}, "ethernet": {"roce"}, "vpi": {"infiniband", "roce"}}
-_KIND_LABEL = {"infiniband": "an InfiniBand", "roce": "an Ethernet"}
-
-
-def _gpu_family(model: str | None) -> str | None:
-    """`NVIDIA H100 SXM5 80GB` -> `H100`: the part two catalog entries name alike."""
-    m = re.search(r"\b([A-Z]\d{2,3})\b", model or "")
-    return m.group(1) if m else None
-
-
-# --------------------------------------------------------------------------------------------------
 # The parser
 
 
-def _feeds_plan(path: str) -> bool:
-    """Whether a problem at path leaves the planners without a value they read."""
-    return (path.startswith((f"{NAMESPACE}:nodePools", f"{NAMESPACE}:fabric.", f"{NAMESPACE}:layout"))
-            or path == f"{NAMESPACE}:fabric")
-
-
-@dataclass
-class _PoolFacts:
-    """What the cross-field checks need to know about a pool beyond its NodePool."""
-
-    path: str
-    sku: Any = None
-    vm_keys: frozenset = frozenset()
-
-
-class _Parser:
+class _Parser(CrossFieldRules):
     def __init__(self, catalog: Any, drivers: Mapping[str, DriverRules | None]):
         self.catalog = catalog
         self.drivers = drivers
@@ -699,6 +276,11 @@ class _Parser:
         return entries[key]
 
     # --- the config -----------------------------------------------------------------------------
+
+    def _driver_section(self, name: str) -> bool:
+        """Whether `railyard:<name>` is a driver's own section (a driver that reads keys)."""
+        rules = self.drivers.get(name)
+        return rules is not None and bool(rules.KEYS)
 
     def parse(self, config: Mapping[str, Any], stack: str) -> Spec:
         ours: dict[str, Any] = {}
@@ -1168,175 +750,3 @@ class _Parser:
                          f"{NAMESPACE}:ephemeral makes the stack expire and be reaped; a protected stack is never "
                          "reaped. Keep one of the two")
         return value
-
-    # --- cross-field rules ----------------------------------------------------------------------
-
-    def check_pools(self, pools: list[NodePool], facts: list[_PoolFacts], layout: str | None,
-                    tuning: TuningSpec, fabric: Fabric | None) -> None:
-        compute = fabric.compute if fabric is not None else None
-        for pool, fact in zip(pools, facts):
-            if pool.name is not None and pool.count is not None:
-                longest = addressing.node_name(pool.name, pool.count - 1)
-                if layout == "virtual" and pool.vms_per_host:
-                    longest = addressing.vm_name(pool.name, pool.count - 1, pool.vms_per_host - 1)
-                if len(longest) > 63:
-                    self.problem(fact.path + ".name", _show(pool.name),
-                                 f"at most {63 - (len(longest) - len(pool.name))} characters for this count",
-                                 f"the name {longest!r} would exceed a 63-character DNS label")
-            if fact.sku is None:
-                continue
-            self.check_hugepages(pool, fact, tuning.hugepages, layout)
-            self.check_sriov(pool, fact, layout, tuning.sriov)
-            if layout == "virtual" and pool.vm is not None:
-                self.check_vm(pool, fact, compute)
-            if compute is not None and compute.kind and compute.speed:
-                self.check_nics(pool, fact, compute)
-
-    def check_hugepages(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages, layout: str | None) -> None:
-        mem = fact.sku.memory_gib
-        if mem is None or hp.size is None or (hp.count is None and hp.percent_of_memory is None):
-            return
-        reserve = os_reserve_gib(mem)
-        want = hp.gib_for(mem)
-        hpath = f"{NAMESPACE}:tuning.hugepages"
-        key = "count" if hp.count is not None else "percentOfMemory"
-        vm = pool.vm
-        if (layout == "virtual" and want > 0 and vm is not None and vm.memory_gib and pool.vms_per_host
-                and want < vm.memory_gib * pool.vms_per_host):
-            # A guest backed by hugepages needs all of its memory in them, or it does not start.
-            self.problem(f"{hpath}.{key}", _show(hp.count if key == "count" else hp.percent_of_memory),
-                         f"enough hugepages for the VMs of pool {pool.name}, or none",
-                         f"{_fmt(want)} GiB of hugepages on {pool.sku} cannot back {pool.vms_per_host} x "
-                         f"{vm.memory_gib} GiB of VM memory; lower vm.memoryGiB or raise the hugepages")
-        if want > mem - reserve:
-            most = (int((mem - reserve) * (1 << 30)) // hp.page_bytes if key == "count"
-                    else math.floor((mem - reserve) / mem * 100))
-            self.problem(f"{hpath}.{key}", _show(hp.count if key == "count" else hp.percent_of_memory),
-                         f"at most {most} on {pool.sku} (pool {pool.name})",
-                         f"{_fmt(want)} GiB of hugepages on a {_fmt(mem)} GiB host leaves less than the "
-                         f"{_fmt(reserve)} GiB OS reserve (max(16 GiB, 10%))")
-
-    def check_sriov(self, pool: NodePool, fact: _PoolFacts, layout: str | None, sriov: Sriov) -> None:
-        n = sriov.vfs_per_pf
-        if n is None:
-            return
-        spath = f"{NAMESPACE}:tuning.sriov.vfsPerPf"
-        nics = fact.sku.compute_nics
-        if layout == "virtual" and n == 0:
-            self.problem(spath, "0 (SR-IOV off)", "at least 1 in the virtual layout",
-                         "VMs reach the compute fabric through SR-IOV VFs")
-            return
-        known = [nic for nic in nics if nic.sriov_total_vfs is not None]
-        if known:
-            nic = min(known, key=lambda x: x.sriov_total_vfs)
-            if n > nic.sriov_total_vfs:
-                self.problem(spath, _show(n), f"0..{nic.sriov_total_vfs} on {pool.sku} (pool {pool.name})",
-                             f"{nic.name} on {pool.sku} supports at most {nic.sriov_total_vfs} VFs (sriov_total_vfs)")
-                return
-        if layout == "virtual" and pool.vm is not None and pool.vm.vfs and pool.vms_per_host:
-            need = addressing.vf_slots_per_pf(pool.vms_per_host, pool.vm.vfs, len(nics))
-            if need > n:
-                self.problem(f"{fact.path}.vm.vfs", _show(pool.vm.vfs),
-                             f"at most {len(nics) * n // pool.vms_per_host} VFs per VM",
-                             f"{pool.vms_per_host} VM(s) x {pool.vm.vfs} VFs over {len(nics)} compute PFs need "
-                             f"{need} VFs per PF on {pool.sku}; raise {NAMESPACE}:tuning.sriov.vfsPerPf")
-
-    def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None) -> None:
-        vm, sku, vms = pool.vm, fact.sku, pool.vms_per_host
-        if vms is None:
-            return
-        vpath = f"{fact.path}.vm"
-
-        def where(key: str) -> str:
-            if "shape" in fact.vm_keys:
-                return f"{vpath}.shape"
-            return f"{vpath}.{key}" if key in fact.vm_keys else f"{fact.path}.vmsPerHost"
-
-        what = f"shape {vm.shape}" if vm.shape else "VM"
-        host_gpus = len(sku.gpus)
-        if vm.gpus is not None and vm.gpus * vms > host_gpus:
-            self.problem(where("gpus"), _show(vm.shape or vm.gpus),
-                         f"vmsPerHost x vm.gpus <= {host_gpus} ({pool.sku} GPUs)",
-                         f"{vms} x {vm.gpus} GPUs ({what}) = {vm.gpus * vms} > {host_gpus}")
-        elif vm.gpus is not None and vm.gpus < 1:
-            self.problem(where("gpus"), _show(vm.gpus), "at least 1 GPU per VM")
-        threads = sku.threads
-        if vm.vcpus is not None and threads is not None:
-            most = threads - host_reserve_threads(threads)
-            if vm.vcpus * vms > most:
-                self.problem(where("vcpus"), _show(vm.shape or vm.vcpus),
-                             f"vmsPerHost x vm.vcpus <= {most}",
-                             f"{pool.sku} has {threads} threads and keeps {threads - most} for the hypervisor; "
-                             f"{vms} x {vm.vcpus} vCPUs ({what}) = {vm.vcpus * vms}")
-        mem = sku.memory_gib
-        if vm.memory_gib is not None and mem is not None:
-            most = mem - os_reserve_gib(mem)
-            if vm.memory_gib * vms > most:
-                self.problem(where("memoryGiB"), _show(vm.shape or vm.memory_gib),
-                             f"vmsPerHost x vm.memoryGiB <= {math.floor(most)}",
-                             f"{pool.sku} has {_fmt(mem)} GiB and keeps {_fmt(os_reserve_gib(mem))} GiB for the "
-                             f"hypervisor; {vms} x {vm.memory_gib} GiB ({what}) = {vm.memory_gib * vms} GiB")
-        shape = self.catalog.vm_shapes.get(vm.shape) if vm.shape else None
-        if shape is None:
-            return
-        host_family = _gpu_family(sku.gpus[0].model if sku.gpus else None)
-        shape_family = _gpu_family(shape.gpu_model)
-        if host_family and shape_family and host_family != shape_family:
-            self.problem(f"{vpath}.shape", _show(vm.shape), f"a shape with {host_family} GPUs",
-                         f"{vm.shape} is a {shape_family} shape; {pool.sku} has {host_family} GPUs")
-        if compute is not None and compute.kind and shape.fabric and shape.fabric != compute.kind:
-            self.problem(f"{vpath}.shape", _show(vm.shape), f"a shape whose compute NICs join {compute.kind}",
-                         f"{vm.shape} reaches a {shape.fabric} fabric; {NAMESPACE}:fabric.compute.kind is {compute.kind}")
-
-    def check_nics(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric) -> None:
-        # The catalog refuses a SKU without compute NICs, so every pool here has at least one.
-        cpath = f"{NAMESPACE}:fabric.compute"
-        for nic in fact.sku.compute_nics:
-            kinds = _NIC_KINDS.get(nic.link)
-            if kinds is not None and compute.kind not in kinds:
-                self.problem(cpath + ".kind", _show(compute.kind), _one_of(sorted(kinds)) + f" for {pool.sku}",
-                             f"{nic.name} on {pool.sku} is an {nic.link} NIC")
-                return
-            if nic.speed_gbps is not None and compute.speed_gbps > nic.speed_gbps:
-                self.problem(cpath + ".speed", _show(compute.speed), f"at most {nic.speed_gbps} Gb/s for {pool.sku}",
-                             f"the compute NICs of {pool.sku} ({nic.name}) run at {nic.speed_gbps} Gb/s at most")
-                return
-
-    def _driver_section(self, name: str) -> bool:
-        """Whether `railyard:<name>` is a driver's own section (a driver that reads keys)."""
-        rules = self.drivers.get(name)
-        return rules is not None and bool(rules.KEYS)
-
-    def check_networks(self, fabric: Fabric | None) -> None:
-        """CIDRs apart from each other (sizes: check_plan; a driver's own range: its DriverRules)."""
-        if fabric is None:
-            return
-        path = f"{NAMESPACE}:fabric"
-        nets = {
-            f"{path}.management.cidr": fabric.management.cidr,
-            f"{path}.storage.cidr": fabric.storage.cidr,
-            f"{path}.compute.cidr": fabric.compute.cidr,
-        }
-        seen: list[tuple[str, ipaddress.IPv4Network]] = []
-        for p, net in nets.items():
-            if net is None:
-                continue
-            for q, other in seen:
-                if net.overlaps(other):
-                    self.problem(p, str(net), f"a network apart from {other}", f"it overlaps {q}")
-            seen.append((p, net))
-
-    def check_plan(self, spec: Spec) -> None:
-        """What only the planners can tell: network sizes (addressing.py), fabric limits (fabric.py).
-
-        They need a whole spec, so they run once the keys they read are valid; their problems join
-        the others in the same SpecError. The fabric is planned here, once: the address sizing
-        reads it, and the plan reuses it (parse returns it).
-        """
-        fabric_problems: list[Problem] = []
-        try:
-            self.fabric_plan = plan_fabric(spec, self.catalog)
-        except FabricError as exc:
-            fabric_problems = exc.problems
-        self.problems.extend(addressing.address_problems(spec, self.catalog, self.fabric_plan))
-        self.problems.extend(p for p in fabric_problems if p not in self.problems)

@@ -1,0 +1,79 @@
+"""The typed stack config and its validation.
+
+A stack is `stacks/Pulumi.<stack>.yaml`. Only the `railyard:*` keys of its `config:` are ours; every
+other key (Pulumi's `encryptionsalt`, `secretsprovider`, other namespaces such as `kubernetes:`) is
+passed over untouched. The config is parsed once into frozen dataclasses; every problem found on the
+way is collected and raised together as one `SpecError` (see docs/stack-reference.md for every key,
+its default and its rules).
+
+The model knows no driver: each driver's own keys (`railyard:<driver>`) and rules come in as
+DriverRules from the driver registry, which railyard.stack hands to the parser; `railyard.stack.load`
+is the one entry point that does so and plans the result.
+
+Public API here: `read_stack_file(path) -> (config, stack)`, `parse(config, stack, drivers) ->
+(Spec, FabricPlan | None)`, and the types a Spec is made of.
+
+The package, one way: types.py (constants, the dataclasses, DriverRules) <- show.py (values as a
+problem shows them) <- rules.py (the cross-field rules and the planners' checks) <- load.py (reading
+a stack file, the parser's sections). This module only re-exports, so callers import
+`railyard.model.spec.<name>` and never a submodule.
+"""
+
+from railyard.model.spec.load import parse, read_stack_file, stack_name_of
+from railyard.model.spec.types import (
+    AFFINITY_POLICIES,
+    DEFAULT_ASN_BASE,
+    DEFAULT_CIDRS,
+    DEFAULT_SPEED,
+    DEFAULT_SWITCH,
+    FABRIC_KINDS,
+    HOST_RESERVE_MIN_THREADS,
+    HOST_RESERVE_THREAD_FRACTION,
+    HUGEPAGE_SIZES,
+    IOMMU_MODES,
+    KEYS,
+    LAYOUTS,
+    LOCAL_FILESYSTEMS,
+    NAMESPACE,
+    OS_RESERVE_FRACTION,
+    OS_RESERVE_MIN_GIB,
+    PARALLEL_FS_KINDS,
+    RAID_LEVELS,
+    SPEEDS_BY_KIND,
+    TOPOLOGIES,
+    TTL_UNITS,
+    Affinity,
+    ComputeFabric,
+    DriverRules,
+    Ephemeral,
+    Fabric,
+    Hugepages,
+    LocalCache,
+    Network,
+    NodePool,
+    ObjectTier,
+    ParallelFs,
+    Secret,
+    Spec,
+    Sriov,
+    StorageSpec,
+    Tenant,
+    TuningSpec,
+    VmSpec,
+    documented_keys,
+    host_reserve_threads,
+    os_reserve_gib,
+    parse_ttl,
+)
+
+__all__ = [
+    "AFFINITY_POLICIES", "DEFAULT_ASN_BASE", "DEFAULT_CIDRS", "DEFAULT_SPEED", "DEFAULT_SWITCH", "FABRIC_KINDS",
+    "HOST_RESERVE_MIN_THREADS", "HOST_RESERVE_THREAD_FRACTION", "HUGEPAGE_SIZES", "IOMMU_MODES", "KEYS",
+    "LAYOUTS", "LOCAL_FILESYSTEMS", "NAMESPACE", "OS_RESERVE_FRACTION", "OS_RESERVE_MIN_GIB",
+    "PARALLEL_FS_KINDS", "RAID_LEVELS", "SPEEDS_BY_KIND", "TOPOLOGIES", "TTL_UNITS",
+    "Affinity", "ComputeFabric", "DriverRules", "Ephemeral", "Fabric", "Hugepages", "LocalCache", "Network",
+    "NodePool", "ObjectTier", "ParallelFs", "Secret", "Spec", "Sriov", "StorageSpec", "Tenant", "TuningSpec",
+    "VmSpec",
+    "documented_keys", "host_reserve_threads", "os_reserve_gib", "parse", "parse_ttl", "read_stack_file",
+    "stack_name_of",
+]

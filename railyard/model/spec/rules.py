@@ -1,0 +1,225 @@
+"""The cross-field rules: what no single key can tell (a pool's hugepages against its SKU's memory,
+its VMs against the host, its NICs against the fabric, networks against each other), and the
+planners' own limits (check_plan: the fabric planned once, then the address sizing).
+
+They are a mixin of the parser (load._Parser): they read its catalog and record through its
+problem(), so their problems join the others in the same SpecError.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.model import addressing
+from railyard.model.errors import Problem
+from railyard.model.fabric import FabricError, FabricPlan, plan_fabric
+from railyard.model.spec.show import _fmt, _one_of, _show
+from railyard.model.spec.types import (
+    NAMESPACE, ComputeFabric, Fabric, Hugepages, NodePool, Spec, Sriov, TuningSpec, host_reserve_threads,
+    os_reserve_gib,
+)
+
+# Reading the catalog (railyard/model/catalog.py). A fact the catalog marks unknown (None) skips the
+# rule that needs it: the rule cannot be decided, and the entry's `assumptions` say what is missing.
+
+_NIC_KINDS = {"infiniband": {"infiniband"}, "ethernet": {"roce"}, "vpi": {"infiniband", "roce"}}
+
+
+def _gpu_family(model: str | None) -> str | None:
+    """`NVIDIA H100 SXM5 80GB` -> `H100`: the part two catalog entries name alike."""
+    m = re.search(r"\b([A-Z]\d{2,3})\b", model or "")
+    return m.group(1) if m else None
+
+
+def _feeds_plan(path: str) -> bool:
+    """Whether a problem at path leaves the planners without a value they read."""
+    return (path.startswith((f"{NAMESPACE}:nodePools", f"{NAMESPACE}:fabric.", f"{NAMESPACE}:layout"))
+            or path == f"{NAMESPACE}:fabric")
+
+
+@dataclass
+class _PoolFacts:
+    """What the cross-field checks need to know about a pool beyond its NodePool."""
+
+    path: str
+    sku: Any = None
+    vm_keys: frozenset = frozenset()
+
+
+class CrossFieldRules:
+    """The rules that read several sections at once, mixed into the parser (load._Parser), which
+    provides problem() and these attributes."""
+
+    catalog: Any
+    problems: list[Problem]
+    fabric_plan: FabricPlan | None
+
+    def check_pools(self, pools: list[NodePool], facts: list[_PoolFacts], layout: str | None,
+                    tuning: TuningSpec, fabric: Fabric | None) -> None:
+        compute = fabric.compute if fabric is not None else None
+        for pool, fact in zip(pools, facts):
+            if pool.name is not None and pool.count is not None:
+                longest = addressing.node_name(pool.name, pool.count - 1)
+                if layout == "virtual" and pool.vms_per_host:
+                    longest = addressing.vm_name(pool.name, pool.count - 1, pool.vms_per_host - 1)
+                if len(longest) > 63:
+                    self.problem(fact.path + ".name", _show(pool.name),
+                                 f"at most {63 - (len(longest) - len(pool.name))} characters for this count",
+                                 f"the name {longest!r} would exceed a 63-character DNS label")
+            if fact.sku is None:
+                continue
+            self.check_hugepages(pool, fact, tuning.hugepages, layout)
+            self.check_sriov(pool, fact, layout, tuning.sriov)
+            if layout == "virtual" and pool.vm is not None:
+                self.check_vm(pool, fact, compute)
+            if compute is not None and compute.kind and compute.speed:
+                self.check_nics(pool, fact, compute)
+
+    def check_hugepages(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages, layout: str | None) -> None:
+        mem = fact.sku.memory_gib
+        if mem is None or hp.size is None or (hp.count is None and hp.percent_of_memory is None):
+            return
+        reserve = os_reserve_gib(mem)
+        want = hp.gib_for(mem)
+        hpath = f"{NAMESPACE}:tuning.hugepages"
+        key = "count" if hp.count is not None else "percentOfMemory"
+        vm = pool.vm
+        if (layout == "virtual" and want > 0 and vm is not None and vm.memory_gib and pool.vms_per_host
+                and want < vm.memory_gib * pool.vms_per_host):
+            # A guest backed by hugepages needs all of its memory in them, or it does not start.
+            self.problem(f"{hpath}.{key}", _show(hp.count if key == "count" else hp.percent_of_memory),
+                         f"enough hugepages for the VMs of pool {pool.name}, or none",
+                         f"{_fmt(want)} GiB of hugepages on {pool.sku} cannot back {pool.vms_per_host} x "
+                         f"{vm.memory_gib} GiB of VM memory; lower vm.memoryGiB or raise the hugepages")
+        if want > mem - reserve:
+            most = (int((mem - reserve) * (1 << 30)) // hp.page_bytes if key == "count"
+                    else math.floor((mem - reserve) / mem * 100))
+            self.problem(f"{hpath}.{key}", _show(hp.count if key == "count" else hp.percent_of_memory),
+                         f"at most {most} on {pool.sku} (pool {pool.name})",
+                         f"{_fmt(want)} GiB of hugepages on a {_fmt(mem)} GiB host leaves less than the "
+                         f"{_fmt(reserve)} GiB OS reserve (max(16 GiB, 10%))")
+
+    def check_sriov(self, pool: NodePool, fact: _PoolFacts, layout: str | None, sriov: Sriov) -> None:
+        n = sriov.vfs_per_pf
+        if n is None:
+            return
+        spath = f"{NAMESPACE}:tuning.sriov.vfsPerPf"
+        nics = fact.sku.compute_nics
+        if layout == "virtual" and n == 0:
+            self.problem(spath, "0 (SR-IOV off)", "at least 1 in the virtual layout",
+                         "VMs reach the compute fabric through SR-IOV VFs")
+            return
+        known = [nic for nic in nics if nic.sriov_total_vfs is not None]
+        if known:
+            nic = min(known, key=lambda x: x.sriov_total_vfs)
+            if n > nic.sriov_total_vfs:
+                self.problem(spath, _show(n), f"0..{nic.sriov_total_vfs} on {pool.sku} (pool {pool.name})",
+                             f"{nic.name} on {pool.sku} supports at most {nic.sriov_total_vfs} VFs (sriov_total_vfs)")
+                return
+        if layout == "virtual" and pool.vm is not None and pool.vm.vfs and pool.vms_per_host:
+            need = addressing.vf_slots_per_pf(pool.vms_per_host, pool.vm.vfs, len(nics))
+            if need > n:
+                self.problem(f"{fact.path}.vm.vfs", _show(pool.vm.vfs),
+                             f"at most {len(nics) * n // pool.vms_per_host} VFs per VM",
+                             f"{pool.vms_per_host} VM(s) x {pool.vm.vfs} VFs over {len(nics)} compute PFs need "
+                             f"{need} VFs per PF on {pool.sku}; raise {NAMESPACE}:tuning.sriov.vfsPerPf")
+
+    def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None) -> None:
+        vm, sku, vms = pool.vm, fact.sku, pool.vms_per_host
+        if vms is None:
+            return
+        vpath = f"{fact.path}.vm"
+
+        def where(key: str) -> str:
+            if "shape" in fact.vm_keys:
+                return f"{vpath}.shape"
+            return f"{vpath}.{key}" if key in fact.vm_keys else f"{fact.path}.vmsPerHost"
+
+        what = f"shape {vm.shape}" if vm.shape else "VM"
+        host_gpus = len(sku.gpus)
+        if vm.gpus is not None and vm.gpus * vms > host_gpus:
+            self.problem(where("gpus"), _show(vm.shape or vm.gpus),
+                         f"vmsPerHost x vm.gpus <= {host_gpus} ({pool.sku} GPUs)",
+                         f"{vms} x {vm.gpus} GPUs ({what}) = {vm.gpus * vms} > {host_gpus}")
+        elif vm.gpus is not None and vm.gpus < 1:
+            self.problem(where("gpus"), _show(vm.gpus), "at least 1 GPU per VM")
+        threads = sku.threads
+        if vm.vcpus is not None and threads is not None:
+            most = threads - host_reserve_threads(threads)
+            if vm.vcpus * vms > most:
+                self.problem(where("vcpus"), _show(vm.shape or vm.vcpus),
+                             f"vmsPerHost x vm.vcpus <= {most}",
+                             f"{pool.sku} has {threads} threads and keeps {threads - most} for the hypervisor; "
+                             f"{vms} x {vm.vcpus} vCPUs ({what}) = {vm.vcpus * vms}")
+        mem = sku.memory_gib
+        if vm.memory_gib is not None and mem is not None:
+            most = mem - os_reserve_gib(mem)
+            if vm.memory_gib * vms > most:
+                self.problem(where("memoryGiB"), _show(vm.shape or vm.memory_gib),
+                             f"vmsPerHost x vm.memoryGiB <= {math.floor(most)}",
+                             f"{pool.sku} has {_fmt(mem)} GiB and keeps {_fmt(os_reserve_gib(mem))} GiB for the "
+                             f"hypervisor; {vms} x {vm.memory_gib} GiB ({what}) = {vm.memory_gib * vms} GiB")
+        shape = self.catalog.vm_shapes.get(vm.shape) if vm.shape else None
+        if shape is None:
+            return
+        host_family = _gpu_family(sku.gpus[0].model if sku.gpus else None)
+        shape_family = _gpu_family(shape.gpu_model)
+        if host_family and shape_family and host_family != shape_family:
+            self.problem(f"{vpath}.shape", _show(vm.shape), f"a shape with {host_family} GPUs",
+                         f"{vm.shape} is a {shape_family} shape; {pool.sku} has {host_family} GPUs")
+        if compute is not None and compute.kind and shape.fabric and shape.fabric != compute.kind:
+            self.problem(f"{vpath}.shape", _show(vm.shape), f"a shape whose compute NICs join {compute.kind}",
+                         f"{vm.shape} reaches a {shape.fabric} fabric; {NAMESPACE}:fabric.compute.kind is {compute.kind}")
+
+    def check_nics(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric) -> None:
+        # The catalog refuses a SKU without compute NICs, so every pool here has at least one.
+        cpath = f"{NAMESPACE}:fabric.compute"
+        for nic in fact.sku.compute_nics:
+            kinds = _NIC_KINDS.get(nic.link)
+            if kinds is not None and compute.kind not in kinds:
+                self.problem(cpath + ".kind", _show(compute.kind), _one_of(sorted(kinds)) + f" for {pool.sku}",
+                             f"{nic.name} on {pool.sku} is an {nic.link} NIC")
+                return
+            if nic.speed_gbps is not None and compute.speed_gbps > nic.speed_gbps:
+                self.problem(cpath + ".speed", _show(compute.speed), f"at most {nic.speed_gbps} Gb/s for {pool.sku}",
+                             f"the compute NICs of {pool.sku} ({nic.name}) run at {nic.speed_gbps} Gb/s at most")
+                return
+
+
+    def check_networks(self, fabric: Fabric | None) -> None:
+        """CIDRs apart from each other (sizes: check_plan; a driver's own range: its DriverRules)."""
+        if fabric is None:
+            return
+        path = f"{NAMESPACE}:fabric"
+        nets = {
+            f"{path}.management.cidr": fabric.management.cidr,
+            f"{path}.storage.cidr": fabric.storage.cidr,
+            f"{path}.compute.cidr": fabric.compute.cidr,
+        }
+        seen: list[tuple[str, ipaddress.IPv4Network]] = []
+        for p, net in nets.items():
+            if net is None:
+                continue
+            for q, other in seen:
+                if net.overlaps(other):
+                    self.problem(p, str(net), f"a network apart from {other}", f"it overlaps {q}")
+            seen.append((p, net))
+
+    def check_plan(self, spec: Spec) -> None:
+        """What only the planners can tell: network sizes (addressing.py), fabric limits (railyard.model.fabric).
+
+        They need a whole spec, so they run once the keys they read are valid; their problems join
+        the others in the same SpecError. The fabric is planned here, once: the address sizing
+        reads it, and the plan reuses it (parse returns it).
+        """
+        fabric_problems: list[Problem] = []
+        try:
+            self.fabric_plan = plan_fabric(spec, self.catalog)
+        except FabricError as exc:
+            fabric_problems = exc.problems
+        self.problems.extend(addressing.address_problems(spec, self.catalog, self.fabric_plan))
+        self.problems.extend(p for p in fabric_problems if p not in self.problems)

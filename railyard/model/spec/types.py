@@ -1,0 +1,335 @@
+"""What a stack means: the constants, the frozen dataclasses a stack file is parsed into, the
+DriverRules a driver adds to validation, and the small rules that say what a value means
+(os_reserve_gib, host_reserve_threads, parse_ttl).
+
+Nothing here reads a file or records a problem: railyard.model.spec.load does that.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from railyard.model.errors import Problem
+from railyard.model.speeds import SPEED_GBPS
+
+NAMESPACE = "railyard"
+
+LAYOUTS = ("bare-metal", "virtual")
+FABRIC_KINDS = ("infiniband", "roce")
+SPEEDS_BY_KIND = {"infiniband": ("ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
+DEFAULT_SPEED = {"infiniband": "ndr", "roce": "400gbe"}
+DEFAULT_SWITCH = {"infiniband": "qm9700", "roce": "sn5600"}
+TOPOLOGIES = ("rail-optimized",)
+HUGEPAGE_SIZES = {"1G": 1 << 30, "2M": 2 << 20}
+AFFINITY_POLICIES = ("pcie-nearest", "numa", "none")
+IOMMU_MODES = ("passthrough", "on", "off")
+PARALLEL_FS_KINDS = ("lustre", "gpfs", "weka", "nfs")
+RAID_LEVELS = ("raid0", "raid1", "raid10", "none")
+LOCAL_FILESYSTEMS = ("xfs", "ext4")
+TTL_UNITS = {"m": 60, "h": 3600, "d": 86400}
+
+DEFAULT_CIDRS = {
+    "management": "198.18.0.0/20",
+    "storage": "198.18.32.0/20",
+    # Rail subnets are cut into per-pool blocks, and RoCE keeps half for its /31 switch links
+    # (addressing.py), so the compute network gets the whole upper half of the lab range.
+    "compute": "198.19.0.0/16",
+}
+DEFAULT_ASN_BASE = 4_200_000_000
+
+# What the OS (or, in the virtual layout, the hypervisor) keeps for itself on every host: memory that
+# hugepages and VMs may not take, and hardware threads no VM may take. Large enough for the kernel,
+# page cache of a data loader and the NIC/GPU drivers; see docs/stack-reference.md.
+OS_RESERVE_MIN_GIB = 16
+OS_RESERVE_FRACTION = 0.10
+HOST_RESERVE_MIN_THREADS = 4
+HOST_RESERVE_THREAD_FRACTION = 0.10
+
+_TTL = re.compile(r"^([0-9]+)([a-z]+)$")
+
+# The keys we know, by section: the single source for unknown-key errors, did-you-mean hints and the
+# test that keeps docs/stack-reference.md complete.
+KEYS: dict[str, tuple[str, ...]] = {
+    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "ephemeral", "protect"),
+    "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
+    "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
+    "fabric": ("compute", "storage", "management"),
+    "fabric.compute": (
+        "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase",
+    ),
+    "fabric.storage": ("cidr",),
+    "fabric.management": ("cidr",),
+    "tenants[]": ("name", "pkey"),
+    "storage": ("object", "parallelFs", "localCache"),
+    "storage.object": ("bucket", "endpoint", "credentials"),
+    "storage.parallelFs": ("kind", "mount", "capacityTiB"),
+    "storage.localCache": ("mount", "raid", "fs"),
+    "tuning": ("hugepages", "sriov", "affinity", "iommu", "previewDrift"),
+    "tuning.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
+    "tuning.sriov": ("vfsPerPf",),
+    "tuning.affinity": ("policy",),
+    "ephemeral": ("ttl",),
+}
+
+
+def documented_keys(drivers: Mapping[str, "DriverRules | None"] = {}) -> list[str]:
+    """Every config key Railyard reads, as `railyard:section.key` (lists written `[]`), the drivers'
+    own keys (`railyard:<driver>.key`) after the model's."""
+    sections = dict(KEYS)
+    for name, rules in drivers.items():
+        for section, keys in (rules.KEYS.items() if rules is not None else ()):
+            sections[f"{name}.{section}" if section else name] = keys
+    out = []
+    for section, keys in sections.items():
+        for key in keys:
+            out.append(f"{NAMESPACE}:{section + '.' if section else ''}{key}")
+    return out
+
+
+class DriverRules(Protocol):
+    """What a driver adds to validation (a Pulumi-free module of the driver's package).
+
+    KEYS: the driver's own keys by section, all under `railyard:<driver>` ("" = its top level);
+    empty when the driver reads none. parse: the driver's section (None when absent) and the spec
+    checked so far -> (the driver's typed config for Spec.driver_config, problems in the project's
+    format). Rules a driver puts on the model's own keys (the lab's networks inside its range) go
+    here too, so the model holds no driver-specific rule.
+    """
+
+    KEYS: Mapping[str, tuple[str, ...]]
+
+    def parse(self, section: Any, spec: "Spec") -> tuple[Any, list[Problem]]: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass(frozen=True, repr=False)
+class Secret:
+    """A Pulumi secret as it sits in the stack file: ciphertext only Pulumi can open."""
+
+    ciphertext: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Secret(<hidden>)"
+
+    def __str__(self) -> str:
+        return "[secret]"
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    """The VM each host of a virtual-layout pool runs (`shape` set when it came from the catalog)."""
+
+    vcpus: int
+    memory_gib: int
+    gpus: int
+    vfs: int
+    shape: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """Identical hosts of one catalog SKU; in the virtual layout each runs `vms_per_host` VMs."""
+
+    name: str
+    sku: str
+    count: int
+    vms_per_host: int = 0
+    vm: VmSpec | None = None
+
+    @property
+    def vms(self) -> int:
+        return self.count * self.vms_per_host
+
+
+@dataclass(frozen=True)
+class ComputeFabric:
+    kind: str
+    speed: str
+    switch: str
+    topology: str = "rail-optimized"
+    oversubscription: int = 1
+    reserved_leaf_ports: int = 0
+    cidr: ipaddress.IPv4Network = ipaddress.IPv4Network(DEFAULT_CIDRS["compute"])
+    asn_base: int | None = None
+
+    @property
+    def speed_gbps(self) -> int:
+        return SPEED_GBPS[self.speed]
+
+
+@dataclass(frozen=True)
+class Network:
+    cidr: ipaddress.IPv4Network
+
+
+@dataclass(frozen=True)
+class Fabric:
+    compute: ComputeFabric
+    storage: Network
+    management: Network
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """An InfiniBand partition. `pkey` is the value as written (0x8000 bit = full membership)."""
+
+    name: str
+    pkey: int
+
+    @property
+    def partition(self) -> int:
+        return self.pkey & 0x7FFF
+
+    @property
+    def full_membership(self) -> bool:
+        return bool(self.pkey & 0x8000)
+
+    @property
+    def pkey_hex(self) -> str:
+        return f"0x{self.pkey:04x}"
+
+
+@dataclass(frozen=True)
+class ObjectTier:
+    """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
+
+    bucket: str
+    endpoint: str = ""
+    credentials: Secret | None = None
+
+
+@dataclass(frozen=True)
+class ParallelFs:
+    kind: str
+    mount: str
+    capacity_tib: float
+
+
+@dataclass(frozen=True)
+class LocalCache:
+    mount: str = "/mnt/cache"
+    raid: str = "raid0"
+    fs: str = "xfs"
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    object: ObjectTier | None = None
+    parallel_fs: ParallelFs | None = None
+    local_cache: LocalCache = LocalCache()
+
+
+@dataclass(frozen=True)
+class Hugepages:
+    """Hugepages reserved on every host: `percent_of_memory` of its memory or `count` pages in all."""
+
+    size: str = "1G"
+    percent_of_memory: int | None = 0
+    count: int | None = None
+    per_numa: bool = True
+
+    @property
+    def page_bytes(self) -> int:
+        return HUGEPAGE_SIZES[self.size]
+
+    def pages_for(self, memory_gib: float) -> int:
+        """Pages reserved on a host with that much memory."""
+        if self.count is not None:
+            return self.count
+        return int(memory_gib * (1 << 30) * (self.percent_of_memory or 0) / 100) // self.page_bytes
+
+    def gib_for(self, memory_gib: float) -> float:
+        return self.pages_for(memory_gib) * self.page_bytes / (1 << 30)
+
+
+@dataclass(frozen=True)
+class Sriov:
+    vfs_per_pf: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.vfs_per_pf > 0
+
+
+@dataclass(frozen=True)
+class Affinity:
+    policy: str = "pcie-nearest"
+
+
+@dataclass(frozen=True)
+class TuningSpec:
+    hugepages: Hugepages = Hugepages()
+    sriov: Sriov = Sriov()
+    affinity: Affinity = Affinity()
+    iommu: str = "passthrough"
+    preview_drift: bool = False
+
+
+@dataclass(frozen=True)
+class Ephemeral:
+    """A stack the reaper destroys `ttl_seconds` after it came up."""
+
+    ttl: str
+    ttl_seconds: int
+
+
+@dataclass(frozen=True)
+class Spec:
+    stack: str
+    region: str
+    layout: str
+    driver: str
+    node_pools: tuple[NodePool, ...]
+    fabric: Fabric
+    tenants: tuple[Tenant, ...] = ()
+    storage: StorageSpec = StorageSpec()
+    tuning: TuningSpec = TuningSpec()
+    ephemeral: Ephemeral | None = None
+    # railyard:protect as written; None when absent (the driver's default applies, see
+    # railyard.lifecycle.protected).
+    protect: bool | None = None
+    driver_config: Any = None
+    """What the driver's DriverRules.parse made of its `railyard:<driver>` section."""
+
+    @property
+    def virtual(self) -> bool:
+        return self.layout == "virtual"
+
+    @property
+    def hosts(self) -> int:
+        return sum(p.count for p in self.node_pools)
+
+    @property
+    def vms(self) -> int:
+        return sum(p.vms for p in self.node_pools)
+
+    def pool(self, name: str) -> NodePool:
+        for p in self.node_pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def os_reserve_gib(memory_gib: float) -> float:
+    """Memory a host keeps for its OS (or hypervisor): neither hugepages nor VMs may take it."""
+    return max(OS_RESERVE_MIN_GIB, OS_RESERVE_FRACTION * memory_gib)
+
+
+def host_reserve_threads(threads: int) -> int:
+    """Hardware threads a virtual-layout host keeps for itself (vhost, interrupts, the agent)."""
+    return max(HOST_RESERVE_MIN_THREADS, math.ceil(HOST_RESERVE_THREAD_FRACTION * threads))
+
+
+def parse_ttl(text: str) -> int:
+    """`30m`, `8h`, `2d` -> seconds; ValueError otherwise."""
+    m = _TTL.match(text.strip()) if isinstance(text, str) else None
+    if not m or m.group(2) not in TTL_UNITS or int(m.group(1)) <= 0:
+        raise ValueError(f"not a ttl: {text!r}")
+    return int(m.group(1)) * TTL_UNITS[m.group(2)]
