@@ -41,7 +41,8 @@ def stored(stack_factory, tmp_path_factory):
     in_tmp.parent.mkdir()
     shutil.copy2(storage.weed_binary(), in_tmp)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(storage, "weed_binary", lambda root=None: in_tmp)
+        # Where create_object_store looks it up (the package only re-exports it).
+        mp.setattr(storage.object_store, "weed_binary", lambda root=None: in_tmp)
         yield from _stored(stack_factory)
 
 

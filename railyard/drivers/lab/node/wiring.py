@@ -1,0 +1,115 @@
+"""A lab node's wiring inside its network namespace: veth NICs, addresses, rules and routes.
+
+Each NIC is a veth whose node end carries the requested name and whose other end is a port of
+the fabric namespace on the NIC's bridge (names.node_port). Rail NICs route per NIC, as on a
+rail-optimized cluster: a source rule per NIC (RULE_PREF_BASE+table) into a table of its own
+(TABLE_BASE+table) holding the rail's subnet and, when a spine exists, the compute network via
+the rail's gateway. There is no default route.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from railyard.drivers.lab import names, net
+from railyard.drivers.lab.node.config import Nic
+
+RULE_PREF_BASE = 1000
+TABLE_BASE = 100
+
+
+def _own_ports(node: str, links: dict[str, dict]) -> set[str]:
+    """This node's ports in the fabric namespace (see names.node_port for why this is exact)."""
+    prefix = names.node_tag(node) + "-"
+    out = set()
+    for name in links:
+        rest = name[len(prefix):] if name.startswith(prefix) else None
+        if rest is not None and (rest in ("s", "m") or (rest[:1] == "r" and rest[1:].isdigit())):
+            out.add(name)
+    return out
+
+
+def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab_links: dict[str, dict]) -> None:
+    node_links = net.links(ns)
+    ports = {names.node_port(node, n.role): n for n in nics}
+    fbatch = net.Batch(fab)
+    # NICs no longer asked for (a stack edit removed a rail): both ends go.
+    for port in sorted(_own_ports(node, fab_links) - set(ports)):
+        fbatch.add(f"link {port}", "link", "del", port)
+    wanted_names = {n.name for n in nics}
+    for name, info in sorted(node_links.items()):
+        if name not in wanted_names and net.kind(info) == "veth":
+            net.link_delete(name, ns)
+            node_links.pop(name)
+    if len(fbatch):
+        fbatch.run()
+        fab_links = net.links(fab, with_addresses=False)
+    for port, nic in ports.items():
+        inner = node_links.get(nic.name)
+        outer = fab_links.get(port)
+        paired = (inner is not None and outer is not None and net.kind(inner) == "veth"
+                  and net.kind(outer) == "veth" and inner.get("link_index") == outer.get("ifindex"))
+        if not paired:
+            # Half a pair, or a pair crossed with another node's: start this NIC over.
+            if inner is not None:
+                net.link_delete(nic.name, ns)
+            if outer is not None:
+                net.link_delete(port, fab)
+            fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port,
+                       "address", names.mac(stack, node, port), "type", "veth",
+                       "peer", "name", nic.name, "address", names.mac(stack, node, nic.name), "netns", ns)
+        if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
+            fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
+    fbatch.run()
+
+
+def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:
+    links = net.links(ns)
+    batch = net.Batch(ns)
+    if "UP" not in links.get("lo", {}).get("flags", []):
+        batch.add("link lo", "link", "set", "lo", "up")
+    for nic in nics:
+        net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
+        if "UP" not in links.get(nic.name, {}).get("flags", []):
+            batch.add(f"link {nic.name}", "link", "set", nic.name, "up")
+
+    rail_nics = {n.table: n for n in nics if n.table is not None}
+    wanted_rules = {RULE_PREF_BASE + r: (n.address.split("/")[0], TABLE_BASE + r) for r, n in rail_nics.items()}
+    for rule in net.rules(ns):
+        pref = rule.get("priority")
+        if pref is None or not RULE_PREF_BASE <= pref < RULE_PREF_BASE + 100:
+            continue
+        want = wanted_rules.get(pref)
+        if want and (rule.get("src"), str(rule.get("table")), rule.get("srclen", 32)) == (want[0], str(want[1]), 32):
+            wanted_rules.pop(pref)
+        else:
+            batch.add(f"rule pref {pref}", "rule", "del", "pref", str(pref))
+    for pref, (src, table) in sorted(wanted_rules.items()):
+        batch.add(f"rule pref {pref}", "rule", "add", "pref", str(pref), "from", src, "lookup", str(table))
+
+    routes = net.routes(ns)
+    by_table: dict[int, set[tuple]] = {}
+    for r in routes:
+        t = r.get("table")
+        if isinstance(t, int) or (isinstance(t, str) and t.isdigit()):
+            by_table.setdefault(int(t), set()).add((r.get("dst"), r.get("gateway"), r.get("dev")))
+    for table in sorted(by_table):
+        if TABLE_BASE <= table < TABLE_BASE + 100 and table - TABLE_BASE not in rail_nics:
+            batch.add(f"route table {table}", "route", "flush", "table", str(table))
+    for rail, nic in sorted(rail_nics.items()):
+        table = TABLE_BASE + rail  # "rail" here is the NIC's table slot (Nic.table)
+        iface = ipaddress.ip_interface(nic.address)
+        want = {(str(iface.network), None, nic.name)}
+        if nic.gateway:
+            want.add((str(net.lab_network(compute_cidr, "compute_cidr")), nic.gateway, nic.name))
+        if by_table.get(table, set()) == want:
+            continue
+        what = f"route table {table} (rail {rail})"
+        if table in by_table:
+            batch.add(what, "route", "flush", "table", str(table))
+        batch.add(what, "route", "add", str(iface.network), "dev", nic.name, "src", str(iface.ip),
+                  "scope", "link", "table", str(table))
+        if nic.gateway:
+            batch.add(what, "route", "add", str(compute_cidr), "via", nic.gateway, "dev", nic.name,
+                      "src", str(iface.ip), "table", str(table))
+    batch.run()
