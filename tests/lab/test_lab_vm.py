@@ -36,7 +36,7 @@ class Virtual:
         cfg["railyard:fabric"]["management"]["cidr"] = self.mgmt_cidr
         self.spec = parse_config(cfg, stack)
         self.plan = make_plan(self.spec)
-        self.networks = self.plan.networks()
+        self.networks = self.plan.networks.to_json()
         self.key, self.pubkey = keypair(base)
         self.base = base
         self.trees: dict[str, Path] = {}
