@@ -43,6 +43,22 @@ class RailyardProject:
                     "PULUMI_BACKEND_URL": backend_url, "PULUMI_CONFIG_PASSPHRASE": ""}
         self.stacks: list[str] = []
 
+    def run_code_of(self, checkout: Path) -> None:
+        """Run the program, its components and the `railyard` CLI from `checkout` (another git
+        worktree of this repository) from now on, against the same copy, backend and lab objects.
+        The virtualenv has this checkout installed editable, but its finder comes after
+        PYTHONPATH, so PYTHONPATH=checkout makes `railyard` the checkout's own; the copy's links
+        decide which `__main__.py` and `components` the engine runs."""
+        for name in ("__main__.py", "components"):
+            (self.dir / name).unlink()
+            os.symlink(checkout / name, self.dir / name)
+        if Path(checkout).resolve() != ROOT:
+            self.env["PYTHONPATH"] = str(checkout)
+        elif "PYTHONPATH" in os.environ:
+            self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        else:
+            self.env.pop("PYTHONPATH", None)
+
     def stack_file(self, stack: str) -> Path:
         return paths.stack_file(stack, self.dir)
 
