@@ -2,7 +2,7 @@
 runs inside the node, isolated from the virtualenv).
 
 Lab nodes have no SR-IOV hardware: a PF is a veth named like the SKU's netdev, and the node's
-hardware tree (``/run/railyard/hw``, see node.py) presents its PCI device as sysfs would. This
+hardware tree (``/run/railyard/hw``, see node/processes.py) presents its PCI device as sysfs would. This
 agent watches that tree and does what the PF driver would:
 
 - a write of N to ``<pf>/sriov_numvfs`` creates N VFs: each a macvlan (mode bridge, so VFs of one

@@ -18,7 +18,7 @@ Layout of one stack with tag ``T``:
     netns  ry-T-n-<node>      one per node, and one per VM (vm.py: a VM is a node with VFs); the
                               NICs carry the names the caller gives (the SKU's real netdev names
                               such as ibp24s0)
-    netns  ry-T-storage       the object store (storage.py): link s3, fabric port s3 on storage
+    netns  ry-T-storage       the object store (storage/object_store.py): link s3, fabric port s3 on storage
     link   ry-T-mgmt          in the root namespace: the host's one veth into the stack
 """
 
@@ -86,12 +86,12 @@ def spine_ns(stack: str) -> str:
 
 
 def storage_ns(stack: str) -> str:
-    """The object store's namespace (storage.py); also the object store's id."""
+    """The object store's namespace (storage/object_store.py); also the object store's id."""
     return stack_prefix(stack) + "storage"
 
 
 def pfs_id(stack: str) -> str:
-    """The id of the stack's parallel-FS share (a directory, storage.py); not a namespace."""
+    """The id of the stack's parallel-FS share (a directory, storage/parallel_fs.py); not a namespace."""
     return stack_prefix(stack) + "pfs"
 
 

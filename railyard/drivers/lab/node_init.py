@@ -1,6 +1,6 @@
 """The init of one lab node (run as a script, standard library only: `python -I -S node_init.py`).
 
-node.py starts it already inside the node's network namespace, in a fresh mount and UTS namespace
+node/processes.py starts it already inside the node's network namespace, in a fresh mount and UTS namespace
 with private propagation, and without CAP_SYS_BOOT, CAP_SYS_MODULE and CAP_SYS_TIME in its
 bounding set, so nothing started from here can regain them. It builds the node's private view of
 the filesystem with mount(2) directly (a process per mount would cost more than the whole node),
