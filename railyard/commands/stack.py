@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from railyard import paths
+from railyard import drivers, paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 
@@ -43,7 +43,6 @@ PULUMI_ARGS = {
 
 def validate(stack: str):
     """The stack's Spec, or None after saying why nothing will run."""
-    from railyard import drivers
     from railyard.model.errors import SpecError
     from railyard.stack import load_stack_file
 
