@@ -14,7 +14,7 @@ from fabric_checks import check_summary_matches_detail, small_plan
 from railyard.model import addressing as addr
 from railyard.model.catalog import load_catalog
 from railyard.model.fabric import FabricError, FabricPlan, FabricPool, switch_geometry
-from railyard.model.fabric_roce import qos_defaults
+from railyard.model.fabric.roce import qos_defaults
 
 SN5600 = load_catalog().switches["sn5600"]
 CIDR = "10.128.0.0/16"

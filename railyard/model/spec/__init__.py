@@ -13,10 +13,10 @@ is the one entry point that does so and plans the result.
 Public API here: `read_stack_file(path) -> (config, stack)`, `parse(config, stack, drivers) ->
 (Spec, FabricPlan | None)`, and the types a Spec is made of.
 
-The package, one way: types.py (constants, the dataclasses, DriverRules) <- show.py (values as a
-problem shows them) <- rules.py (the cross-field rules and the planners' checks) <- load.py (reading
-a stack file, the parser's sections). This module only re-exports, so callers import
-`railyard.model.spec.<name>` and never a submodule.
+The package, one way: types.py (constants, the dataclasses, DriverRules) and show.py (values as a
+problem shows them; it imports neither) <- rules.py (the cross-field rules and the planners' checks)
+<- load.py (reading a stack file, the parser's sections). This module only re-exports, so callers
+import `railyard.model.spec.<name>` and never a submodule.
 """
 
 from railyard.model.spec.load import parse, read_stack_file, stack_name_of

@@ -1,6 +1,6 @@
 """What a RoCE fabric needs beyond the fat tree: /31 links, a BGP ASN plan and lossless QoS.
 
-The topology is the same rail-optimized fat tree as InfiniBand (fabric.py); Ethernet adds routing
+The topology is the same rail-optimized fat tree as InfiniBand (planner.py); Ethernet adds routing
 (eBGP on every switch-to-switch link, RFC 7938: each leaf its own ASN, the spines of a group one
 ASN, the cores one ASN) and the lossless settings RDMA needs. The QoS values are read from
 railyard/data/fixtures/tables/roce_qos_defaults_cumulus.csv (Cumulus Linux / Onyx defaults, each
@@ -72,7 +72,7 @@ def qos_defaults() -> dict[str, Any]:
 
 def roce_summary(plan: Any) -> dict[str, Any]:
     """The RoCE additions to a fabric summary: ASN plan, /31 links, QoS."""
-    # plan: a fabric.FabricPlan, untyped here so that fabric.py -> fabric_roce.py stays one-way.
+    # plan: a FabricPlan, untyped here so that planner.py -> roce.py stays one-way.
     links = plan.link_counts()
     p2p_links = links["leaf_spine"] + links["spine_core"]
     out: dict[str, Any] = {

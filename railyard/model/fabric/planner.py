@@ -1,98 +1,18 @@
-"""The compute fabric: a rail-optimized fat tree of InfiniBand or RoCE switches.
-
-The design rules (issue 3, item 5; the reasoning and worked examples are in docs/fabric.md):
-
-* Rail i joins compute NIC i of every node (NICs in catalog order, which is GPU order).
-* A scalable unit (SU) holds radix/2 - reservedLeafPorts nodes of one pool and has one leaf per
-  rail. Every leaf has ceil((radix/2) / oversubscription) uplinks, whether or not its SU is full,
-  so filling an SU never recables the tiers above it.
-* Two tiers while the leaves fit the spine radix: every leaf reaches every spine with the same
-  number k of links, k the largest divisor of the uplinks that the spine ports allow.
-* Three tiers beyond: spine groups of g whole SUs (g = the SUs whose leaves fit the downward half
-  of a spine; 4 for 8 rails on 64 ports, the 128-node pod of SuperPOD designs), one link from every
-  leaf of the group to each of its U spines; spine j of every group forms core plane j, and each
-  spine spreads its uplinks (as many as its downlinks: the tiers above the leaf are non-blocking)
-  evenly over the C cores of its plane.
-
-The summary is arithmetic on a handful of numbers per pool, never an enumeration, so a plan of
-65,536 GPUs costs what a plan of 16 does; `switches()` and `links()` enumerate for the detail view
-and the cabling CSV. Names and ports are pure functions of (pool, unit, rail, index): see
-`leaf_name` and friends, and docs/addressing.md for what growth may and may not change.
+"""The fabric planner: a rail-optimized fat tree sized by arithmetic (the design rules are in the
+package's docstring and docs/fabric.md), and plan_fabric, which builds it from a spec and the
+catalog.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, Sequence
 
-from railyard.model import addressing as addr
-from railyard.model.errors import Problem, SpecError
-from railyard.model.fabric_roce import roce_summary
-from railyard.model.speeds import SPEED_GBPS
-
-LINK_TIERS = ("node_leaf", "leaf_spine", "spine_core")
-SWITCH_TIERS = ("leaf", "spine", "core")
-CSV_COLUMNS = ("tier", "rail", "a_device", "a_port", "a_interface", "a_ip", "b_device", "b_port",
-               "b_interface", "b_ip", "speed_gbps")
-
-_PATH = "railyard:fabric.compute"
-
-
-class FabricError(SpecError):
-    """A fabric the planner cannot build from these parameters (reported like any spec problem)."""
-
-
-def _fail(key: str, found: Any, allowed: str, hint: str = "") -> FabricError:
-    return FabricError([Problem(f"{_PATH}.{key}" if key else _PATH, str(found), allowed, hint)])
-
-
-# --------------------------------------------------------------------------------------------------
-# Inputs
-
-
-@dataclass(frozen=True)
-class SwitchGeometry:
-    """A switch model as the planner sees it, at the fabric's port speed."""
-
-    model: str
-    radix: int              # ports at this speed (breakout counted)
-    gbps: int               # per port
-    ports_per_cage: int = 1
-    cage: str = "OSFP"
-    optic: str = "unknown"  # the transceiver the catalog names, if it does
-
-    def label(self, port: int) -> str:
-        """Front-panel name of a 1-based port: `cage/lane` when a cage carries several ports."""
-        if self.ports_per_cage == 1:
-            return str(port)
-        cage, lane = divmod(port - 1, self.ports_per_cage)
-        return f"{cage + 1}/{lane + 1}"
-
-    def cages(self, ports: int) -> int:
-        """Cages (transceivers) that ports 1..ports occupy."""
-        return -(-ports // self.ports_per_cage)
-
-    def cages_of(self, *spans: tuple[int, int]) -> int:
-        """Cages that the ports of sorted, disjoint 0-based spans (start, count) occupy."""
-        total, last = 0, -1
-        for start, count in spans:
-            if count <= 0:
-                continue
-            first, end = start // self.ports_per_cage, (start + count - 1) // self.ports_per_cage
-            total += end - first + 1 - (1 if first == last else 0)
-            last = end
-        return total
-
-    @property
-    def optic_name(self) -> str:
-        if self.optic and self.optic != "unknown":
-            return self.optic
-        if self.ports_per_cage == 1:
-            return f"{self.cage} {self.gbps}G"
-        return f"{self.cage} {self.ports_per_cage}x{self.gbps}G (breakout)"
+from railyard.model.fabric.cabling import Cabling
+from railyard.model.fabric.geometry import SwitchGeometry, _fail, _get, switch_geometry
+from railyard.model.fabric.names import SWITCH_TIERS, group_spine_name, leaf_name, spine_name
+from railyard.model.fabric.roce import roce_summary
 
 
 @dataclass(frozen=True)
@@ -131,55 +51,6 @@ class PoolLayout:
 
     def group_units_of(self, group: int) -> int:
         return self.last_group_units if group == self.groups - 1 else self.group_units
-
-
-class Switch(NamedTuple):
-    name: str
-    tier: str            # leaf | spine | core
-    pool: str | None     # leaves and three-tier spines belong to a pool
-    unit: int | None     # leaf: its SU; three-tier spine: its group
-    rail: int | None     # leaf: its rail
-    plane: int | None    # three-tier spine and core: the core plane
-    index: int           # position within its unit / group / plane / tier
-    ports: int
-    ports_used: int
-    asn: int | None = None
-
-
-class Link(NamedTuple):
-    """One port-to-port link (one cable). `a` is the lower end: node, leaf or spine."""
-
-    tier: str            # node_leaf | leaf_spine | spine_core
-    rail: int | None
-    a_device: str
-    a_port: Any          # a NIC name on a node, a 1-based port number on a switch
-    b_device: str
-    b_port: int
-    gbps: int
-    a_ip: str | None = None  # RoCE: the /31 ends of a switch-to-switch link
-    b_ip: str | None = None
-
-
-# --------------------------------------------------------------------------------------------------
-# Names: pure functions of (pool, unit, rail, index)
-
-
-def leaf_name(pool: str, unit: int, rail: int) -> str:
-    return f"{pool}-su{unit}-leaf{rail}"
-
-
-def spine_name(index: int) -> str:
-    """A spine of a two-tier fabric (shared by every pool)."""
-    return f"spine{index}"
-
-
-def group_spine_name(pool: str, group: int, index: int) -> str:
-    """Spine `index` of the pool's spine group `group` (three tiers)."""
-    return f"{pool}-sg{group}-spine{index}"
-
-
-def core_name(plane: int, index: int) -> str:
-    return f"plane{plane}-core{index}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -269,7 +140,7 @@ def min_bisection_links(pools: Sequence[tuple[int, int, int]], su_nodes: int, up
 # The plan
 
 
-class FabricPlan:
+class FabricPlan(Cabling):
     """A rail-optimized fat tree: counts on construction, switches and links on demand."""
 
     def __init__(self, *, kind: str, speed: str, switch: SwitchGeometry, pools: Sequence[FabricPool],
@@ -536,122 +407,9 @@ class FabricPlan:
                 "scalable_units": pl.units, "last_unit_nodes": pl.last_unit_nodes, "leaves": pl.leaves,
                 "spine_groups": pl.groups, "spines": pl.groups * self.uplinks if self.tiers == 3 else 0}
 
-    # --- detail --------------------------------------------------------------------------------
-
-    def switches(self) -> Iterator[Switch]:
-        """Every switch, leaves first (pool, SU, rail), then spines, then cores (plane, index)."""
-        radix, roce = self.switch.radix, self.kind == "roce" and self.asn_base is not None
-        base = self.asn_base
-        for pl in self.layouts:
-            p = pl.pool
-            for unit in range(pl.units):
-                n = self.su_nodes if unit < pl.units - 1 else pl.last_unit_nodes
-                for rail in range(p.rails):
-                    asn = addr.leaf_asn(base, p.ordinal, unit * p.rails + rail) if roce else None
-                    yield Switch(leaf_name(p.name, unit, rail), "leaf", p.name, unit, rail, None, rail, radix,
-                                 n + self.uplinks, asn)
-        if self.tiers == 2:
-            used = self.links_per_spine * self.leaves
-            for j in range(self.spines):
-                yield Switch(spine_name(j), "spine", None, None, None, None, j, radix, used,
-                             addr.spine_asn(base) if roce else None)
-        elif self.tiers == 3:
-            for pl in self.layouts:
-                p = pl.pool
-                for group in range(pl.groups):
-                    up = self._spine_up(pl, group)
-                    asn = addr.spine_group_asn(base, p.ordinal, group) if roce else None
-                    for j in range(self.uplinks):
-                        yield Switch(group_spine_name(p.name, group, j), "spine", p.name, group, None, j, j, radix,
-                                     2 * up, asn)
-            used = self._core_ports_used_by_index()
-            for plane in range(self.planes):
-                for i in range(self.cores_per_plane):
-                    yield Switch(core_name(plane, i), "core", None, None, None, plane, i, radix, used[i],
-                                 addr.core_asn(base) if roce else None)
-
-    def _core_ports_used_by_index(self) -> list[int]:
-        c = self.cores_per_plane
-        used = [0] * c
-        for pl in self.layouts:
-            for group in range(pl.groups):
-                up = self._spine_up(pl, group)
-                for i in range(c):
-                    used[i] += up // c + (1 if i < up % c else 0)
-        return used
-
-    def links(self) -> Iterator[Link]:
-        """Every link: nodes to leaves, leaves to spines, spines to cores."""
-        gbps, half, roce = self.gbps, self.half, self.kind == "roce" and self.cidr is not None
-        for pl in self.layouts:
-            p = pl.pool
-            for index in range(p.nodes):
-                unit, slot = divmod(index, self.su_nodes)
-                node = addr.node_name(p.name, index)
-                for rail in range(p.rails):
-                    yield Link("node_leaf", rail, node, p.nic(rail), leaf_name(p.name, unit, rail), slot + 1, gbps)
-        for pl in self.layouts:
-            p = pl.pool
-            for unit in range(pl.units):
-                for rail in range(p.rails):
-                    leaf = leaf_name(p.name, unit, rail)
-                    number = unit * p.rails + rail
-                    for u in range(self.uplinks):
-                        upper, port = self._leaf_uplink(pl, unit, rail, u)
-                        ips = (addr.leaf_uplink_p2p(self.cidr, p.ordinal, number, u, self.uplinks)
-                               if roce else (None, None))
-                        yield Link("leaf_spine", rail, leaf, half + u + 1, upper, port, gbps, ips[1], ips[0])
-        if self.tiers != 3:
-            return
-        c = self.cores_per_plane
-        for pl in self.layouts:
-            p = pl.pool
-            full_up = self._spine_uplinks_full(pl)
-            for group in range(pl.groups):
-                up = self._spine_up(pl, group)
-                block = self._core_block(pl, group)
-                for j in range(self.uplinks):
-                    spine = group_spine_name(p.name, group, j)
-                    number = group * self.uplinks + j
-                    for v in range(up):
-                        ips = (addr.spine_uplink_p2p(self.cidr, p.ordinal, number, v, full_up)
-                               if roce else (None, None))
-                        yield Link("spine_core", None, spine, half + v + 1, core_name(j, v % c),
-                                   block + v // c + 1, gbps, ips[1], ips[0])
-
-    def detail(self) -> dict[str, Any]:
-        """Every switch and every link as JSON-ready lists (large: the summary is the cheap view)."""
-        return {"switches": [s._asdict() for s in self.switches()],
-                "links": [link._asdict() for link in self.links()]}
-
-    def write_cabling_csv(self, out: Any) -> int:
-        """Write the cabling plan (one row per cable) to a text stream; returns the number of rows."""
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
-        label = self.switch.label
-        rows = 0
-        for link in self.links():
-            a_is_node = link.tier == "node_leaf"
-            writer.writerow((link.tier, "" if link.rail is None else link.rail, link.a_device, link.a_port,
-                             link.a_port if a_is_node else label(link.a_port), link.a_ip or "",
-                             link.b_device, link.b_port, label(link.b_port), link.b_ip or "", link.gbps))
-            rows += 1
-        return rows
-
-    def cabling_csv(self) -> str:
-        buf = io.StringIO()
-        self.write_cabling_csv(buf)
-        return buf.getvalue()
-
 
 # --------------------------------------------------------------------------------------------------
 # From the spec and the catalog
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 def compute_nics(sku: Any) -> list[Any]:
@@ -665,32 +423,6 @@ def nic_name(nic: Any) -> str:
         if value and value != "unknown":
             return str(value)
     return "nic"
-
-
-def switch_geometry(switch: Any, speed: str) -> SwitchGeometry:
-    """The catalog's switch at `speed`: breakout ports counted, cages from its cage table."""
-    model = str(_get(switch, "id") or _get(switch, "name") or "switch")
-    speeds = _get(switch, "speeds") or {}
-    radix = speeds.get(speed) if hasattr(speeds, "get") else None
-    if not isinstance(radix, int):
-        if speeds:
-            raise _fail("speed", speed, f"a speed of {model}: {', '.join(sorted(speeds))}",
-                        f"{model} has no ports at {speed}")
-        radix = _get(switch, "ports")
-    if not isinstance(radix, int) or radix < 2:
-        raise _fail("switch", model, "a switch whose catalog entry gives its port count")
-    cages = _get(switch, "cages")
-    if hasattr(cages, "get"):  # the raw catalog YAML: cages: {count, type, optic}
-        count, cage, optic = cages.get("count"), cages.get("type"), cages.get("optic")
-    else:
-        count, cage, optic = cages, _get(switch, "cage_type"), _get(switch, "optic")
-    # A cage carries more ports when broken out: 64 OSFP cages of an SN5600 are 128 ports at 400G.
-    ppc = radix // count if isinstance(count, int) and count and radix % count == 0 else 1
-    native = _get(switch, "port_speed_gbps")
-    if optic and native and SPEED_GBPS.get(speed) not in (None, native):
-        optic = None  # the catalog's optic is the native one; a breakout needs its own
-    return SwitchGeometry(model=model, radix=radix, gbps=SPEED_GBPS.get(speed, 0), ports_per_cage=ppc,
-                          cage=str(cage or "port"), optic=str(optic or "unknown"))
 
 
 def fabric_pools(spec: Any, catalog: Any) -> list[FabricPool]:
