@@ -30,7 +30,7 @@ _DYNAMIC_PROVIDER = "pulumi.dynamic"  # python -m pulumi.dynamic
 _EXEC_SHIM = "pulumi-language-python-exec"  # the language host's program runner
 _PLUGIN_BINARIES = ("pulumi-resource-", "pulumi-language-", "pulumi-analyzer-")
 # The lab driver's names.ENV_MARKER: the engine layer may not import a driver, so the name is
-# repeated here (tests/unit/test_orphans.py starts a process carrying it).
+# repeated here (tests/unit/engine/test_orphans.py starts a process carrying it).
 _LAB_MARKER = "RAILYARD_LAB"
 
 

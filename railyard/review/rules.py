@@ -1,5 +1,5 @@
 """The review's rules, as data and small functions: disruption classes, and which stacks a change
-touches. docs/review.md states the same rules in prose; tests/unit/test_review_rules.py checks them.
+touches. docs/review.md states the same rules in prose; tests/unit/review/test_rules.py checks them.
 """
 
 from __future__ import annotations

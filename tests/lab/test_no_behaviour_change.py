@@ -10,7 +10,7 @@ included. Then this checkout's code, on the same project copy and backend, runs 
 `railyard tune --check` hands the roles (their variables per host) and what that check would
 change, and the role variables the program gives its tuning resource, must be equal.
 
-The review goldens (tests/unit/test_review_golden.py) pin `railyard review`'s output already, so
+The review goldens (tests/unit/review/test_render.py) pin `railyard review`'s output already, so
 they are not repeated here.
 """
 

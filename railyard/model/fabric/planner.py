@@ -93,7 +93,7 @@ def min_bisection_links(pools: Sequence[tuple[int, int, int]], su_nodes: int, up
     minimum sits at a vertex: whole SUs in X plus at most one split SU. We try every vertex: each
     subset of the partial SUs whole, the cheapest full SUs (fewest rails) whole, and the split in
     each pool's full or partial SU. |X| is floor(N/2) or its complement's size (the cut is
-    symmetric). tests/unit/test_fabric_ib.py checks it against max-flow on every balanced cut.
+    symmetric). tests/unit/model/fabric/test_ib.py checks it against max-flow on every balanced cut.
     """
     total = sum(f * su_nodes + last for f, last, _ in pools)
     if total < 2:

@@ -104,7 +104,7 @@ def test_cpulist_and_mask_helpers():
 @pytest.mark.parametrize("module", ["sysfs_discovery", "topology", "pairing", "pcie"])
 def test_host_side_modules_import_only_the_stdlib_and_each_other(module):
     """They ship to hosts as Ansible module_utils: anything else would not be there."""
-    path = Path(__file__).resolve().parents[2] / "railyard/model" / f"{module}.py"
+    path = Path(__file__).resolve().parents[3] / "railyard/model" / f"{module}.py"
     tree = ast.parse(path.read_text())
     shipped = {"railyard", "ansible"}  # railyard.model.X, or its module_utils copy on a host
     for node in ast.walk(tree):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fabric_checks import brute_force_bisection_links, check_summary_matches_detail, small_plan
+from tests.unit.model.fabric.checks import brute_force_bisection_links, check_summary_matches_detail, small_plan
 from railyard.model.catalog import load_catalog
 from railyard.model.fabric import (
     CSV_COLUMNS, FabricError, FabricPlan, FabricPool, min_bisection_links, switch_geometry,

@@ -13,7 +13,7 @@ from railyard.cli import main
 from railyard.model.catalog import FIXTURES_DIR
 
 TOPOLOGIES = FIXTURES_DIR / "topologies"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 READABLE = sorted(p.name for p in TOPOLOGIES.iterdir() if "lenovo" not in p.name)
 REFUSED = sorted(p.name for p in TOPOLOGIES.iterdir() if "lenovo" in p.name)
 

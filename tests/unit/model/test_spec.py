@@ -21,9 +21,9 @@ from railyard.model.spec import (
 )
 from railyard.stack import documented_keys, load_stack_file, parse_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STACKS = ROOT / "stacks"
-BAD = Path(__file__).parent / "data" / "bad_stacks"
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad_stacks"
 SHIPPED = ("lab", "lab-virtual", "us-east-bm", "us-south-vela")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = sorted(p.name for p in (PLAYBOOKS / "roles").iterdir() if p.is_dir())
 MODULES = sorted({p.resolve() for p in PLAYBOOKS.glob("**/library/*.py")})

@@ -11,7 +11,7 @@ from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
 from railyard.tuning.vars import host_vars
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "playbooks/roles"
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 

@@ -14,7 +14,7 @@ import pytest
 from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DYNAMIC = "pulumi-python:dynamic:Resource"
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from railyard.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
-BAD = Path(__file__).parent / "data" / "bad_stacks"
+ROOT = Path(__file__).resolve().parents[3]
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad_stacks"
 SHIPPED = ("lab", "lab-virtual", "us-east-bm", "us-south-vela")
 
 

@@ -16,7 +16,7 @@ from railyard import drivers
 from railyard.model.errors import SpecError
 from railyard.model.spec import parse as parse_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _imports(path: Path) -> set[str]:

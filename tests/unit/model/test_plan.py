@@ -84,7 +84,7 @@ def test_each_pool_carries_the_pairing_of_its_topology():
 
 
 def test_summary_of_20000_gpus_is_arithmetic(monkeypatch):
-    # 2,500 DGX H100 (see test_fabric_ib for the derivation of the fabric numbers).
+    # 2,500 DGX H100 (see model/fabric/test_ib.py for the derivation of the fabric numbers).
     def no_enumeration(self):
         raise AssertionError("the summary enumerated the fabric")
 

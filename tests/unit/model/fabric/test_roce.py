@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fabric_checks import check_summary_matches_detail, small_plan
+from tests.unit.model.fabric.checks import check_summary_matches_detail, small_plan
 from railyard.model import addressing as addr
 from railyard.model.catalog import load_catalog
 from railyard.model.fabric import FabricError, FabricPlan, FabricPool, switch_geometry

@@ -16,7 +16,7 @@ import pytest
 
 from railyard.review import preview, render, rules
 
-DATA = Path(__file__).parent / "data" / "previews"
+DATA = Path(__file__).resolve().parents[1] / "data" / "previews"
 GOLDEN = DATA / "golden"
 
 # golden file -> the captured previews it renders, in comment order

@@ -13,7 +13,7 @@ from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 weights = st.dictionaries(st.integers(0, 7), st.integers(0, 16), min_size=1, max_size=8)
 
