@@ -5,6 +5,11 @@ Both run the way `railyard preview` runs the engine (the toolchain's binary, the
 environment, toolchain.command_settings), on a fresh stack in a throwaway backend: nothing is
 created. Wall time and the peak of the whole process tree's memory (CLI, language host, program,
 dynamic provider) come from railyard.bench.proctree.
+
+Beside them, a preview of a stack with state at 224 and 448 nodes: a checkpoint in which every
+resource exists (railyard.bench.stack_state, imported with `pulumi stack import`), so the nodes'
+outputs are known and the program does at preview what it does only once nodes exist (host
+tuning's role variables for every node). Its time must grow no faster than the nodes.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from railyard import paths
-from railyard.bench import proctree
+from railyard.bench import proctree, stack_state
 from railyard.bench.harness import Context, Sample, Section
 from railyard.bench.stack_project import PulumiFailed, StackProject
 from railyard.engine.toolchain import command_settings, engine_env
@@ -29,6 +34,16 @@ QUICK_SIZES = (8, 32)
 TARGET_WALL_S = {448: 60.0, 2_500: 300.0}
 TARGET_RATIO = {448: 1.25}
 PREVIEW_TIMEOUT_S = 3_600
+# The preview with state: two sizes a factor of two apart, so linear growth is a ratio of 2.0.
+STATE_SIZES = (224, 448)
+QUICK_STATE_SIZES = QUICK_SIZES
+# Growth up to a tenth above linear is within what the machine's noise allows: "not faster
+# than linear". A quadratic part shows as more (an n^2 term of a tenth of the time at 224 nodes
+# alone makes 2.2).
+GROWTH_SLACK = 1.1
+# Previews of the checkpoint until it plans no change: each round fills in inputs made of the
+# outputs the round before put in state (access key -> nodes -> host tuning: three rounds).
+SETTLE_ROUNDS = 5
 
 BASELINE_PROGRAM = """
 import pulumi
@@ -150,9 +165,66 @@ def node_resource_count(result: dict) -> int:
     return sum(1 for s in result["steps"] if "railyard:index:HgxNode" in s.get("urn", "").split("::")[2])
 
 
+def settle(project: StackProject, fresh: dict, workdir: Path) -> tuple[int, dict[str, int]]:
+    """Give the project's stack a checkpoint holding every resource the fresh preview `fresh`
+    plans, imported with `pulumi stack import`, and preview it (engine's gRPC log on) until it
+    plans no change (railyard.bench.stack_state). Returns the previews it took and the last one's
+    step counts."""
+    base = json.loads(project.pulumi("stack", "export").stdout)
+    registered: dict[str, dict] = {}
+    result: dict = {}
+    for round_ in range(1, SETTLE_ROUNDS + 1):
+        path = workdir / f"checkpoint-{round_}.json"
+        path.write_text(json.dumps(stack_state.checkpoint(fresh, base, registered)))
+        project.pulumi("stack", "import", "--file", str(path))
+        log = workdir / f"grpc-{round_}.log"
+        env = {**project.env_for("preview"), "PULUMI_DEBUG_GRPC": str(log)}
+        proc = subprocess.run(project.argv("preview", "--json"), cwd=project.dir, env=env, capture_output=True,
+                              text=True, timeout=PREVIEW_TIMEOUT_S, check=False)
+        try:
+            result = json.loads(proc.stdout)
+        except ValueError:
+            result = {}
+        if proc.returncode != 0 or not result.get("changeSummary"):
+            raise RuntimeError(f"preview of the checkpoint failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                               f"{proc.stderr[-3000:]}")
+        registered = stack_state.registered_inputs(log)
+        log.unlink()  # it holds the checkpoint's made-up secrets in the clear
+        if not stack_state.changes(result):
+            # Every input known: the preview computed each one from state (host tuning's hosts
+            # included), not merely found an unknown where the checkpoint had a value.
+            unknown = [urn for urn, inputs in registered.items() if stack_state.has_unknown(inputs)]
+            if unknown:
+                raise RuntimeError(f"preview with state left inputs unknown: {', '.join(unknown[:5])}")
+            return round_, stack_state.plan_counts(result)
+    raise RuntimeError(f"the checkpoint still plans changes after {SETTLE_ROUNDS} previews: "
+                       + "; ".join(stack_state.changes(result)[:5]))
+
+
+def stateful_preview(project: StackProject, fresh: dict, workdir: Path, name: str) -> tuple[proctree.TreeRun, int, dict]:
+    """Time `pulumi preview` of the project's stack once the settled checkpoint is in place;
+    asserts it plans no change and left no lab object (the providers' diffs only compare)."""
+    lab = paths.lab_dir(project.stack)
+    lab_before = lab.exists()
+    rounds, _ = settle(project, fresh, workdir)
+    run, result = preview(project, name)
+    planned = stack_state.changes(result)
+    if planned:
+        raise RuntimeError(f"preview with state plans changes: {'; '.join(planned[:5])}")
+    if lab.exists() and not lab_before:
+        raise RuntimeError(f"preview with state made {lab}: a provider did more than diff")
+    return run, rounds, stack_state.plan_counts(result)
+
+
+def cpu_note(run: proctree.TreeRun) -> str:
+    return "sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(run.cpu_s.items()))
+
+
 def run(ctx: Context):
     sizes = QUICK_SIZES if ctx.quick else SIZES
-    for nodes in sizes:
+    state_sizes = QUICK_STATE_SIZES if ctx.quick else STATE_SIZES
+    with_state: dict[int, proctree.TreeRun] = {}
+    for nodes in sorted({*sizes, *state_sizes}):
         base = Path(tempfile.mkdtemp(prefix=f"engine-{nodes}-", dir=ctx.workdir))
         try:
             project = StackProject(base / "railyard", f"bench{nodes}", preview_config(nodes))
@@ -160,27 +232,57 @@ def run(ctx: Context):
             ours, result = preview(project, f"railyard-{nodes}")
             count = resource_count(result)
             per_node = node_resource_count(result)
-            baseline, _ = preview(BaselineProject(base / "baseline", count), f"baseline-{count}")
+            if nodes in sizes:
+                baseline, _ = preview(BaselineProject(base / "baseline", count), f"baseline-{count}")
+            if nodes in state_sizes:
+                stateful, rounds, counts = stateful_preview(project, result, base, f"railyard-state-{nodes}")
+                with_state[nodes] = stateful
         finally:
             shutil.rmtree(base, ignore_errors=True)
         label = f"preview, {nodes:,} nodes"
         yield Sample(f"{label}: wall", ours.wall_s, "s", target=TARGET_WALL_S.get(nodes))
         yield Sample(f"{label}: peak RSS (process tree)", ours.peak_rss_mib, "MiB")
-        yield Sample(f"{label}: CPU (process tree)", ours.total_cpu_s, "s",
-                     note="sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(ours.cpu_s.items())))
+        yield Sample(f"{label}: CPU (process tree)", ours.total_cpu_s, "s", note=cpu_note(ours))
         yield Sample(f"{label}: resources", count, "")
-        yield Sample(f"{label}: resources per node", per_node / nodes, "",
-                     note="an HgxNode component and everything under it, per node")
-        yield Sample(f"{label}: resources outside the nodes", count - per_node, "",
-                     note="cluster, fabric, storage and pool components, key, fabric, spine, object store, tuning, expiry")
-        yield Sample(f"baseline preview, {count:,} no-op dynamic resources: wall", baseline.wall_s, "s")
-        yield Sample(f"baseline preview, {count:,} no-op dynamic resources: peak RSS (process tree)",
-                     baseline.peak_rss_mib, "MiB")
-        yield Sample(f"baseline preview, {count:,} no-op dynamic resources: CPU (process tree)", baseline.total_cpu_s,
-                     "s", note="sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(baseline.cpu_s.items())))
-        yield Sample(f"{label}: ratio to baseline", ours.wall_s / baseline.wall_s, "x", target=TARGET_RATIO.get(nodes),
-                     note="wall of Railyard's preview / wall of the baseline with as many resources")
+        if nodes in sizes:
+            yield Sample(f"{label}: resources per node", per_node / nodes, "",
+                         note="an HgxNode component and everything under it, per node")
+            yield Sample(f"{label}: resources outside the nodes", count - per_node, "",
+                         note="cluster, fabric, storage and pool components, key, fabric, spine, object store, tuning, expiry")
+            yield Sample(f"baseline preview, {count:,} no-op dynamic resources: wall", baseline.wall_s, "s")
+            yield Sample(f"baseline preview, {count:,} no-op dynamic resources: peak RSS (process tree)",
+                         baseline.peak_rss_mib, "MiB")
+            yield Sample(f"baseline preview, {count:,} no-op dynamic resources: CPU (process tree)",
+                         baseline.total_cpu_s, "s", note=cpu_note(baseline))
+            yield Sample(f"{label}: ratio to baseline", ours.wall_s / baseline.wall_s, "x",
+                         target=TARGET_RATIO.get(nodes),
+                         note="wall of Railyard's preview / wall of the baseline with as many resources")
+        if nodes in state_sizes:
+            label = f"preview with state, {nodes:,} nodes"
+            yield Sample(f"{label}: wall", stateful.wall_s, "s")
+            yield Sample(f"{label}: peak RSS (process tree)", stateful.peak_rss_mib, "MiB")
+            yield Sample(f"{label}: CPU (process tree)", stateful.total_cpu_s, "s", note=cpu_note(stateful))
+            yield Sample(f"{label}: steps planned, all unchanged", counts.get("same", 0), "",
+                         note=f"every resource in the imported checkpoint, the stack included; "
+                              f"checkpoint settled in {rounds} previews")
+            yield Sample(f"{label}: ratio to the preview without state", stateful.wall_s / ours.wall_s, "x",
+                         note=f"wall with state / wall of the fresh stack's preview just before ({ours.wall_s:.1f} s)")
+    small, large = sorted(with_state)[0], sorted(with_state)[-1]
+    if small != large:
+        linear = large / small
+        label = f"preview with state, {small:,} -> {large:,} nodes"
+        yield Sample(f"{label}: growth of wall", with_state[large].wall_s / with_state[small].wall_s, "x",
+                     target=round(GROWTH_SLACK * linear, 2),
+                     note=f"t({large})/t({small}); linear = {linear:.1f}: the target is not faster than linear")
+        # The program's own CPU is where Railyard's code runs, without the engine's share to
+        # dilute a quadratic part of it.
+        program = [with_state[n].cpu_s.get("program", 0.0) for n in (small, large)]
+        if all(program):
+            yield Sample(f"{label}: growth of program CPU", program[1] / program[0], "x",
+                         target=round(GROWTH_SLACK * linear, 2),
+                         note=f"the Python program's CPU alone (components, plan, host tuning's variables); "
+                              f"linear = {linear:.1f}")
 
 
-SECTIONS = (Section("engine", "pulumi preview at 448 and 2,500 nodes beside a baseline of no-op dynamic resources",
-                    run),)
+SECTIONS = (Section("engine", "pulumi preview at 448 and 2,500 nodes beside a baseline of no-op dynamic resources; "
+                              "a preview with state at 224 and 448 nodes", run),)

@@ -64,7 +64,7 @@ def test_validated_stack_files_for_every_size(tmp_path):
 
     import yaml
 
-    for nodes, config in [*((n, bench_engine.preview_config(n)) for n in bench_engine.SIZES),
+    for nodes, config in [*((n, bench_engine.preview_config(n)) for n in {*bench_engine.SIZES, *bench_engine.STATE_SIZES}),
                           *((n, bench_lab.lab_config(n, "198.18.64.0/23", "198.18.66.0/23")) for n in bench_lab.SIZES)]:
         path = tmp_path / f"Pulumi.b{nodes}.yaml"
         path.write_text(yaml.safe_dump({"config": config}))
