@@ -311,7 +311,7 @@ def partition_key(position: int, explicit: int | None = None) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Sizing: how large each network must be. Validation calls these (spec.py), the planner obeys them.
+# Sizing: how large each network must be. Validation calls these (spec/rules.py), the planner obeys them.
 
 
 @dataclass(frozen=True)

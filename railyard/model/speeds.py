@@ -2,7 +2,7 @@
 
 It holds every speed a switch port or a NIC can run at, 800GbE included (an SN5600's native
 port speed, which the fabric planner meets when it counts breakouts); which of them a compute
-fabric may ask for is the spec's rule (SPEEDS_BY_KIND in spec.py), since no NIC in the catalog
+fabric may ask for is the spec's rule (SPEEDS_BY_KIND in spec/types.py), since no NIC in the catalog
 runs above 400 Gb/s.
 """
 
