@@ -41,8 +41,9 @@ pulumi.export("fabric", cluster.fabric.summary)
 pulumi.export("networks", cluster.fabric.networks)
 pulumi.export("storage", cluster.storage.endpoints)
 access = {"user": cluster.access.user, "privateKey": cluster.access.private_key}
-if driver.ssh_hint() is not None:
-    access["ssh"] = driver.ssh_hint()
+ssh_hint = driver.ssh_hint()
+if ssh_hint is not None:
+    access["ssh"] = ssh_hint
 pulumi.export("access", access)
 if cluster.kubeconfig is not None:
     pulumi.export("kubeconfig", cluster.kubeconfig)  # secret: the Cluster made it so

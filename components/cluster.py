@@ -55,12 +55,15 @@ class Cluster(pulumi.ComponentResource):
         for pool in args.spec.node_pools:
             self.pools.append(NodePool(f"{name}-{pool.name}",
                                        NodePoolArgs(pool.name, pool.sku, list(args.plan.pool_nodes(pool.name)),
-                                                    self.access), driver, self.fabric.ready, child))
+                                                    self.access, virtual=args.spec.virtual),
+                                       driver, self.fabric.ready, child))
         self.inventory = pulumi.Output.all(*[p.inventory for p in self.pools]).apply(
             lambda pools: [n for nodes in pools for n in nodes])
         machines = [r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready)
         self.tuning: HostTuning | None = None
-        if caps.tuned_by == "railyard":
+        # Railyard tunes hosts it was given. Where the provider's VMs are the machines, their
+        # hypervisors are the provider's, and guests have no tuning targets in the plan yet.
+        if caps.tuned_by == "railyard" and not (args.spec.virtual and caps.vms == "are-nodes"):
             self.tuning = HostTuning(
                 f"{name}-tuning",
                 HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,

@@ -19,14 +19,16 @@ class NodePoolArgs:
     nodes: list[NodePlan]
     """The pool's planned nodes, in index order."""
     access: Access
+    virtual: bool = False
+    """The stack's layout is virtual (its VMs may be the driver's machines)."""
 
 
 class NodePool(pulumi.ComponentResource):
     """Outputs: `nodes`, a list of {name, pool, sku, management_ip, host_key}.
 
-    `nodes` (the attribute) holds one entry per planned node with `ready`, `management_ip` and
-    `host_key`: an HgxNode where the driver makes machines per node, the driver's NodeHandle where
-    it makes them per pool (Capabilities.machines).
+    `nodes` (the attribute) holds one entry per machine with `ready`, `management_ip` and
+    `host_key`: an HgxNode per planned node where the driver makes machines per node, the driver's
+    NodeHandle per PoolPlan.machines where it makes them per pool (Capabilities.machines).
     """
 
     TYPE = "railyard:index:NodePool"
@@ -37,6 +39,7 @@ class NodePool(pulumi.ComponentResource):
         self.plans = list(args.nodes)
         caps = driver.capabilities
         if caps.machines == "node":
+            machines: tuple = tuple(args.nodes)
             # Children are named after the node, not the pool's position, so growing a pool adds
             # nodes without renaming (and so replacing) the ones that exist.
             self.nodes: list = [
@@ -45,17 +48,23 @@ class NodePool(pulumi.ComponentResource):
                 for n in args.nodes
             ]
         else:
-            self.nodes = driver.pool(f"{name}-machines", PoolPlan(args.name, args.sku, tuple(args.nodes)),
-                                     args.access, self, depends_on)
-            if len(self.nodes) != len(args.nodes):
-                raise ValueError(f"driver {driver.name} returned {len(self.nodes)} machines for pool {args.name}, "
-                                 f"which plans {len(args.nodes)}")
-        known = [{"name": plan.name, "pool": args.name, "sku": plan.sku} for plan in args.nodes]
+            pool = PoolPlan(args.name, args.sku, tuple(args.nodes),
+                            vms_are_machines=args.virtual and caps.vms == "are-nodes")
+            machines = pool.machines
+            self.nodes = driver.pool(f"{name}-machines", pool, args.access, self, depends_on)
+            got, planned = [h.name for h in self.nodes], [m.name for m in machines]
+            if got != planned:
+                raise ValueError(f"driver {driver.name} returned machines {got} for pool {args.name}, "
+                                 f"which plans {planned}")
+        known = [{"name": m.name, "pool": args.name, "sku": getattr(m, "sku", "vm")} for m in machines]
         if caps.addresses == "plan":
             # One Output for the pool, not two per node: the SDK tracks every Output until the
             # program ends, and per-node ones were a measurable part of a large preview
             # (docs/benchmarks.md). The plan's addresses are plain strings.
             for entry, n in zip(known, self.nodes):
+                if not isinstance(n.management_ip, str):
+                    raise TypeError(f"driver {driver.name} takes addresses from the plan but gave {entry['name']} "
+                                    f"a {type(n.management_ip).__name__}")
                 entry["management_ip"] = n.management_ip
             self.inventory = pulumi.Output.all(*[n.host_key for n in self.nodes]).apply(
                 lambda keys: [{**entry, "host_key": key} for entry, key in zip(known, keys)])

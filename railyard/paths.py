@@ -25,6 +25,12 @@ def stack_file_name(stack: str) -> str:
     return f"{STACKS_DIR}/Pulumi.{stack}.yaml"
 
 
+def stack_files(root: Path | None = None) -> dict[str, Path]:
+    """Every stack with a stack file under `root`, by name."""
+    return {p.name[len("Pulumi."):-len(".yaml")]: p
+            for p in sorted(((root or project_root()) / STACKS_DIR).glob("Pulumi.*.yaml"))}
+
+
 def stack_file(stack: str, root: Path | None = None) -> Path:
     return (root or project_root()) / stack_file_name(stack)
 

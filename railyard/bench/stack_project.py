@@ -56,7 +56,7 @@ def free_networks(pool: str, count: int, prefix: int, taken: set[str] | None = N
 def project_copy(directory: Path) -> Path:
     """A Pulumi project at `directory` running this checkout's program and components in its
     virtualenv, with an empty stacks/ of its own."""
-    (directory / "stacks").mkdir(parents=True)
+    (directory / paths.STACKS_DIR).mkdir(parents=True)
     for name in ("__main__.py", "components"):
         os.symlink(ROOT / name, directory / name)
     # The engine this checkout built, so `railyard` commands with RAILYARD_ROOT=directory find it.
@@ -66,7 +66,7 @@ def project_copy(directory: Path) -> Path:
         os.symlink(paths.local_dir(ROOT) / name, local / name)
     (directory / "Pulumi.yaml").write_text(
         "name: railyard\nruntime:\n  name: python\n  options:\n"
-        f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: stacks\n")
+        f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\nstackConfigDir: {paths.STACKS_DIR}\n")
     return directory
 
 

@@ -69,10 +69,6 @@ def changed_files(merge_base: str) -> list[str]:
     return sorted({f for f in tracked + untracked if f})
 
 
-def stack_files(root: Path) -> dict[str, Path]:
-    return {p.name[len("Pulumi."):-len(".yaml")]: p for p in sorted((root / "stacks").glob("Pulumi.*.yaml"))}
-
-
 def driver_of(doc: dict | None) -> str | None:
     value = ((doc or {}).get("config") or {}).get("railyard:driver")
     return value if isinstance(value, str) else None
@@ -113,7 +109,7 @@ def preview_stack(stack: str) -> preview_mod.Preview:
 def review(stacks: list[str] | None, base: str | None,
            skip_lab: bool) -> tuple[list[render.StackReview], str | None, list[str]]:
     root = paths.project_root()
-    files = stack_files(root)
+    files = paths.stack_files(root)
     docs = {name: read_yaml(path.read_text()) for name, path in files.items()}
     if not stacks or base:
         base = base or default_base()
@@ -123,9 +119,9 @@ def review(stacks: list[str] | None, base: str | None,
     if stacks:
         touched = {s: "named on the command line" for s in stacks}
     else:
-        drivers = {name: driver_of(doc) or "" for name, doc in docs.items()}
-        touched = rules.touched_stacks(changed_files(merge_base), drivers,
-                                       {d for d in set(drivers.values()) if runnable(d)})
+        stack_drivers = {name: driver_of(doc) or "" for name, doc in docs.items()}
+        touched = rules.touched_stacks(changed_files(merge_base), stack_drivers,
+                                       {d for d in set(stack_drivers.values()) if runnable(d)})
     in_backend = {s["name"] for s in pulumi.run_json(["stack", "ls"])} if touched else set()
     reviews, left_out = [], []
     for stack, why in touched.items():

@@ -57,7 +57,7 @@ def validate(stack: str):
         return None
     why = drivers.preflight(spec)
     if why is not None:
-        print(f"railyard: {why}; nothing was changed", file=sys.stderr)
+        print(f"railyard: {why}", file=sys.stderr)
         return None
     return spec
 

@@ -25,10 +25,15 @@ def handle(args) -> int:
 
     try:
         spec, plan = load(paths.stack_file(args.stack))
-        outputs = pulumi.stack_outputs(args.stack, secrets=True)
     except SpecError as exc:
         print(f"railyard tune: {exc}", file=sys.stderr)
         return 1
+    if drivers.entry(spec.driver).capabilities.tuned_by != "railyard":
+        print(f"railyard tune: stack {args.stack}'s driver {spec.driver} has its machines tuned by the platform; "
+              "Railyard runs no tuning on them", file=sys.stderr)
+        return 1
+    try:
+        outputs = pulumi.stack_outputs(args.stack, secrets=True)
     except (ToolchainError, pulumi.PulumiError) as exc:
         print(f"railyard tune: cannot read stack {args.stack}'s outputs (is it up?): {exc}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ from typing import Any, Literal
 Machines = Literal["node", "pool"]
 Addresses = Literal["plan", "provider"]
 TunedBy = Literal["railyard", "platform"]
-Vms = Literal["on-hypervisors", "are-nodes"]
+Vms = Literal["on-hypervisors", "are-nodes", "none"]
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,19 @@ class Capabilities:
     images are tuned already (CoreWeave), so there is no HostTuning."""
     vms: Vms
     """In the virtual layout: "on-hypervisors": VMs on the nodes, after Railyard tuned them (the
-    lab); "are-nodes": the provider's VMs are the nodes themselves (OpenStack)."""
+    lab); "are-nodes": the provider's VMs are the machines Railyard gets (OpenStack); "none": the
+    driver has bare metal only, and a virtual stack on it is refused (CoreWeave)."""
     kubernetes: bool = False
     """Whether the driver hands back a Kubernetes cluster (Driver.kubeconfig, an Output)."""
     playground: bool = False
     """Throwaway clusters: not protected unless railyard:protect says so (lifecycle.protected)."""
+
+    def __post_init__(self) -> None:
+        # VMs on hypervisors are children of their hypervisor's HgxNode, which only per-node
+        # drivers have; a per-pool platform that runs VMs hands them over as its machines.
+        if self.vms == "on-hypervisors" and self.machines != "node":
+            raise ValueError("VMs on hypervisors need machines per node; a pool driver's VMs are its machines "
+                             "(vms='are-nodes')")
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ DRIVERS: dict[str, DriverEntry] = {
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.
     "coreweave": DriverEntry(
-        "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="are-nodes",
+        "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="none",
                                   kubernetes=True), implementation=None),
     "openstack": DriverEntry(
         "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
@@ -80,9 +88,31 @@ def entry(name: str) -> DriverEntry:
         raise KeyError(f"no driver {name!r}; drivers: {', '.join(DRIVERS)}") from None
 
 
+class _Rules:
+    """A driver's DriverRules (model.spec): its own module's keys and rules, after the rules its
+    Capabilities put on the model's keys, so a stack asks nothing of a driver it cannot do."""
+
+    def __init__(self, entry: DriverEntry):
+        self.entry = entry
+        self.module = importlib.import_module(entry.rules) if entry.rules else None
+        self.KEYS = self.module.KEYS if self.module is not None else {}
+
+    def parse(self, section: Any, spec: Any) -> tuple[Any, list]:
+        from railyard.model.errors import Problem
+
+        problems = []
+        if spec.layout == "virtual" and self.entry.capabilities.vms == "none":
+            problems.append(Problem("railyard:layout", "'virtual'", f"'bare-metal' for driver {self.entry.name}",
+                                    f"{self.entry.name} has bare-metal machines only"))
+        if self.module is None:
+            return None, problems
+        config, more = self.module.parse(section, spec)
+        return config, problems + list(more)
+
+
 def rules() -> dict[str, Any]:
-    """Each driver's DriverRules module (None where it has none), for the spec parser."""
-    return {name: importlib.import_module(e.rules) if e.rules else None for name, e in DRIVERS.items()}
+    """Every driver's DriverRules, for the spec parser."""
+    return {name: _Rules(e) for name, e in DRIVERS.items()}
 
 
 def tuning_vars(driver: str) -> dict[str, Any]:
@@ -110,7 +140,8 @@ def after_up(spec: Any) -> None:
 
 
 def preflight(spec: Any) -> str | None:
-    """Why the driver cannot act on this machine for `spec` (said before the engine starts), or None."""
+    """Why the driver cannot act on this machine for `spec`, said before the engine starts (a
+    sentence that says nothing was changed), or None."""
     name = entry(spec.driver).rules
     check = getattr(importlib.import_module(name), "preflight", None) if name else None
     return check(spec) if check is not None else None

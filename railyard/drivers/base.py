@@ -8,15 +8,15 @@ the components. The shape covers the four substrates Railyard targets:
 |-----------|----------|-----------|----------|-----------------------|--------------|
 | lab       | per node | the plan  | Railyard | on tuned hypervisors  | none         |
 | hosts     | per node | the plan  | Railyard | on tuned hypervisors  | none         |
-| coreweave | per pool | provider  | platform | none (bare metal)     | a kubeconfig |
-| openstack | per pool | provider  | Railyard | the VMs are the nodes | none         |
+| coreweave | per pool | provider  | platform | none: bare metal only | a kubeconfig |
+| openstack | per pool | provider  | Railyard | the VMs are the machines | none      |
 
 Per node, a driver implements `node()`; per pool, `pool()`, which returns one NodeHandle per
 planned node. Addresses "from the plan" are plain strings; a provider's come back as Outputs, and
 NodeHandle.management_ip takes either. A driver whose platform tunes its nodes gets no
 HostTuning. In the virtual layout, `vm()` makes a VM on a hypervisor after that hypervisor's
-tuning (the VFs exist then); where the VMs are the nodes, the driver makes them in node()/pool()
-from NodePlan.vms. A driver with a Kubernetes cluster returns its kubeconfig (a secret Output)
+tuning (the VFs exist then); where the VMs are the machines, pool() makes them (PoolPlan.machines)
+and they are what the inventory lists. A driver with a Kubernetes cluster returns its kubeconfig (a secret Output)
 from `kubeconfig()`.
 """
 
@@ -70,6 +70,16 @@ class PoolPlan:
     name: str
     sku: str
     nodes: tuple[NodePlan, ...] = field(default=())
+    vms_are_machines: bool = False
+    """The virtual layout on a driver whose VMs are its machines (Capabilities.vms == "are-nodes")."""
+
+    @property
+    def machines(self) -> tuple[NodePlan | VmPlan, ...]:
+        """What the driver makes, one NodeHandle each, in this order: the planned nodes, or, where
+        VMs are the machines, every node's VMs (the hypervisors are the provider's)."""
+        if self.vms_are_machines:
+            return tuple(vm for node in self.nodes for vm in node.vms)
+        return self.nodes
 
 
 class Driver(abc.ABC):
@@ -106,7 +116,8 @@ class Driver(abc.ABC):
 
     def pool(self, name: str, pool: PoolPlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> list[NodeHandle]:
-        """A pool's machines, one handle per planned node in index order (machines == "pool")."""
+        """A pool's machines, one handle per PoolPlan.machines, named after it, in its order
+        (machines == "pool")."""
         raise NotImplementedError(f"driver {self.name} makes machines per {self.capabilities.machines}, not per pool")
 
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,

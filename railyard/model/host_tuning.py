@@ -97,6 +97,9 @@ class TuningTargets:
     """GPU -> NIC, the one pairing rule's answer for the SKU (what verify compares with)."""
     cache_drives: int
     """The SKU's data NVMe drives that make up the local cache (0: none in the catalog)."""
+    nccl_cross_nic: int
+    """NCCL_CROSS_NIC: 0 on a rail-optimized fabric (a GPU talks to its own rail's peers), else 2
+    (NCCL decides)."""
 
 
 def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drives: int) -> TuningTargets:
@@ -116,4 +119,5 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
     vfs = tuple(vf_assignments(spec.stack, node_plan, vfs_per_pf, list(pfs))) if vfs_per_pf else ()
     return TuningTargets(hugepage_size=hp.size, hugepages_per_numa=per_numa,
                          hugepages_total=0 if per_numa else pages, compute_pfs=pfs, vfs_per_pf=vfs_per_pf,
-                         vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives)
+                         vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives,
+                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2)

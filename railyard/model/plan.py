@@ -39,7 +39,8 @@ class NicPlan:
     """Its network interface: the catalog's name, else the predictable name of its PCI address
     (model.pci_layout); None where the catalog cannot tell its link layer."""
     gateway: str | None = None
-    """The rail's gateway where traffic between rails is routed (Networks.compute.routed)."""
+    """The rail's gateway on a RoCE fabric, where the leaves route between rails; None on
+    InfiniBand, whose rails have no IP router."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,9 @@ class VfPlan:
 
 @dataclass(frozen=True)
 class Subnet:
-    """A rail's subnet and the address its gateway answers on (its first host address: the leaves
-    of a RoCE rail, the lab's spine)."""
+    """A rail's subnet and its first host address, reserved in pool block 0 for the rail's router:
+    the leaves of a RoCE rail answer there. An InfiniBand fabric has no IP router, so on real IB
+    the address stays unused (the lab's spine namespace answers there, routing IPoIB rails)."""
 
     cidr: str
     prefixlen: int
@@ -89,8 +91,8 @@ class ComputeNetworkPlan:
     cidr: str
     rails: tuple[Subnet, ...]
     routed: bool
-    """Whether traffic between rails is routed through the rails' gateways: the fabric has a tier
-    above its leaves. Without one, a rail is a leaf of its own and NICs have no gateway."""
+    """Whether the fabric has a tier above its leaves, through which traffic between rails can
+    pass; without one, each rail is a leaf of its own."""
     kind: str
 
 
@@ -201,7 +203,7 @@ class Plan:
         rail_prefix = addr.rail_prefixlen(comp, self._rails, kind)
         netdevs = self._netdevs_of(sku)
         rails = self.networks.compute
-        gateways = [r.gateway if rails.routed else None for r in rails.rails]
+        gateways = [r.gateway if kind == "roce" else None for r in rails.rails]
         nic_plans = []
         for rail, nic in enumerate(nics):
             leaf, port = self.fabric.leaf_port(pool_name, index, rail)

@@ -60,10 +60,9 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
 
     # --- GPU/NIC affinity: the pairing is computed on the host from its PCIe tree; the plan's is
     # what the verify role compares it with.
-    fabric = spec.fabric.compute
     out["gpu_nic_affinity_compute_nics"] = nics
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
-    out["gpu_nic_affinity_nccl_cross_nic"] = 0 if fabric.topology == "rail-optimized" else 2
+    out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic
     out["gpu_nic_affinity_vms"] = [
         {"name": vm.name, "gpus": list(vm.gpus),
          "vfs": [{"name": a.vm_vf, "pf": a.pf, "index": a.index, "mac": a.mac, "ip": a.ip, "prefixlen": a.prefixlen}

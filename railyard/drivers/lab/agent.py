@@ -61,10 +61,14 @@ import subprocess
 import sys
 import time
 
-# Run by path with -I -S (no site-packages, no script directory on sys.path): the checkout's root,
-# three levels up, holds the one MAC helper, which is standard library only.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-from railyard.model.mac import hashed_mac, local_unicast  # noqa: E402
+try:
+    from railyard.model.mac import hashed_mac, local_unicast
+except ImportError:
+    # Run by path with -I -S inside a node (no site-packages, no script directory on sys.path):
+    # the checkout's root, three levels up, holds the one MAC helper (standard library only).
+    # Only then: imported by the lab's own code, railyard is on the path already.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    from railyard.model.mac import hashed_mac, local_unicast
 
 HW = "/run/railyard/hw"
 DEVICES = "sys/bus/pci/devices"

@@ -12,16 +12,13 @@ import pulumi
 
 from railyard.drivers.base import Access, Driver, NodeHandle
 from railyard.drivers.lab import resources
+from railyard.drivers.lab.storage.cache import MAX_DRIVES
 from railyard.model.plan import NodePlan, VmPlan
 
 # Netdev names the catalog does not give (the DGX H100 sources name no management or storage
 # netdev): lab stand-ins, the same on every node.
 MGMT_NETDEV = "mgmt0"
 STORAGE_NETDEV = "stor0"
-
-# The lab makes the local cache from loop devices: at least one where the SKU lists no data
-# drive, and no more than a node's loop budget.
-MAX_CACHE_LOOPS = 16
 
 
 class LabDriver(Driver):
@@ -77,14 +74,16 @@ class LabDriver(Driver):
             "compute_cidr": nets.compute.cidr if nets.compute.routed else None,
         }
 
+    def _rail_gateway(self, rail: int) -> dict[str, str]:
+        """Where the lab routes between rails: its spine namespace, at each rail's reserved router
+        address, when the plan has spines; IPoIB rails too, which a real IB fabric never routes."""
+        nets = self.plan.networks.compute
+        return {"gateway": nets.rails[rail].gateway} if nets.routed else {}
+
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle:
-        rails = []
-        for nic in node.nics:
-            rail = {"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"}
-            if nic.gateway is not None:
-                rail["gateway"] = nic.gateway
-            rails.append(rail)
+        rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}",
+                  **self._rail_gateway(nic.rail)} for nic in node.nics]
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
             **self._links(node.management_ip, node.storage_ip),
@@ -95,8 +94,9 @@ class LabDriver(Driver):
         cache = self.spec.storage.local_cache
         pfs = self.spec.storage.parallel_fs
         if cache is not None:
-            # One sparse image per data drive of the SKU (one loop device where the kernel has no md).
-            drives = min(self.plan.tuning(node).cache_drives or 1, MAX_CACHE_LOOPS)
+            # One sparse image per data drive of the SKU (one loop device where the kernel has no md),
+            # at least one where the SKU lists no data drive, at most a node's loop budget.
+            drives = min(self.plan.tuning(node).cache_drives or 1, MAX_DRIVES)
             ready.append(resources.LabNodeStorage(
                 f"{name}-storage", stack=self.spec.stack, node=node.name, cache_mount=cache.mount, fs=cache.fs,
                 raid=cache.raid, drives=drives, size_gib=1.0,
@@ -106,12 +106,8 @@ class LabDriver(Driver):
 
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
            depends_on: list[pulumi.Resource]) -> NodeHandle:
-        vfs = []
-        for vf in vm.vfs:
-            entry = {"name": vf.name, "pf": vf.pf, "slot": vf.slot, "rail": vf.rail, "address": f"{vf.ip}/{vf.prefixlen}"}
-            if vf.gateway is not None:
-                entry["gateway"] = vf.gateway
-            vfs.append(entry)
+        vfs = [{"name": vf.name, "pf": vf.pf, "slot": vf.slot, "rail": vf.rail, "address": f"{vf.ip}/{vf.prefixlen}",
+                **self._rail_gateway(vf.rail)} for vf in vm.vfs]
         res = resources.LabVm(
             name, stack=self.spec.stack, vm=vm.name, hypervisor=hypervisor, vfs=vfs,
             **self._links(vm.management_ip, vm.storage_ip),

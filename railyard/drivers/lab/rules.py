@@ -37,7 +37,7 @@ def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
 def preflight(spec: Any) -> str | None:
     if os.geteuid() != 0:
         return (f"stack {spec.stack} uses the lab driver, which needs root (it creates network namespaces, "
-                "links, mounts and sshd processes): run it as root")
+                "links, mounts and sshd processes); nothing was changed. Run it as root.")
     from railyard import paths
     from railyard.drivers.lab.errors import LabError
     from railyard.drivers.lab.node import check_dir_location
@@ -46,5 +46,5 @@ def preflight(spec: Any) -> str | None:
         # Before the engine starts, not from its provider half-way through an up.
         check_dir_location(paths.lab_dir(spec.stack))
     except LabError as exc:
-        return str(exc)
+        return f"{exc}; nothing was changed"
     return None

@@ -33,12 +33,12 @@ from railyard.model.fabric.names import (
     LINK_TIERS, SWITCH_TIERS, core_name, group_spine_name, leaf_name, spine_name,
 )
 from railyard.model.fabric.planner import (
-    FabricPlan, FabricPool, PoolLayout, compute_nics, fabric_pools, min_bisection_links, nic_name, plan_fabric,
+    FabricPlan, FabricPool, PoolLayout, fabric_pools, min_bisection_links, nic_name, plan_fabric,
 )
 
 __all__ = [
     "CSV_COLUMNS", "LINK_TIERS", "SWITCH_TIERS",
     "FabricError", "FabricPlan", "FabricPool", "Link", "PoolLayout", "Switch", "SwitchGeometry",
-    "compute_nics", "core_name", "fabric_pools", "group_spine_name", "leaf_name", "min_bisection_links",
+    "core_name", "fabric_pools", "group_spine_name", "leaf_name", "min_bisection_links",
     "nic_name", "plan_fabric", "spine_name", "switch_geometry",
 ]

@@ -412,11 +412,6 @@ class FabricPlan(Cabling):
 # From the spec and the catalog
 
 
-def compute_nics(sku: Any) -> list[Any]:
-    """A SKU's compute NICs in catalog order, which is rail order (rail i = NIC i)."""
-    return [n for n in (_get(sku, "nics") or ()) if _get(n, "role") == "compute"]
-
-
 def nic_name(nic: Any) -> str:
     for attr in ("rdma", "name", "netdev", "id"):
         value = _get(nic, attr)
@@ -429,7 +424,7 @@ def fabric_pools(spec: Any, catalog: Any) -> list[FabricPool]:
     out = []
     for ordinal, pool in enumerate(spec.node_pools):
         sku = catalog.nodes.get(pool.sku)
-        nics = compute_nics(sku) if sku is not None else []
+        nics = sku.compute_nics if sku is not None else ()  # catalog order is rail order
         out.append(FabricPool(pool.name, ordinal, pool.count, len(nics), tuple(nic_name(n) for n in nics)))
     return out
 

@@ -131,20 +131,23 @@ class _Parser(CrossFieldRules):
 
     # --- generic readers: each returns None (and records why) when the value cannot be used ----
 
-    def mapping(self, value: Any, path: str, section: str) -> dict | None:
-        """A mapping whose keys are all known for `section` (absent or empty: {})."""
+    def mapping(self, value: Any, path: str, section: str,
+                keys: Mapping[str, tuple[str, ...]] = KEYS) -> dict | None:
+        """A mapping whose keys are all known for `section` of `keys` (the model's, or a driver's
+        own table); absent or empty: {}."""
+        known = keys[section]
         if value is None or value is _ABSENT:
             return {}
         if _is_secret(value):
             self.problem(path, _show(value), "a mapping", "only railyard:storage.object.credentials may be a secret")
             return None
         if not isinstance(value, dict):
-            self.problem(path, _show(value), f"a mapping with keys {', '.join(KEYS[section])}")
+            self.problem(path, _show(value), f"a mapping with keys {', '.join(known)}")
             return None
         for key in value:
-            if key not in KEYS[section]:
-                hint = _did_you_mean(key, KEYS[section])
-                self.problem(f"{path}.{key}", "an unknown key", _one_of(KEYS[section]), hint)
+            if key not in known:
+                hint = _did_you_mean(key, known)
+                self.problem(f"{path}.{key}", "an unknown key", _one_of(known), hint)
         return value
 
     def raw(self, m: Mapping, key: str, path: str, *, required: bool, what: str) -> Any:
@@ -337,9 +340,11 @@ class _Parser(CrossFieldRules):
                     ephemeral=ephemeral, protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None:
-            driver_config, problems = rules.parse(ours.get(driver), spec)
-            self.problems.extend(problems)
-            spec = dataclasses.replace(spec, driver_config=driver_config)
+            section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
+            if section is not None or not rules.KEYS:
+                driver_config, problems = rules.parse(section or None, spec)
+                self.problems.extend(problems)
+                spec = dataclasses.replace(spec, driver_config=driver_config)
         if pools and fabric is not None and not any(_feeds_plan(p.path) for p in self.problems):
             self.check_plan(spec)
         if self.problems:

@@ -12,7 +12,7 @@ import pulumi
 import pytest
 
 from railyard.model.plan import make_plan
-from railyard.stack import load_stack_file
+from railyard.stack import load, load_stack_file
 
 ROOT = Path(__file__).resolve().parents[3]
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -36,8 +36,7 @@ def build(stack: str):
     from components.cluster import Cluster, ClusterArgs
     from railyard.drivers.base import load_driver
 
-    spec = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
-    plan = make_plan(spec)
+    spec, plan = load(ROOT / "stacks" / f"Pulumi.{stack}.yaml")  # as the program loads it
     cluster = Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
     inventory = _resolve(cluster.inventory)
     # The inventory resolves with the nodes' host keys, before resources that wait on the nodes

@@ -120,6 +120,11 @@ def test_a_driver_section_is_read_by_its_driver_and_lands_in_the_spec():
     with pytest.raises(SpecError) as bad:
         parse_spec(_config("metal", **{"railyard:metal": {"zone": "z"}}), "t", table)
     assert [p.path for p in bad.value.problems] == ["railyard:metal.zone"]
+    # A key the driver does not read is refused with a hint, as the model's own keys are.
+    with pytest.raises(SpecError) as bad:
+        parse_spec(_config("metal", **{"railyard:metal": {"zone": "a", "zoen": "b"}}), "t", table)
+    (problem,) = bad.value.problems
+    assert problem.path == "railyard:metal.zoen" and "zone" in problem.hint
 
 
 def test_another_drivers_section_and_an_unknown_driver_are_refused_by_name():
@@ -131,6 +136,20 @@ def test_another_drivers_section_and_an_unknown_driver_are_refused_by_name():
         parse_spec(_config("hosts"), "t", table)
     (problem,) = [p for p in bad.value.problems if p.path == "railyard:driver"]
     assert "lab" in problem.allowed and "metal" in problem.allowed
+
+
+def test_a_bare_metal_driver_refuses_the_virtual_layout_by_name():
+    with pytest.raises(SpecError) as bad:
+        from railyard.stack import parse_config
+
+        parse_config({**_config("coreweave"), "railyard:layout": "virtual"}, "t")
+    (problem,) = [p for p in bad.value.problems if p.path == "railyard:layout"]
+    assert "coreweave" in problem.allowed
+
+
+def test_vms_on_hypervisors_need_a_per_node_driver():
+    with pytest.raises(ValueError, match="machines per node"):
+        drivers.Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="on-hypervisors")
 
 
 def test_the_lab_range_is_the_lab_drivers_rule_not_the_models():
@@ -146,13 +165,16 @@ def test_the_lab_range_is_the_lab_drivers_rule_not_the_models():
 # --- components follow the capabilities --------------------------------------------------------
 
 MACHINE = "test:index:Machine"
+# What the provider hands back, deliberately not the plan's order or addresses.
+IPS = {"a-0-m": "10.9.0.30", "a-1-m": "10.9.0.12", "a-2-m": "10.9.0.21", "b-0-m": "10.9.0.4", "b-1-m": "10.9.0.8",
+       **{f"v-{i}-vm{j}-m": f"10.9.1.{10 * i + j}" for i in range(2) for j in range(2)}}
 
 
 class Mocks(pulumi.runtime.Mocks):
     def new_resource(self, args):
         outs = dict(args.inputs)
         if args.typ == MACHINE:
-            outs.update(host_key=f"ssh-ed25519 AAAA{args.name}", management_ip=f"10.9.0.{len(args.name)}")
+            outs.update(host_key=f"ssh-ed25519 AAAA{args.name}", management_ip=IPS[args.name])
         return f"{args.name}-id", outs
 
     def call(self, args):
@@ -179,9 +201,9 @@ def _cloud_driver(tuned_by: str):
             return {}
 
         def pool(self, name, pool, access, parent, depends_on):
-            PoolDriver.pools.append((pool.name, len(pool.nodes)))
+            PoolDriver.pools.append((pool.name, len(pool.machines)))
             out = []
-            for n in pool.nodes:
+            for n in pool.machines:
                 m = pulumi.CustomResource(MACHINE, f"{n.name}-m", {"host_key": None, "management_ip": None},
                                           pulumi.ResourceOptions(parent=parent))
                 out.append(NodeHandle(ready=[m], management_ip=m.management_ip, host_key=m.host_key, name=n.name))
@@ -218,8 +240,34 @@ def test_a_pool_driver_gets_one_call_per_pool_and_tuning_only_where_railyard_tun
     assert driver_cls.pools == [("a", 3), ("b", 2)]
     # Addresses came back from the provider, per machine, in plan order.
     assert [(n["name"], n["management_ip"]) for n in inventory] == [
-        ("a-0", "10.9.0.5"), ("a-1", "10.9.0.5"), ("a-2", "10.9.0.5"), ("b-0", "10.9.0.5"), ("b-1", "10.9.0.5")]
+        ("a-0", "10.9.0.30"), ("a-1", "10.9.0.12"), ("a-2", "10.9.0.21"), ("b-0", "10.9.0.4"), ("b-1", "10.9.0.8")]
     assert ("railyard:index:HostTuning" in types) == (tuned_by == "railyard")
+    if tuned_by == "railyard":
+        # Tuning reaches each machine at the provider's address, with that machine's own variables.
+        hosts = _resolve(cluster.tuning.run.hosts)
+        assert {n: (h["address"], h["vars"]["railyard_node"]) for n, h in hosts.items()} == {
+            n["name"]: (n["management_ip"], n["name"]) for n in inventory}
     assert "railyard:index:HgxNode" not in types
     assert asyncio.get_event_loop().run_until_complete(cluster.kubeconfig.is_secret())
     assert _resolve(cluster.kubeconfig).startswith("apiVersion: v1")
+
+
+def test_where_vms_are_the_machines_a_pool_driver_makes_the_vms_and_nothing_tunes_hypervisors():
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="vela", preview=False)
+    from components.cluster import Cluster, ClusterArgs
+    from railyard.stack import from_config
+
+    fabric = {**_config("openstack")["railyard:fabric"], "compute": {"kind": "roce", "cidr": "198.19.0.0/16"}}
+    spec, plan = from_config({**_config("openstack"), "railyard:layout": "virtual", "railyard:fabric": fabric,
+                              "railyard:nodePools": [{"name": "v", "sku": "dgx-h100", "count": 2, "vmsPerHost": 2}]},
+                             "vela")
+    driver_cls = _cloud_driver("railyard")
+    driver_cls.capabilities = drivers.Capabilities(machines="pool", addresses="provider", tuned_by="railyard",
+                                                   vms="are-nodes")
+    cluster = Cluster("vela", ClusterArgs(spec=spec, plan=plan), driver_cls(spec, plan))
+    inventory = _resolve(cluster.inventory)
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
+    types = [u.split("::")[2].rsplit("$", 1)[-1] for u in pulumi.runtime.settings.get_monitor().resources]
+    assert [n["name"] for n in inventory] == ["v-0-vm0", "v-0-vm1", "v-1-vm0", "v-1-vm1"]
+    assert inventory[3]["management_ip"] == "10.9.1.11"
+    assert "railyard:index:HostTuning" not in types and cluster.tuning is None

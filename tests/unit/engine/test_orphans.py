@@ -105,3 +105,11 @@ def test_a_pid_reused_by_another_process_is_never_signalled(spawned):
     assert orphans.stop([stale], timeout=0.2) == []
     time.sleep(0.2)
     assert victim.poll() is None
+
+
+def test_the_engine_layer_names_the_lab_marker_as_the_lab_does():
+    """orphans repeats the lab's process marker (the engine may not import a driver): keep them equal."""
+    from railyard.drivers.lab import names
+    from railyard.engine import orphans
+
+    assert orphans._LAB_MARKER == names.ENV_MARKER

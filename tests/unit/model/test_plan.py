@@ -111,20 +111,20 @@ def test_nodes_carry_names_addresses_and_leaf_ports():
         assert nic.prefixlen == ipaddress.ip_network(rails[nic.rail].cidr).prefixlen == rails[nic.rail].prefixlen
 
 
-def test_the_plan_gives_every_nic_its_netdev_and_gateway_and_the_networks_their_services():
-    from railyard.model.pci_layout import netdev_name
-
+def test_the_plan_gives_every_nic_its_netdev_and_the_networks_their_services():
     plan = plan_of(config(40, **{"railyard:storage": {"object": {"bucket": "datasets"},
                                                      "localCache": {"mount": "/mnt/cache"}}}))
-    sku = CATALOG.nodes["dgx-h100"]
     nets = plan.networks
     assert nets.compute.routed  # 40 DGX H100 need spines
-    for nic in plan.nodes[33].nics:
-        assert nic.netdev == netdev_name(sku, nic.name) and nic.netdev
-        rail = ipaddress.ip_network(nets.compute.rails[nic.rail].cidr)
-        # The gateway is the rail's first address, inside the rail and no node's.
-        assert nic.gateway == nets.compute.rails[nic.rail].gateway == str(next(rail.hosts()))
-        assert nic.gateway not in {x.ip for node in plan.nodes for x in node.nics}
+    # The DGX H100 user guide's names (catalog, Table 6): rail 0 is mlx5_0 = ibp24s0.
+    nics = plan.nodes[33].nics
+    assert [(n.name, n.netdev) for n in nics[:3]] == [("mlx5_0", "ibp24s0"), ("mlx5_3", "ibp64s0"),
+                                                      ("mlx5_4", "ibp79s0")]
+    # InfiniBand rails have no IP router: no NIC has a gateway, the rail's first address is reserved.
+    assert all(n.gateway is None for node in plan.nodes for n in node.nics)
+    for rail in nets.compute.rails:
+        assert rail.gateway == str(next(ipaddress.ip_network(rail.cidr).hosts()))
+        assert rail.gateway not in {x.ip for node in plan.nodes for x in node.nics}
     storage = ipaddress.ip_network(nets.storage.cidr)
     assert nets.storage.services == {"object_store": str(storage.broadcast_address - 1)}
     assert nets.storage.services["object_store"] not in {node.storage_ip for node in plan.nodes}
@@ -132,6 +132,17 @@ def test_the_plan_gives_every_nic_its_netdev_and_gateway_and_the_networks_their_
     assert plan_of(config(2)).networks.storage.services == {}  # no object tier, no store address
     # The JSON view is the typed one, formatted.
     assert plan.summary()["networks"]["compute"]["rails"] == [r.cidr for r in nets.compute.rails]
+
+
+def test_roce_nics_and_vfs_route_through_their_rails_gateway():
+    pools = [{"name": "gpu", "sku": "dgx-h100", "count": 3, "vmsPerHost": 2,
+              "vm": {"vcpus": 80, "memoryGiB": 800, "gpus": 4, "vfs": 4}}]
+    plan = plan_of(config(layout="virtual", kind="roce", pools=pools, **{"railyard:driver": "openstack"}))
+    rails = plan.networks.compute.rails
+    node = plan.nodes[1]
+    assert [n.gateway for n in node.nics] == [rails[n.rail].gateway for n in node.nics]
+    assert [f.gateway for v in node.vms for f in v.vfs] == [rails[f.rail].gateway for v in node.vms for f in v.vfs]
+    assert plan.summary()["networks"]["compute"]["gateways"] == [r.gateway for r in rails]
 
 
 def test_tuning_targets_are_planned_once_per_node_and_found_by_name():
@@ -191,7 +202,7 @@ def test_virtual_layout_gives_vms_names_addresses_and_vfs_on_their_own_rails():
     pools = [{"name": "gpu", "sku": "dgx-h100", "count": 3, "vmsPerHost": 2,
               "vm": {"vcpus": 80, "memoryGiB": 800, "gpus": 4, "vfs": 4}}]
     plan = plan_of(config(layout="virtual", kind="roce", pools=pools,
-                          **{"railyard:tuning": {"sriov": {"vfsPerPf": 1}}}))
+                          **{"railyard:tuning": {"sriov": {"vfsPerPf": 1}}, "railyard:driver": "openstack"}))
     node = plan.nodes[1]
     assert [vm.name for vm in node.vms] == ["gpu-1-vm0", "gpu-1-vm1"]
     assert node.vms[1].gpus == ("GPU4", "GPU5", "GPU6", "GPU7")

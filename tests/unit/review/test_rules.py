@@ -103,7 +103,7 @@ def test_program_code_touches_every_stack_whose_driver_runs():
 
 
 def test_a_driver_touches_only_its_own_stacks():
-    assert touched("railyard/drivers/lab/node.py") == {"lab", "lab-virtual"}
+    assert touched("railyard/drivers/lab/node/lifecycle.py") == {"lab", "lab-virtual"}
     assert touched("railyard/drivers/coreweave/driver.py") == set()
 
 

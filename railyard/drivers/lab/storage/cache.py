@@ -20,6 +20,10 @@ from railyard.drivers.lab.errors import LabError, require_root
 from railyard.drivers.lab.storage.mounts import _check_mount_point, _unmount_in_node
 
 
+# Loop devices a node's cache may take: a node's share of the host's loop budget.
+MAX_DRIVES = 16
+
+
 def md_available() -> bool:
     """Whether the kernel offers md (software RAID): it shows /proc/mdstat when it does."""
     return Path("/proc/mdstat").exists()
@@ -48,8 +52,8 @@ def create_cache(stack: str, node_name: str, *, mount: str = "/mnt/cache", fs: s
         raise LabError(what, f"fs must be xfs or ext4, got {fs!r}")
     if raid not in ("raid0", "raid1", "raid10", "none"):
         raise LabError(what, f"raid must be raid0, raid1, raid10 or none, got {raid!r}")
-    if not isinstance(drives, int) or isinstance(drives, bool) or not 1 <= drives <= 16:
-        raise LabError(what, f"drives must be 1..16, got {drives!r}")
+    if not isinstance(drives, int) or isinstance(drives, bool) or not 1 <= drives <= MAX_DRIVES:
+        raise LabError(what, f"drives must be 1..{MAX_DRIVES}, got {drives!r}")
     # xfs refuses filesystems under 300 MB.
     if not isinstance(size_gib, (int, float)) or not 0.5 <= size_gib <= 64:
         raise LabError(what, f"size_gib must be 0.5..64 (sparse: only what is written takes disk), got {size_gib!r}")
