@@ -1,0 +1,130 @@
+"""SSH to servers Railyard did not make: the system ssh client, with the host key pinned or
+trusted on first use, the key from the stack's secret or from ssh-agent, and an optional jump
+host reached with the same checks.
+
+Nothing here reads ~/.ssh/config or the user's known_hosts: every connection is described by its
+Target alone (`-F /dev/null`), so what the stack says is what happens. A private key lives only for
+one connection, in a 0600 file in a 0700 directory; a host key learned on first use is returned,
+so the caller records it in state and later connections pin it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CONNECT_TIMEOUT_S = 10
+
+
+class SshError(Exception):
+    """A connection or a command failed; the message names the host."""
+
+
+class HostKeyMismatch(SshError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    """The planned node this host is (for messages)."""
+    address: str
+    user: str = "root"
+    port: int = 22
+    jump: str | None = None
+    """[user@]host[:port] of a jump host, reached with the same key and the same host-key rules."""
+    host_key: str | None = None
+    """`<type> <base64>` as a known_hosts line has it; None: trust on first use."""
+    jump_host_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+    host_key: str
+    """The host's key as this connection checked it (pinned, or learned now)."""
+
+
+def _host_pattern(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def _split_jump(jump: str) -> tuple[str, str, int]:
+    user, _, hostport = jump.rpartition("@")
+    host, _, port = hostport.partition(":")
+    return user, host, int(port or 22)
+
+
+def _options(known: Path, key_file: Path | None, strict: bool) -> list[str]:
+    out = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+           "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
+           "-o", f"StrictHostKeyChecking={'yes' if strict else 'accept-new'}", "-o", "LogLevel=ERROR",
+           "-o", "HashKnownHosts=no"]
+    if key_file is not None:
+        out += ["-i", str(key_file), "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none"]
+    return out
+
+
+def _learned(known: Path, pattern: str) -> str | None:
+    for line in known.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and pattern in fields[0].split(","):
+            return f"{fields[1]} {fields[2]}"
+    return None
+
+
+def run(target: Target, command: list[str] | str, *, private_key: str | None, input: str | None = None,
+        timeout: float = 120) -> Result:
+    """Run `command` on the host. private_key None: ssh-agent (SSH_AUTH_SOCK) holds the key.
+
+    Raises HostKeyMismatch when the host's key is not the pinned one, SshError when the host
+    cannot be reached or authenticated; a command that exits non-zero is a Result, not an error.
+    """
+    if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
+        raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
+    pattern = _host_pattern(target.address, target.port)
+    with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
+        known = Path(d) / "known_hosts"
+        lines = []
+        if target.host_key:
+            lines.append(f"{pattern} {target.host_key}")
+        if target.jump and target.jump_host_key:
+            _, jhost, jport = _split_jump(target.jump)
+            lines.append(f"{_host_pattern(jhost, jport)} {target.jump_host_key}")
+        known.write_text("".join(f"{line}\n" for line in lines))
+        key_file = None
+        if private_key is not None:
+            key_file = Path(d) / "id"
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(private_key if private_key.endswith("\n") else private_key + "\n")
+        argv = ["ssh", *_options(known, key_file, strict=bool(target.host_key)), "-p", str(target.port)]
+        if target.jump:
+            juser, jhost, jport = _split_jump(target.jump)
+            hop = ["ssh", *_options(known, key_file, strict=bool(target.jump_host_key)), "-p", str(jport),
+                   "-W", "%h:%p", f"{juser}@{jhost}" if juser else jhost]
+            argv += ["-o", f"ProxyCommand={shlex.join(hop)}"]
+        remote = command if isinstance(command, str) else shlex.join(command)
+        argv += [f"{target.user}@{target.address}", remote]
+        try:
+            proc = subprocess.run(argv, input=input, text=True, capture_output=True, timeout=timeout,
+                                  stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SshError(f"{target.name}: {target.address} did not answer within {timeout:g} s") from None
+        if proc.returncode == 255:
+            err = proc.stderr.strip()
+            if "host key verification failed" in err.lower() or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+                raise HostKeyMismatch(f"{target.name}: the host key of {target.address} is not the pinned one "
+                                      f"({(target.host_key or '').split(' ')[0]}); nothing was done there")
+            raise SshError(f"{target.name}: cannot reach {target.user}@{target.address}: "
+                           f"{err.splitlines()[-1] if err else 'ssh exited 255'}")
+        host_key = target.host_key or _learned(known, pattern)
+        if host_key is None:
+            raise SshError(f"{target.name}: ssh learned no host key for {target.address}")
+        return Result(proc.returncode, proc.stdout, proc.stderr, host_key)

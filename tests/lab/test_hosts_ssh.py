@@ -1,0 +1,73 @@
+"""The hosts driver's SSH, against a real lab node standing in for a server someone already has:
+reached only over SSH at its management address, its host key pinned or learned on first use, a
+wrong key refused before anything runs, and the model's own code run there from memory."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from railyard.drivers.hosts import remote
+from railyard.drivers.hosts.ssh import HostKeyMismatch, SshError, Target, run
+from railyard.drivers.lab import node
+
+from .conftest import keypair
+
+
+@pytest.fixture(scope="module")
+def server(stack_factory):
+    c = stack_factory("hosts", rails=2, spine=False)
+    c.create_fabric()
+    state = c.create_node("gpu-0", 0)
+    return c, state
+
+
+def _target(server, **kw) -> Target:
+    _, state = server
+    return Target(**{"name": "gpu-0", "address": state["mgmt_address"], "host_key": state["host_key"], **kw})
+
+
+def test_a_pinned_host_key_connects_and_runs_the_command(server):
+    c, state = server
+    result = run(_target(server), ["hostname"], private_key=c.key.read_text())
+    assert (result.rc, result.stdout.strip(), result.host_key) == (0, "gpu-0", state["host_key"])
+
+
+def test_a_host_key_not_the_pinned_one_is_refused_before_anything_runs(server, tmp_path):
+    c, _ = server
+    _, other = keypair(tmp_path)  # a well-formed key of another machine
+    marker = "/tmp/railyard-should-not-exist"
+    wrong = " ".join(other.split()[:2])
+    with pytest.raises(HostKeyMismatch, match="gpu-0: the host key of .* is not the pinned one"):
+        run(_target(server, host_key=wrong), ["touch", marker], private_key=c.key.read_text())
+    assert node.run_in_node(c.stack, "gpu-0", ["test", "-e", marker]).returncode != 0
+
+
+def test_trust_on_first_use_learns_the_hosts_own_key(server):
+    c, state = server
+    result = run(_target(server, host_key=None), ["true"], private_key=c.key.read_text())
+    assert result.host_key == state["host_key"]
+
+
+def test_an_agent_key_without_an_agent_and_an_unreachable_host_are_named(server, monkeypatch):
+    c, state = server
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    with pytest.raises(SshError, match="gpu-0: .*SSH_AUTH_SOCK"):
+        run(_target(server), ["true"], private_key=None)
+    # An address of the management network that no node has.
+    free = ".".join(state["mgmt_address"].split(".")[:3] + ["250"])
+    with pytest.raises(SshError, match=f"gpu-0: (cannot reach root@{free}|{free} did not answer)"):
+        run(_target(server, address=free), ["true"], private_key=c.key.read_text(), timeout=30)
+
+
+def test_the_models_code_runs_on_the_host_from_memory_and_leaves_nothing(server):
+    c, _ = server
+    before = node.run_in_node(c.stack, "gpu-0", ["ls", "-A", "/tmp", "/root"], check=True).stdout
+    answer, _ = remote.call(_target(server), ["railyard.model.pcie", "railyard.model.sysfs_discovery"],
+                            "railyard.model.sysfs_discovery:parse_cpulist", ["0-3,8"],
+                            private_key=c.key.read_text())
+    assert answer == [0, 1, 2, 3, 8]
+    assert node.run_in_node(c.stack, "gpu-0", ["ls", "-A", "/tmp", "/root"], check=True).stdout == before
+    with pytest.raises(SshError, match="gpu-0: .*no_such_function failed on"):
+        remote.call(_target(server), ["railyard.model.pcie"], "railyard.model.pcie:no_such_function",
+                    private_key=c.key.read_text())
