@@ -4,7 +4,6 @@ wrong key refused before anything runs, and the model's own code run there from 
 
 from __future__ import annotations
 
-
 import pytest
 
 from railyard.drivers.hosts import remote
