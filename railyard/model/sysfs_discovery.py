@@ -18,6 +18,11 @@ GPUs are the functions of a display class (0x0300xx, 0x0302xx), or, where the cl
 those bound to the nvidia driver; they are numbered GPU0.. in bus order, as nvidia-smi numbers
 them. NICs are the functions with an RDMA device (`infiniband/<name>`), named by it. SR-IOV virtual
 functions (those with a `physfn` link) are left out: enabling VFs must not change the topology.
+
+host_facts() adds the rest of a host's hardware to what discover() finds (NIC link layer, state,
+speed and MTU; NUMA nodes, CPUs, memory, hugepages, NVMe drives, the kernel command line) as one
+JSON-ready dict: what the hosts driver reads on each server (host_facts_main.py) and
+hardware_check.py compares with the pool's SKU.
 """
 
 from __future__ import annotations
@@ -340,3 +345,221 @@ def cpumask(text: str) -> str:
         if not mask:
             break
     return ",".join(reversed(words))
+
+
+# --------------------------------------------------------------------------------------------------
+# Host facts: everything a host's hardware check and drift report need, read once, as JSON.
+#
+# The hosts driver runs this on each server (host_facts_main.py bundles it into one stdlib-only
+# program for `python3 - `), prints it, and compares it with the pool's SKU on the controller
+# (railyard.model.hardware_check). A file that cannot be read is an unknown (None), never an
+# error: a kernel without the attribute, a reader who is not root, a lab tree that leaves it out.
+
+FACTS_VERSION = 1
+# sysfs hugepage counters, per size (/sys/kernel/mm/hugepages) and per NUMA node (fewer there).
+HUGEPAGE_COUNTERS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
+                     "nr_overcommit_hugepages")
+NODE_HUGEPAGE_COUNTERS = ("nr_hugepages", "free_hugepages", "surplus_hugepages")
+# Whole NVMe namespaces as /sys/block lists them; nvme0c0n1 (a multipath controller path) is not one.
+NVME_BLOCK = re.compile(r"^nvme\d+n\d+$")
+_IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+
+
+def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev") -> dict:
+    """A host's hardware as a JSON-ready dict (lists, dicts with string keys, str/int/None).
+
+    pci          {"functions": {bdf: {class, vendor, device, numa, driver, parent}}, "tree": [PcieNode
+                 as {id, kind, parent, numa}]}, the tree over the GPUs and NICs as discover() builds it
+    gpus         [{name, index, bdf, numa, local_cpulist, vendor, device, class, driver}]
+    nics         [{name, index, bdf, numa, local_cpulist, netdev, vendor, device, class, driver,
+                   port, link_layer, state, phys_state, rate, speed_gbps, operstate, carrier, mtu,
+                   net_speed_mbps, sriov_totalvfs, sriov_numvfs}]
+    numa_nodes   [{id, cpulist, memory_kb, hugepages}]
+    cpus         {count, model, online}       /proc/cpuinfo, /sys/devices/system/cpu/online
+    memory_kb    MemTotal of /proc/meminfo
+    hugepages    {"2048kB": {counter: int}}   /sys/kernel/mm/hugepages
+    nvme         [{name, size_bytes, model, numa, bdf}]   /sys/block/nvme*n*
+    kernel       {release, cmdline}
+    dev          {nvidia: [...], infiniband: [...]}  device nodes under dev_root
+    notes        what could not be read as a whole
+
+    pci, gpus and nics are None when the tree has no PCI bus; numa_nodes, hugepages and nvme are
+    None when their directory is missing ([] when it is there and empty). VFs are left out, as
+    discover() leaves them out, so enabling SR-IOV does not show as new hardware.
+    """
+    notes: list[str] = []
+    facts: dict = {"version": FACTS_VERSION}
+    try:
+        found: Discovery | None = discover(sysfs_root)
+    except (DiscoveryError, pcie.PcieError) as exc:
+        found = None
+        notes.append(str(exc))
+    if found is None:
+        facts.update(pci=None, gpus=None, nics=None)
+    else:
+        notes.extend(found.notes)
+        facts["pci"] = {
+            "functions": {f.bdf: _function_facts(f) for f in sorted(found.functions.values(), key=lambda f: f.bdf)
+                          if not f.is_vf},
+            "tree": [{"id": n.id, "kind": n.kind, "parent": n.parent, "numa": n.numa} for n in found.tree],
+        }
+        facts["gpus"] = [_gpu_facts(g, found.functions[g.bdf]) for g in found.gpus]
+        facts["nics"] = [_nic_facts(sysfs_root, n, found.functions[n.bdf]) for n in found.nics]
+    facts["numa_nodes"] = _numa_facts(sysfs_root)
+    facts["cpus"] = _cpu_facts(sysfs_root, procfs_root)
+    facts["memory_kb"] = _meminfo(read_attr(os.path.join(procfs_root, "meminfo"))).get("MemTotal")
+    facts["hugepages"] = _hugepages(os.path.join(sysfs_root, "kernel", "mm", "hugepages"), HUGEPAGE_COUNTERS)
+    facts["nvme"] = _nvme_facts(sysfs_root)
+    facts["kernel"] = {
+        "release": read_attr(os.path.join(procfs_root, "sys", "kernel", "osrelease")),
+        "cmdline": read_attr(os.path.join(procfs_root, "cmdline")),
+    }
+    facts["dev"] = _dev_facts(dev_root)
+    facts["notes"] = notes
+    return facts
+
+
+def _function_facts(f: PciFunction) -> dict:
+    return {"class": f.klass, "vendor": f.vendor, "device": f.device, "numa": f.numa, "driver": f.driver,
+            "parent": f.ancestors[-1] if f.ancestors else f.host_bridge}
+
+
+def _gpu_facts(g: Gpu, f: PciFunction) -> dict:
+    return {"name": g.name, "index": g.index, "bdf": g.bdf, "numa": g.numa, "local_cpulist": g.local_cpulist,
+            "vendor": f.vendor, "device": f.device, "class": f.klass, "driver": f.driver}
+
+
+def _after_colon(text: str | None) -> str | None:
+    """'4: ACTIVE' -> 'ACTIVE' (the IB port state files put the number first)."""
+    if text is None:
+        return None
+    return (text.split(":", 1)[1] if ":" in text else text).strip() or None
+
+
+def _number(x: float) -> int | float:
+    return int(x) if x == int(x) else x
+
+
+def _nic_facts(sysfs_root: str, n: Nic, f: PciFunction) -> dict:
+    ports_dir = os.path.join(sysfs_root, "class", "infiniband", n.name, "ports")
+    ports = sorted((p for p in _listdir(ports_dir) if p.isdigit()), key=int)
+    port = "1" if "1" in ports else (ports[0] if ports else None)
+    pdir = os.path.join(ports_dir, port) if port else None
+    link_layer = state = phys = rate = None
+    if pdir:
+        link_layer = read_attr(os.path.join(pdir, "link_layer"))
+        state = _after_colon(read_attr(os.path.join(pdir, "state")))
+        phys = _after_colon(read_attr(os.path.join(pdir, "phys_state")))
+        rate = read_attr(os.path.join(pdir, "rate")) or None
+    ndir = os.path.join(sysfs_root, "class", "net", n.netdev) if n.netdev else None
+    net_speed = _int(read_attr(os.path.join(ndir, "speed"))) if ndir else None
+    if net_speed is not None and net_speed <= 0:
+        net_speed = None  # the kernel shows -1 (or an error) when the link is down or the speed unknown
+    speed = None
+    m = _IB_RATE.match(rate or "")
+    if m:
+        speed = _number(float(m.group(1)))
+    elif net_speed is not None:
+        speed = _number(net_speed / 1000)
+    return {
+        "name": n.name, "index": n.index, "bdf": n.bdf, "numa": n.numa, "local_cpulist": n.local_cpulist,
+        "netdev": n.netdev, "vendor": n.vendor, "device": n.device, "class": n.klass, "driver": f.driver,
+        "port": int(port) if port else None,
+        "link_layer": link_layer.lower() if link_layer else None,
+        "state": state, "phys_state": phys, "rate": rate, "speed_gbps": speed,
+        "operstate": read_attr(os.path.join(ndir, "operstate")) if ndir else None,
+        "carrier": _int(read_attr(os.path.join(ndir, "carrier"))) if ndir else None,
+        "mtu": _int(read_attr(os.path.join(ndir, "mtu"))) if ndir else None,
+        "net_speed_mbps": net_speed,
+        "sriov_totalvfs": n.sriov_totalvfs, "sriov_numvfs": n.sriov_numvfs,
+    }
+
+
+def _meminfo(text: str | None) -> dict[str, int]:
+    """`Key: value kB` lines (of /proc/meminfo, or a node's meminfo with its `Node N ` prefix)."""
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = re.sub(r"^Node \d+ ", "", key.strip())
+        number = _int(value.split()[0]) if value.split() else None
+        if number is not None:
+            out[key] = number
+    return out
+
+
+def _hugepages(path: str, counters: tuple[str, ...]) -> dict | None:
+    if not os.path.isdir(path):
+        return None
+    out = {}
+    for entry in _listdir(path):
+        m = re.fullmatch(r"hugepages-(\d+kB)", entry)
+        if m:
+            out[m.group(1)] = {c: _int(read_attr(os.path.join(path, entry, c))) for c in counters}
+    return out
+
+
+def _numa_facts(sysfs_root: str) -> list | None:
+    node_dir = os.path.join(sysfs_root, "devices", "system", "node")
+    if not os.path.isdir(node_dir):
+        return None
+    out = []
+    for entry in _listdir(node_dir):
+        m = re.fullmatch(r"node(\d+)", entry)
+        if not m:
+            continue
+        d = os.path.join(node_dir, entry)
+        out.append({
+            "id": int(m.group(1)),
+            "cpulist": read_attr(os.path.join(d, "cpulist")),
+            "memory_kb": _meminfo(read_attr(os.path.join(d, "meminfo"))).get("MemTotal"),
+            "hugepages": _hugepages(os.path.join(d, "hugepages"), NODE_HUGEPAGE_COUNTERS),
+        })
+    return sorted(out, key=lambda n: n["id"])
+
+
+def _cpu_facts(sysfs_root: str, procfs_root: str) -> dict:
+    text = read_attr(os.path.join(procfs_root, "cpuinfo"))
+    count = model = None
+    if text is not None:
+        count = 0
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "processor":
+                count += 1
+            elif key == "model name" and model is None:
+                model = value.strip() or None
+    return {"count": count, "model": model,
+            "online": read_attr(os.path.join(sysfs_root, "devices", "system", "cpu", "online"))}
+
+
+def _nvme_facts(sysfs_root: str) -> list | None:
+    block = os.path.join(sysfs_root, "block")
+    if not os.path.isdir(block):
+        return None
+    out = []
+    for name in sorted((b for b in _listdir(block) if NVME_BLOCK.match(b)), key=_natural):
+        d = os.path.join(block, name)
+        sectors = _int(read_attr(os.path.join(d, "size")))  # always 512-byte units
+        ctrl = os.path.join(d, "device")  # the controller (nvme0), or the subsystem under multipath
+        numa = _int(read_attr(os.path.join(ctrl, "numa_node")))
+        if numa is None:
+            numa = _int(read_attr(os.path.join(ctrl, "device", "numa_node")))
+        bdf = read_attr(os.path.join(ctrl, "address"))  # the PCI address for the pcie transport
+        if not bdf or not BDF.match(bdf):
+            pci = os.path.basename(os.path.realpath(os.path.join(ctrl, "device")))
+            bdf = pci if BDF.match(pci) else None
+        out.append({"name": name, "size_bytes": None if sectors is None else sectors * 512,
+                    "model": read_attr(os.path.join(ctrl, "model")) or None,
+                    "numa": None if numa is None or numa < 0 else numa, "bdf": bdf})
+    return out
+
+
+def _dev_facts(dev_root: str) -> dict | None:
+    if not os.path.isdir(dev_root):
+        return None
+    ib = os.path.join(dev_root, "infiniband")
+    return {"nvidia": [n for n in _listdir(dev_root) if n.startswith("nvidia")],
+            "infiniband": _listdir(ib) if os.path.isdir(ib) else []}

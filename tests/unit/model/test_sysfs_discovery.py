@@ -139,3 +139,151 @@ def test_acs_control_is_read_from_the_extended_config_space(tmp_path):
     assert sysfs_discovery.acs_control(str(tmp_path)) & 1
     (tmp_path / "config").write_bytes(bytes(256))  # what a reader who is not root gets
     assert sysfs_discovery.acs_control(str(tmp_path)) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# host_facts: the whole host as JSON, and the standalone program that prints it on a host
+
+
+def _hw_facts(root: Path) -> dict:
+    return sysfs_discovery.host_facts(str(root / "sys"), str(root / "proc"), str(root / "dev"))
+
+
+def _put(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        os.chmod(path, 0o644)
+    path.write_text(text + "\n")
+
+
+def test_host_facts_read_the_kernels_own_formats(tmp_path):
+    """What the lab tree leaves out is written here as the kernel writes it on a host."""
+    hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tmp_path)
+    port = "sys/class/infiniband/mlx5_0/ports/1"
+    _put(tmp_path, f"{port}/state", "4: ACTIVE")
+    _put(tmp_path, f"{port}/phys_state", "5: LinkUp")
+    _put(tmp_path, f"{port}/rate", "400 Gb/sec (4X NDR)")
+    _put(tmp_path, f"{port}/link_layer", "InfiniBand")
+    for name, text in {"mtu": "4092", "operstate": "up", "carrier": "1", "speed": "400000"}.items():
+        _put(tmp_path, f"sys/class/net/ibp24s0/{name}", text)
+    _put(tmp_path, "sys/class/net/ibp64s0/speed", "-1")  # what a down link shows
+    _put(tmp_path, "sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:       1056561788 kB\n"
+                                                            "Node 1 HugePages_Total:     0")
+    _put(tmp_path, "sys/block/nvme0n1/size", "7501476528")
+    _put(tmp_path, "sys/block/nvme0n1/device/model", "SAMSUNG MZQL23T8HCLS-00A07")
+    _put(tmp_path, "sys/block/nvme0n1/device/numa_node", "1")
+    _put(tmp_path, "sys/block/nvme0n1/device/address", "0000:d4:00.0")
+    _put(tmp_path, "sys/block/nvme0c0n1/size", "7501476528")  # a multipath path, not a drive
+    _put(tmp_path, "sys/devices/system/cpu/online", "0-223")
+    _put(tmp_path, "proc/cpuinfo", "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n\n"
+                                   "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n")
+    _put(tmp_path, "proc/sys/kernel/osrelease", "5.15.0-91-generic")
+    _put(tmp_path, "proc/cmdline", "BOOT_IMAGE=/vmlinuz ro iommu=pt")
+    (tmp_path / "dev/infiniband").mkdir(parents=True)
+    (tmp_path / "dev/infiniband/uverbs0").touch()
+    (tmp_path / "dev/nvidia0").touch()
+
+    facts = _hw_facts(tmp_path)
+    assert json.loads(json.dumps(facts)) == facts
+    nic = {n["name"]: n for n in facts["nics"]}
+    assert {k: nic["mlx5_0"][k] for k in ("state", "phys_state", "rate", "speed_gbps", "link_layer", "mtu",
+                                           "operstate", "carrier", "net_speed_mbps", "port", "netdev", "bdf")} == {
+        "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "speed_gbps": 400,
+        "link_layer": "infiniband", "mtu": 4092, "operstate": "up", "carrier": 1, "net_speed_mbps": 400000,
+        "port": 1, "netdev": "ibp24s0", "bdf": "0000:18:00.0"}
+    assert nic["mlx5_3"]["net_speed_mbps"] is None and nic["mlx5_3"]["speed_gbps"] is None
+    assert nic["mlx5_4"]["state"] is None and nic["mlx5_4"]["mtu"] is None, "the lab tree has neither"
+    assert [g["name"] for g in facts["gpus"]] == [f"GPU{i}" for i in range(8)]
+    assert all(g["device"] == "0x2330" and g["driver"] == "nvidia" for g in facts["gpus"])
+    assert facts["numa_nodes"][1]["memory_kb"] == 1056561788 and facts["numa_nodes"][0]["memory_kb"] is None
+    assert facts["numa_nodes"][0]["hugepages"]["2048kB"] == {"nr_hugepages": 0, "free_hugepages": 0,
+                                                             "surplus_hugepages": 0}
+    assert facts["hugepages"]["1048576kB"]["nr_overcommit_hugepages"] == 0
+    assert facts["nvme"] == [{"name": "nvme0n1", "size_bytes": 7501476528 * 512,
+                              "model": "SAMSUNG MZQL23T8HCLS-00A07", "numa": 1, "bdf": "0000:d4:00.0"}]
+    assert facts["cpus"] == {"count": 2, "model": "Intel(R) Xeon(R) Platinum 8480C", "online": "0-223"}
+    assert facts["memory_kb"] == 2048 * 2**20
+    assert facts["kernel"] == {"release": "5.15.0-91-generic", "cmdline": "BOOT_IMAGE=/vmlinuz ro iommu=pt"}
+    assert facts["dev"] == {"nvidia": ["nvidia0"], "infiniband": ["uverbs0"]}
+    tree = {n["id"]: n for n in facts["pci"]["tree"]}
+    assert tree["GPU0"]["kind"] == "endpoint" and tree["mlx5_0"]["parent"] in facts["pci"]["functions"]
+    assert facts["pci"]["functions"]["0000:18:00.0"]["driver"] == "mlx5_core"
+
+
+def test_host_facts_of_the_lab_tree_leave_unknown_what_it_does_not_write(trees):
+    facts = _hw_facts(trees["dgx-h100"])
+    assert all(n[k] is None for n in facts["nics"] for k in ("link_layer", "state", "rate", "mtu", "operstate"))
+    assert facts["nvme"] is None and facts["cpus"] == {"count": None, "model": None, "online": None}
+    assert facts["kernel"] == {"release": None, "cmdline": ""} and facts["dev"] is None
+
+
+def test_host_facts_of_an_empty_tree_are_unknowns_not_errors(tmp_path):
+    facts = _hw_facts(tmp_path)
+    assert {k: v for k, v in facts.items() if k not in ("version", "notes", "cpus", "kernel")} == {
+        "pci": None, "gpus": None, "nics": None, "numa_nodes": None, "memory_kb": None,
+        "hugepages": None, "nvme": None, "dev": None}
+    assert facts["cpus"] == {"count": None, "model": None, "online": None}
+    assert "not a sysfs tree" in facts["notes"][0]
+
+
+def test_host_facts_leave_out_virtual_functions(trees, tmp_path):
+    import shutil
+
+    root = tmp_path / "h100"
+    shutil.copytree(trees["dgx-h100"], root, symlinks=True)
+    before = _hw_facts(root)
+    pf = Path(os.path.realpath(root / "sys/bus/pci/devices/0000:18:00.0"))
+    vf = pf.parent / "0000:18:00.2"
+    (vf / "infiniband/mlx5_12").mkdir(parents=True)
+    (vf / "class").write_text("0x020700\n")
+    (vf / "physfn").symlink_to("../0000:18:00.0")
+    (root / "sys/bus/pci/devices/0000:18:00.2").symlink_to(os.path.relpath(vf, root / "sys/bus/pci/devices"))
+    assert _hw_facts(root) == before
+
+
+def test_host_facts_of_this_machine_are_json_whatever_it_has():
+    facts = sysfs_discovery.host_facts()
+    assert json.loads(json.dumps(facts)) == facts
+
+
+def test_the_host_program_runs_standalone_and_prints_host_facts(trees, tmp_path):
+    """`python3 -I -S -` with the program on stdin: no railyard, no site-packages, no current
+    directory on the path; what it prints is host_facts() of the same roots."""
+    import subprocess
+
+    from railyard.model import host_facts_main
+
+    root = trees["dgx-h100"]
+    roots = ["--sysfs", str(root / "sys"), "--procfs", str(root / "proc"), "--dev", str(root / "dev")]
+    isolated = [sys.executable, "-I", "-S"]
+    bare = subprocess.run(isolated + ["-c", "import railyard"], cwd=tmp_path, env={}, capture_output=True)
+    assert bare.returncode != 0, "railyard must not be importable where the program is tested"
+    run = subprocess.run(isolated + ["-"], input=host_facts_main.program(roots), cwd=tmp_path, env={},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == _hw_facts(root)
+    assert list(tmp_path.iterdir()) == [], "the program writes nothing"
+
+
+def test_host_facts_main_prints_the_same_json_in_process(trees, capsys):
+    from railyard.model import host_facts_main
+
+    root = trees["dgx-h100"]
+    assert host_facts_main.main(["--sysfs", str(root / "sys"), "--procfs", str(root / "proc"),
+                                 "--dev", str(root / "dev")]) == 0
+    assert json.loads(capsys.readouterr().out) == _hw_facts(root)
+
+
+@pytest.mark.parametrize("module", ["host_facts_main", "sysfs_discovery", "pcie"])
+def test_the_host_program_is_python_3_7_and_stdlib_only(module):
+    path = Path(__file__).resolve().parents[3] / "railyard/model" / f"{module}.py"
+    tree = ast.parse(path.read_text(), feature_version=(3, 7))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            assert top in sys.stdlib_module_names or node.module in ("railyard.model", "ansible.module_utils"), \
+                f"{module}.py imports {node.module}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                assert a.name.split(".")[0] in sys.stdlib_module_names, f"{module}.py imports {a.name}"
