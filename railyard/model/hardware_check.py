@@ -1,7 +1,7 @@
 """A host's hardware facts against its pool's catalog SKU, and drift between two discoveries.
 
 The hosts driver reads each server with sysfs_discovery.host_facts (run there by
-host_facts_main.program()) and, before anything is changed, compares the facts with the SKU the
+railyard.model.bundle) and, before anything is changed, compares the facts with the SKU the
 pool names. Every difference is a Mismatch that names the host and says what differs, in the
 words an operator would use:
 

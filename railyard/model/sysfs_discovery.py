@@ -21,7 +21,7 @@ functions (those with a `physfn` link) are left out: enabling VFs must not chang
 
 host_facts() adds the rest of a host's hardware to what discover() finds (NIC link layer, state,
 speed and MTU; NUMA nodes, CPUs, memory, hugepages, NVMe drives, the kernel command line) as one
-JSON-ready dict: what the hosts driver reads on each server (host_facts_main.py) and
+JSON-ready dict: what the hosts driver reads on each server (railyard.model.bundle) and
 hardware_check.py compares with the pool's SKU.
 """
 
@@ -350,8 +350,8 @@ def cpumask(text: str) -> str:
 # --------------------------------------------------------------------------------------------------
 # Host facts: everything a host's hardware check and drift report need, read once, as JSON.
 #
-# The hosts driver runs this on each server (host_facts_main.py bundles it into one stdlib-only
-# program for `python3 - `), prints it, and compares it with the pool's SKU on the controller
+# The hosts driver runs this on each server (railyard.model.bundle carries it in one stdlib-only
+# program for `python3 -I -S -`), prints it, and compares it with the pool's SKU on the controller
 # (railyard.model.hardware_check). A file that cannot be read is an unknown (None), never an
 # error: a kernel without the attribute, a reader who is not root, a lab tree that leaves it out.
 
