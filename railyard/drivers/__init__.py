@@ -70,6 +70,11 @@ DRIVERS: dict[str, DriverEntry] = {
                             playground=True),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
         tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
+    # Existing servers over SSH: railyard:hosts is validated (the hosts, their keys, the reboot
+    # budget); the resources that reach the hosts are not written yet, so `up` stops with a message.
+    "hosts": DriverEntry(
+        "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors"),
+        implementation=None, rules="railyard.drivers.hosts.rules"),
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.
     "coreweave": DriverEntry(

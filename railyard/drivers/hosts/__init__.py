@@ -1,0 +1,18 @@
+"""The hosts driver: servers that already exist, reached over SSH.
+
+A stack lists each pool's servers under `railyard:hosts` (or names an Ansible inventory file per
+pool); the plan's node `<pool>-<i>` is the pool's i-th host. The hosts keep the addresses they have
+on the management network; the plan's other networks (storage, compute rails) are what tuning
+gives them. Boot-time settings are applied with a rolling reboot inside a budget per pool.
+
+    config     the frozen dataclasses the `railyard:hosts` section is parsed into (HostsConfig)
+    inventory  reading an Ansible inventory file (YAML or INI) without an Ansible runtime
+    rules      KEYS and parse(section, spec): the driver's DriverRules (Pulumi-free)
+    ssh        one SSH connection to a host, its key pinned or trusted on first use
+    remote     the model's own modules run on a host over SSH, nothing copied there
+
+Validation never opens a network connection: a DNS name is checked for its form only, and a host
+key is pinned from the stack or trusted on first use, never fetched here. The Pulumi resources
+that reach the hosts are not written yet (the registry's entry has no implementation), so `up`
+on a hosts stack stops before anything is touched.
+"""

@@ -1,0 +1,151 @@
+"""What a stack's `railyard:hosts` section means: frozen dataclasses, made by rules.parse.
+
+Pulumi-free. The hosts' addresses here are their own, on the network they already are on; the
+plan's management addresses are not theirs (docs/stack-reference.md, `railyard:hosts`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from railyard.model.spec import Secret
+
+HOST_KEY_MODES = ("pinned", "trust-on-first-use")
+DEFAULT_USER = "root"
+DEFAULT_PORT = 22
+DEFAULT_REBOOT_COMMAND = "systemctl reboot"
+DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
+
+SSH_AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class JumpHost:
+    """The host SSH goes through first (OpenSSH's ProxyJump), written `[user@]address[:port]`."""
+
+    address: str
+    user: str | None = None
+    """None: ssh's default, the local user name."""
+    port: int = DEFAULT_PORT
+    host_keys: tuple[str, ...] = ()
+    """Its pinned keys (`<type> <base64>`, from railyard:hosts.knownHosts); empty: trusted on
+    first use (only where hostKeys is trust-on-first-use)."""
+
+    def __str__(self) -> str:
+        address = f"[{self.address}]" if ":" in self.address and self.port != DEFAULT_PORT else self.address
+        return (f"{self.user}@" if self.user else "") + address + (
+            f":{self.port}" if self.port != DEFAULT_PORT else "")
+
+
+@dataclass(frozen=True)
+class Host:
+    """One existing server: how SSH reaches it, and the host keys it must present."""
+
+    address: str
+    """Its management address as listed (an IPv4 or IPv6 address, or a DNS name): where SSH and
+    tuning reach it. Not the plan's management address."""
+    user: str = DEFAULT_USER
+    port: int = DEFAULT_PORT
+    jump_host: JumpHost | None = None
+    host_keys: tuple[str, ...] = ()
+    """Pinned public keys, each `<type> <base64>` (a known_hosts key, without host names or
+    comment). Empty: trusted on first use (only where hostKeys is trust-on-first-use)."""
+    name: str | None = None
+    """Its name in the Ansible inventory it came from (inventory_hostname); None when listed."""
+    where: str = ""
+    """Where it was given, for messages: a config path, or `<inventory file>:<line>`."""
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.host_keys)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many hosts of a pool may be down at once in a rolling reboot (`maxUnavailable`):
+    a number of hosts, or a percentage of the pool."""
+
+    hosts: int | None = 1
+    percent: int | None = None
+
+    def of(self, count: int) -> int:
+        """Hosts at a time for a pool of `count`: a percentage rounds down, but never below 1,
+        so a small pool still makes progress."""
+        if self.percent is not None:
+            return max(1, math.floor(count * self.percent / 100))
+        return min(self.hosts or 1, max(count, 1))
+
+    def __str__(self) -> str:
+        return f"{self.percent}%" if self.percent is not None else str(self.hosts)
+
+
+@dataclass(frozen=True)
+class Reboot:
+    """How boot-time settings (kernel command line, IOMMU, hugepages at boot) take effect."""
+
+    command: str = DEFAULT_REBOOT_COMMAND
+    timeout_seconds: int = DEFAULT_REBOOT_TIMEOUT_SECONDS
+    """How long a host may take to come back and answer SSH before the reboot counts as failed."""
+    max_unavailable: Budget = Budget()
+    """The default budget of every pool (a pool may set its own)."""
+
+
+@dataclass(frozen=True)
+class PoolHosts:
+    """The hosts of one node pool, in node order: node `<pool>-<i>` is hosts[i]."""
+
+    pool: str
+    hosts: tuple[Host, ...]
+    max_unavailable: Budget = Budget()
+    inventory: Path | None = None
+    """The Ansible inventory file they were read from (resolved), or None when listed."""
+    group: str | None = None
+    """The inventory group they are, or None when listed."""
+
+    @property
+    def reboot_budget(self) -> int:
+        """Hosts of this pool rebooted at once."""
+        return self.max_unavailable.of(len(self.hosts))
+
+
+@dataclass(frozen=True)
+class HostsConfig:
+    """The `railyard:hosts` section: Spec.driver_config of a hosts stack."""
+
+    ssh_key: Secret | Literal["agent"]
+    """The private key as a Pulumi secret (ciphertext only; never opened here), or "agent": the
+    key is the one ssh-agent holds (SSH_AUTH_SOCK) where Railyard runs."""
+    host_key_mode: str
+    """"pinned": every host has a pinned key; "trust-on-first-use": a host without one is trusted
+    at its first connection and its key recorded in the stack's state."""
+    reboot: Reboot
+    pools: tuple[PoolHosts, ...]
+
+    @property
+    def uses_agent(self) -> bool:
+        return self.ssh_key == SSH_AGENT
+
+    def pool(self, name: str) -> PoolHosts:
+        for p in self.pools:
+            if p.pool == name:
+                return p
+        raise KeyError(f"no hosts for pool {name!r}; pools: {', '.join(p.pool for p in self.pools)}")
+
+    def hosts_of(self, pool: str) -> tuple[Host, ...]:
+        """The pool's hosts in node order."""
+        return self.pool(pool).hosts
+
+    def host(self, pool: str, index: int) -> Host:
+        """The host of node `<pool>-<index>`."""
+        hosts = self.hosts_of(pool)
+        if not 0 <= index < len(hosts):
+            raise KeyError(f"pool {pool!r} has {len(hosts)} hosts; no node {pool}-{index}")
+        return hosts[index]
+
+    @property
+    def hosts(self) -> tuple[Host, ...]:
+        """Every host, pool by pool."""
+        return tuple(h for p in self.pools for h in p.hosts)

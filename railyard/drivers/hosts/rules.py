@@ -1,0 +1,656 @@
+"""The hosts driver's rules for a stack file: its `railyard:hosts` keys, and what they must say
+before any host is touched.
+
+Pulumi-free: the spec parser (through railyard.stack) and the CLI read it. `parse(section, spec)`
+returns the HostsConfig (config.py) and every problem at once, each naming its config path (and,
+for a host read from an inventory file, the file and line). Nothing here opens a network
+connection: a DNS name is checked for its form, a host key for its encoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import hashlib
+import hmac
+import ipaddress
+import re
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from railyard.drivers.hosts import inventory as inventory_file
+from railyard.drivers.hosts.config import (
+    DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES, SSH_AGENT,
+    Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
+)
+from railyard.model.errors import Problem
+from railyard.model.spec import Secret
+
+P = "railyard:hosts"
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "": ("user", "port", "jumpHost", "sshKey", "hostKeys", "knownHosts", "reboot", "pools"),
+    "reboot": ("command", "timeoutSeconds", "maxUnavailable"),
+    "pools.<pool>": ("inventory", "group", "hosts", "maxUnavailable"),
+    "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey"),
+}
+
+# Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
+KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+
+_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+# A login name: no whitespace, no ':' and never a leading '-' (it would read as an ssh option).
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
+_PERCENT = re.compile(r"^([0-9]+)%$")
+_PROXY_JUMP = re.compile(r"(?:-o\s*ProxyJump[= ]\s*|-J\s*)([^\s'\"]+)")
+
+
+def _show(value: Any) -> str:
+    """A value as a problem shows it (a secret never)."""
+    if _is_secret(value):
+        return "a secret (not shown)"
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+
+
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
+    if not isinstance(word, str):
+        return ""
+    norm = {c.lower().replace("_", "").replace("-", ""): c for c in choices}
+    close = norm.get(word.lower().replace("_", "").replace("-", ""))
+    if close is None:
+        found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+        close = found[0] if found else None
+    return f"did you mean {close}?" if close else ""
+
+
+def address_kind(text: str) -> str | None:
+    """"ipv4", "ipv6" or "dns" for a valid host address, None otherwise (its form only: no lookup)."""
+    try:
+        return "ipv4" if ipaddress.ip_address(text).version == 4 else "ipv6"
+    except ValueError:
+        pass
+    name = text[:-1] if text.endswith(".") else text
+    labels = name.lower().split(".")
+    if not name or len(name) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # 192.0.2.300 is a mistyped address, not a name
+    return "dns"
+
+
+def canonical(address: str) -> str:
+    """The form two spellings of one address share (`2001:DB8::01` and `2001:db8::1`, `A.example.`)."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower().rstrip(".")
+
+
+def key_problem(line: str) -> str | None:
+    """Why `line` is not a host key `<type> <base64> [comment]`, or None."""
+    parts = line.split()
+    if len(parts) < 2:
+        return "not `<type> <base64>`"
+    kind, blob = parts[0], parts[1]
+    if kind not in KEY_TYPES and blob in KEY_TYPES:
+        return f"{kind!r} in front is a host name; a host key is `<type> <base64>` alone"
+    if kind not in KEY_TYPES:
+        return f"key type {kind!r} is not a host key type"
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return "the key is not base64"
+    # The SSH wire form begins with its own type name: a key pasted under the wrong type fails here.
+    if len(raw) < 4:
+        return "the key is too short"
+    (n,) = struct.unpack(">I", raw[:4])
+    if raw[4:4 + n] != kind.encode():
+        return f"the key's encoding does not begin with its type {kind!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class KnownHost:
+    """One line of railyard:hosts.knownHosts: the host names it pins, and its key."""
+
+    patterns: tuple[str, ...]
+    key: str
+    where: str
+
+    def matches(self, address: str, port: int) -> bool:
+        name = canonical(address)
+        written = name if port == DEFAULT_PORT else f"[{name}]:{port}"
+        for pattern in self.patterns:
+            if pattern.startswith("|1|"):
+                try:
+                    _, _, salt, digest = pattern.split("|")
+                    mac = hmac.new(base64.b64decode(salt), written.encode(), hashlib.sha1).digest()
+                except (ValueError, binascii.Error):
+                    continue
+                if hmac.compare_digest(base64.b64encode(mac).decode(), digest):
+                    return True
+                continue
+            m = re.fullmatch(r"\[([^\]]+)\]:([0-9]+)", pattern)
+            host, at = (m.group(1), int(m.group(2))) if m else (pattern, DEFAULT_PORT)
+            if at == port and canonical(host) == name:
+                return True
+        return False
+
+
+class _Reader:
+    """The section's readers: each returns None (and records why) when a value cannot be used."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
+        self.problems.append(Problem(path, found, allowed, hint))
+
+    def mapping(self, value: Any, path: str, keys: Sequence[str]) -> dict | None:
+        if value is None:
+            return {}
+        if _is_secret(value) or not isinstance(value, dict):
+            self.problem(path, _show(value), f"a mapping with keys {', '.join(keys)}")
+            return None
+        for key in value:
+            if key not in keys:
+                self.problem(f"{path}.{key}", "an unknown key", "one of " + ", ".join(keys), _did_you_mean(key, keys))
+        return value
+
+    def plain(self, m: Mapping, key: str, path: str, allowed: str) -> Any:
+        """The value under key (None when absent or empty); a secret is refused unshown."""
+        value = m.get(key)
+        if _is_secret(value):
+            self.problem(path, _show(value), allowed, f"only {P}.sshKey may be a secret here")
+            return None
+        return value
+
+    def string(self, m: Mapping, key: str, path: str, allowed: str) -> str | None:
+        value = self.plain(m, key, path, allowed)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            self.problem(path, _show(value), allowed)
+            return None
+        return value.strip()
+
+    def integer(self, m: Mapping, key: str, path: str, lo: int, hi: int | None = None) -> int | None:
+        allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
+        value = self.plain(m, key, path, allowed)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+            hint = "write the number without quotes" if isinstance(value, str) and value.strip().isdigit() else ""
+            self.problem(path, _show(value), allowed, hint)
+            return None
+        return value
+
+    def user(self, m: Mapping, key: str, path: str) -> str | None:
+        allowed = "a login name: letters, digits, '_', '.', '-', '@', not starting with '-'"
+        value = self.string(m, key, path, allowed)
+        if value is not None and not _USER.match(value):
+            self.problem(path, _show(value), allowed)
+            return None
+        return value
+
+    def address(self, value: Any, path: str, allowed: str = "an IPv4 or IPv6 address, or a DNS name") -> str | None:
+        if not isinstance(value, str) or address_kind(value.strip()) is None:
+            hint = ""
+            if isinstance(value, str) and re.fullmatch(r"[0-9.]+", value.strip()):
+                hint = "each of an IPv4 address's four numbers is 0-255"
+            elif isinstance(value, str) and ("@" in value or re.search(r":[0-9]+$", value.strip())):
+                hint = "give the user in user: and the port in port:"
+            self.problem(path, _show(value), allowed, hint)
+            return None
+        return value.strip()
+
+    def jump_host(self, value: Any, path: str) -> JumpHost | None:
+        allowed = "[user@]address[:port], e.g. admin@bastion.example.net or admin@[2001:db8::1]:2222"
+        if value is None:
+            return None
+        if _is_secret(value) or not isinstance(value, str) or not value.strip():
+            self.problem(path, _show(value), allowed)
+            return None
+        text = value.strip()
+        user, _, rest = text.rpartition("@")
+        port = DEFAULT_PORT
+        m = re.fullmatch(r"\[([^\]]+)\](?::([0-9]+))?", rest)
+        if m:
+            rest, port_text = m.group(1), m.group(2)
+        elif rest.count(":") == 1:
+            rest, port_text = rest.split(":")
+        else:
+            port_text = None
+        if port_text is not None:
+            port = int(port_text) if port_text.isdigit() else 0
+        if (user and not _USER.match(user)) or address_kind(rest) is None or not 1 <= port <= 65535:
+            self.problem(path, _show(value), allowed)
+            return None
+        return JumpHost(rest, user or None, port)
+
+    def ssh_key(self, m: Mapping) -> Any:
+        path = f"{P}.sshKey"
+        allowed = f"a Pulumi secret (the private key), or {SSH_AGENT!r} (the key ssh-agent holds)"
+        set_it = f"pulumi config set --secret --path hosts.sshKey < ~/.ssh/id_ed25519, or sshKey: {SSH_AGENT}"
+        raw = m.get("sshKey")
+        if _is_secret(raw):
+            if not isinstance(raw["secure"], str) or not raw["secure"]:
+                self.problem(path, "a secret with no ciphertext", allowed, set_it)
+                return None
+            return Secret(raw["secure"])
+        if raw is None or raw == "":
+            self.problem(path, "nothing (the key is missing)", allowed,
+                         f"this key is required: {set_it}")
+            return None
+        if raw == SSH_AGENT:
+            return SSH_AGENT
+        if isinstance(raw, str):
+            if raw.strip().lower() in ("ssh-agent", "agent", "sshagent"):
+                self.problem(path, _show(raw), allowed, f"write {SSH_AGENT}")
+            else:
+                # Never echo it: a plain value here may be a private key written in the clear.
+                self.problem(path, "a plain-text value (not shown)", allowed,
+                             f"{set_it}; if it was a private key, replace it: it was written in the clear")
+            return None
+        self.problem(path, _show(raw), allowed, set_it)
+        return None
+
+    def budget(self, m: Mapping, key: str, path: str) -> Budget | None:
+        allowed = "an integer >= 1 (hosts), or a percentage of the pool '1%'..'100%'"
+        value = self.plain(m, key, path, allowed)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value >= 1:
+                return Budget(hosts=value)
+        elif isinstance(value, str):
+            pm = _PERCENT.fullmatch(value.strip())
+            if pm and 1 <= int(pm.group(1)) <= 100:
+                return Budget(hosts=None, percent=int(pm.group(1)))
+        zero = value in (0, "0", "0%") and not isinstance(value, bool)
+        hint = ("a budget of 0 would reboot no host and never finish; 1 reboots one host at a time" if zero
+                else "write the number without quotes" if isinstance(value, str) and value.strip().isdigit() else "")
+        self.problem(path, _show(value), allowed, hint)
+        return None
+
+    def known_hosts(self, m: Mapping) -> list[KnownHost]:
+        path = f"{P}.knownHosts"
+        allowed = "known_hosts lines `<host>[,<host>...] <type> <base64>` (a list, or one line each in a block)"
+        value = self.plain(m, "knownHosts", path, allowed)
+        if value is None:
+            return []
+        if isinstance(value, str):
+            lines = [(f"{path} line {i}", ln) for i, ln in enumerate(value.splitlines(), 1)]
+        elif isinstance(value, list):
+            lines = [(f"{path}[{i}]", ln) for i, ln in enumerate(value)]
+        else:
+            self.problem(path, _show(value), allowed)
+            return []
+        out = []
+        for where, line in lines:
+            if not isinstance(line, str):
+                self.problem(where, _show(line), allowed)
+                continue
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            parts = text.split()
+            if parts[0].startswith("@"):
+                self.problem(where, _show(text), allowed, f"{parts[0]} lines are not read here; pin each host's key")
+                continue
+            why = key_problem(" ".join(parts[1:])) if len(parts) >= 3 else "not `<host> <type> <base64>`"
+            patterns = tuple(parts[0].split(","))
+            if why is None and any(c in parts[0] for c in "*?!"):
+                why = "a pattern (*, ?, !) pins no particular host"
+            if why is None:
+                for pattern in patterns:
+                    bare = re.fullmatch(r"\[([^\]]+)\]:[0-9]+", pattern)
+                    if not pattern.startswith("|1|") and address_kind(bare.group(1) if bare else pattern) is None:
+                        why = f"{pattern!r} is not a host address"
+            if why is not None:
+                self.problem(where, _show(text), allowed, why)
+                continue
+            out.append(KnownHost(patterns, f"{parts[1]} {parts[2]}", where))
+        return out
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    user: str
+    port: int
+    jump_host: JumpHost | None
+    known: tuple[KnownHost, ...]
+    budget: Budget
+
+    def pinned_jump(self, jump: JumpHost | None) -> JumpHost | None:
+        return _pin_jump(self.known, jump)
+
+
+def _pin_jump(known: Sequence[KnownHost], jump: JumpHost | None) -> JumpHost | None:
+    """The jump host with the keys knownHosts pins for it."""
+    if jump is None:
+        return None
+    return replace(jump, host_keys=tuple(k.key for k in known if k.matches(jump.address, jump.port)))
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A host as the cross-host rules see it: its pool, the config path a problem about it names
+    (`...hosts[3]`, or `...inventory` for an inventory's host), and its place for a person."""
+
+    host: Host
+    pool: str
+    path: str
+    place: str
+    key_refused: bool = False
+    """Its hostKey was given and refused already: not reported again as missing."""
+    jump_path: str = f"{P}.jumpHost"
+    """Where its jump host was given (the section's default, its own jumpHost, or the inventory)."""
+
+    def at(self, key: str) -> str:
+        """The path of one of its keys (an inventory's host: the inventory key)."""
+        return f"{self.path}.{key}" if self.host.name is None else self.path
+
+    @property
+    def shown(self) -> str:
+        return _show(self.host.address) + (f" ({self.place})" if self.host.name is not None else "")
+
+
+def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfig | None, list[Problem]]:
+    """The HostsConfig of a stack's `railyard:hosts` and its problems (config None when there are any).
+
+    root: where a relative inventory path starts (default: the project root, where Pulumi.yaml is
+    and Pulumi runs the program).
+    """
+    r = _Reader()
+    s = section if isinstance(section, dict) else {}
+    user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
+    port = r.integer(s, "port", f"{P}.port", 1, 65535) or DEFAULT_PORT
+    jump = r.jump_host(s.get("jumpHost"), f"{P}.jumpHost")
+    ssh_key = r.ssh_key(s)
+    modes = "one of " + ", ".join(HOST_KEY_MODES)
+    # A mode that cannot be read is reported once; no host is then told it lacks a key.
+    mode: str | None = "pinned" if s.get("hostKeys") is None else r.string(s, "hostKeys", f"{P}.hostKeys", modes)
+    if mode is not None and mode not in HOST_KEY_MODES:
+        hint = "write trust-on-first-use" if mode.lower() in ("tofu", "trust", "trust-on-first-connect") \
+            else _did_you_mean(mode, HOST_KEY_MODES)
+        r.problem(f"{P}.hostKeys", _show(mode), modes, hint)
+        mode = None
+    known = tuple(r.known_hosts(s))
+    jump = _pin_jump(known, jump)
+
+    rpath = f"{P}.reboot"
+    rm = r.mapping(s.get("reboot"), rpath, KEYS["reboot"]) or {}
+    command = r.string(rm, "command", f"{rpath}.command", "a command line") or DEFAULT_REBOOT_COMMAND
+    if "\n" in command:
+        r.problem(f"{rpath}.command", _show(command), "one command line", "chain commands with && on one line")
+    timeout = r.integer(rm, "timeoutSeconds", f"{rpath}.timeoutSeconds", 1) or DEFAULT_REBOOT_TIMEOUT_SECONDS
+    budget = r.budget(rm, "maxUnavailable", f"{rpath}.maxUnavailable") or Budget()
+    reboot = Reboot(command=command, timeout_seconds=timeout, max_unavailable=budget)
+
+    pools, entries = _pools(r, s, spec, root, _Defaults(user, port, jump, known, budget))
+    _check_unique(r, entries)
+    _check_management(r, entries, spec)
+    _check_object_store(r, spec)
+    if mode == "pinned":
+        told: set[tuple[str, str]] = set()
+        for e in entries:
+            j = e.host.jump_host
+            if j is not None and not j.host_keys and (e.jump_path, str(j)) not in told:
+                told.add((e.jump_path, str(j)))
+                r.problem(e.jump_path, f"no host key for the jump host {j.address}"
+                          + (f" ({e.place})" if e.host.name is not None else ""),
+                          f"a {P}.knownHosts line for {j.address}" + (f" port {j.port}" if j.port != 22 else ""),
+                          f"{P}.hostKeys is pinned, for jump hosts too; or set hostKeys: trust-on-first-use")
+            if not e.host.pinned and not e.key_refused:
+                r.problem(e.at("hostKey"), f"no host key for {e.host.address}"
+                          + (f" ({e.place})" if e.host.name is not None else ""),
+                          f"a hostKey, or a {P}.knownHosts line for {e.host.address}",
+                          f"{P}.hostKeys is pinned: take the key from the host's console or an ssh-keyscan "
+                          "on a trusted network, or set hostKeys: trust-on-first-use")
+    if r.problems or ssh_key is None:
+        return None, r.problems
+    return HostsConfig(ssh_key=ssh_key, host_key_mode=mode, reboot=reboot, pools=tuple(pools)), r.problems
+
+
+def _pools(r: _Reader, s: Mapping, spec: Any, root: Path | None,
+           d: _Defaults) -> tuple[list[PoolHosts], list[_Entry]]:
+    path = f"{P}.pools"
+    node_pools = [p for p in getattr(spec, "node_pools", ()) if p.name is not None]
+    names = [p.name for p in node_pools]
+    allowed = "a mapping: node pool name -> {inventory: FILE} or {hosts: [...]}"
+    value = s.get("pools")
+    if value is None:
+        r.problem(path, "nothing (the key is missing)", allowed,
+                  f"give the hosts of every node pool ({', '.join(names) or 'railyard:nodePools'})")
+        return [], []
+    if _is_secret(value) or not isinstance(value, dict):
+        r.problem(path, _show(value), allowed)
+        return [], []
+    for name in value:
+        if name not in names:
+            r.problem(f"{path}.{name}", "hosts for a pool railyard:nodePools does not have",
+                      "one of " + ", ".join(names), _did_you_mean(name, names))
+    pools: list[PoolHosts] = []
+    entries: list[_Entry] = []
+    for i, pool in enumerate(getattr(spec, "node_pools", ())):
+        if pool.name is None:
+            continue
+        ppath = f"{path}.{pool.name}"
+        if pool.name not in value:
+            r.problem(ppath, "nothing (the key is missing)", f"the hosts of node pool {pool.name}: inventory or hosts",
+                      f"each node of pool {pool.name} is an existing server: list its hosts, or name an "
+                      "inventory file")
+            continue
+        pm = r.mapping(value[pool.name], ppath, KEYS["pools.<pool>"])
+        if pm is None:
+            continue
+        budget = r.budget(pm, "maxUnavailable", f"{ppath}.maxUnavailable") or d.budget
+        got = _pool_hosts(r, pm, ppath, pool.name, root, d)
+        if got is None:
+            continue
+        mine, given, where, inv, group = got
+        if pool.count is not None and given != pool.count:
+            r.problem(where, f"{given} host{'s' if given != 1 else ''}"
+                      + (f" in group {group} of {pm['inventory']}" if inv else ""),
+                      f"{pool.count}: one per node of pool {pool.name} (railyard:nodePools[{i}].count)",
+                      f"node {pool.name}-<i> is the pool's i-th host")
+        pools.append(PoolHosts(pool.name, tuple(e.host for e in mine), budget, inv, group))
+        entries.extend(mine)
+    return pools, entries
+
+
+def _pool_hosts(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path | None,
+                d: _Defaults) -> tuple[list[_Entry], int, str, Path | None, str | None] | None:
+    """The pool's hosts (those that could be read), how many it gives, where, its file and group."""
+    has_inv, has_hosts = pm.get("inventory") is not None, pm.get("hosts") is not None
+    if has_inv == has_hosts:
+        r.problem(ppath, "both inventory and hosts" if has_inv else "neither inventory nor hosts",
+                  "one of inventory (an Ansible inventory file) or hosts (a list)",
+                  "a pool's hosts come from one place")
+        return None
+    if has_hosts:
+        if pm.get("group") is not None:
+            r.problem(f"{ppath}.group", _show(pm.get("group")), "nothing: group names a group of an inventory file",
+                      "remove it, or give the hosts as inventory: FILE")
+        listed = pm["hosts"]
+        return _listed(r, pm, ppath, pool, d), len(listed) if isinstance(listed, list) else 0, f"{ppath}.hosts", \
+            None, None
+    return _from_inventory(r, pm, ppath, pool, root, d)
+
+
+def _pins(d: _Defaults, address: str, port: int, own: str | None) -> tuple[str, ...]:
+    keys = [own] if own else []
+    for k in d.known:
+        if k.matches(address, port) and k.key not in keys:
+            keys.append(k.key)
+    return tuple(keys)
+
+
+def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults) -> list[_Entry]:
+    hpath = f"{ppath}.hosts"
+    allowed = "a list of hosts {address, user, port, jumpHost, hostKey}"
+    value = r.plain(pm, "hosts", hpath, allowed)
+    if not isinstance(value, list):
+        if value is not None:
+            r.problem(hpath, _show(value), allowed)
+        return []
+    out = []
+    for i, item in enumerate(value):
+        ipath = f"{hpath}[{i}]"
+        m = r.mapping(item, ipath, KEYS["pools.<pool>.hosts[]"])
+        if m is None:
+            continue
+        if not isinstance(item, dict):
+            r.problem(ipath, _show(item), "a host {address, ...}")
+            continue
+        address = None
+        if m.get("address") is None:
+            r.problem(f"{ipath}.address", "nothing (the key is missing)", "an IPv4 or IPv6 address, or a DNS name",
+                      "this key is required")
+        else:
+            address = r.address(r.plain(m, "address", f"{ipath}.address", "an address"), f"{ipath}.address")
+        user = r.user(m, "user", f"{ipath}.user") or d.user
+        port = r.integer(m, "port", f"{ipath}.port", 1, 65535) or d.port
+        own_jump = m.get("jumpHost") is not None
+        jump = d.pinned_jump(r.jump_host(m.get("jumpHost"), f"{ipath}.jumpHost")) if own_jump else d.jump_host
+        own = r.plain(m, "hostKey", f"{ipath}.hostKey", "a host key `<type> <base64>`")
+        key = None
+        refused = own is None and m.get("hostKey") is not None  # a secret, refused by plain()
+        if own is not None:
+            why = key_problem(own) if isinstance(own, str) else "not a string"
+            refused = why is not None
+            if why is not None:
+                r.problem(f"{ipath}.hostKey", _show(own),
+                          f"a host key `<type> <base64>` (<type>: {', '.join(KEY_TYPES)})",
+                          why + "; give a key line of ssh-keyscan's output without its host name")
+            else:
+                key = " ".join(own.split()[:2])
+        if address is None:
+            continue
+        host = Host(address=address, user=user, port=port, jump_host=jump,
+                    host_keys=_pins(d, address, port, key), where=ipath)
+        out.append(_Entry(host, pool, ipath, ipath, key_refused=refused,
+                          jump_path=f"{ipath}.jumpHost" if own_jump else f"{P}.jumpHost"))
+    return out
+
+
+def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path | None,
+                    d: _Defaults) -> tuple[list[_Entry], int, str, Path | None, str | None] | None:
+    ipath = f"{ppath}.inventory"
+    written = r.string(pm, "inventory", ipath, "a path to an Ansible inventory file (YAML or INI)")
+    group = r.string(pm, "group", f"{ppath}.group", "an inventory group name") or "all"
+    if written is None:
+        return None
+    if root is None:
+        from railyard import paths
+
+        root = paths.project_root()
+    path = Path(written).expanduser()
+    if not path.is_absolute():
+        path = Path(root) / path
+    allowed = "an Ansible inventory file (YAML: .yml, .yaml, .json; INI: any other name)"
+    try:
+        found = inventory_file.read(path, group)
+    except FileNotFoundError:
+        r.problem(ipath, f"no such file {written!r} (looked at {path})", allowed,
+                  "a relative path starts at the project root, where Pulumi.yaml is")
+        return None
+    except IsADirectoryError:
+        r.problem(ipath, f"a directory {written!r}", allowed, "name the inventory file itself")
+        return None
+    except UnicodeDecodeError:
+        r.problem(ipath, f"{written}: bytes that are not UTF-8", allowed)
+        return None
+    except OSError as exc:
+        r.problem(ipath, f"{written}: a file that cannot be read ({exc.strerror or exc})", allowed)
+        return None
+    except inventory_file.InventoryError as exc:
+        at = f"{written}:{exc.line}" if exc.line else written
+        r.problem(ipath, f"{at}: {exc.message}", allowed, "fix the inventory at that line" if exc.line else "")
+        return None
+    out = []
+    for h in found:
+        at = f"{written}:{h.line}" if h.line else written
+        place = f"host {h.name} at {at}"
+        v = h.vars
+        raw = v.get("ansible_host", h.name)
+        # Each variable read as its key of a listed host is, its problems told with the host.
+        sub = _Reader()
+        address = sub.address(str(raw), "ansible_host")
+        user, port, jump = d.user, d.port, d.jump_host
+        if v.get("ansible_user") is not None:
+            user = sub.user({"ansible_user": str(v["ansible_user"])}, "ansible_user", "ansible_user") or user
+        if v.get("ansible_port") is not None:
+            port = sub.integer(v, "ansible_port", "ansible_port", 1, 65535) or port
+        args = " ".join(str(v.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
+        proxy = _PROXY_JUMP.search(args)
+        if proxy:
+            jump = d.pinned_jump(sub.jump_host(proxy.group(1), "ProxyJump")) or jump
+        for p in sub.problems:
+            r.problem(ipath, f"{p.path} {p.found} of {place}", p.allowed, p.hint)
+        if address is None:
+            continue
+        host = Host(address=address, user=user, port=port, jump_host=jump,
+                    host_keys=_pins(d, address, port, None), name=h.name, where=at)
+        out.append(_Entry(host, pool, ipath, place, jump_path=ipath if proxy else f"{P}.jumpHost"))
+    return out, len(found), ipath, path, group
+
+
+def _check_unique(r: _Reader, entries: list[_Entry]) -> None:
+    """Each server once: an address given twice would tune (and reboot) one server as two nodes."""
+    seen: dict[str, _Entry] = {}
+    for e in entries:
+        key = canonical(e.host.address)
+        first = seen.setdefault(key, e)
+        if first is e:
+            continue
+        if first.pool == e.pool:
+            allowed = f"an address no other host of pool {e.pool} has"
+        else:
+            allowed = f"a host in one pool only: it is in pool {first.pool} already"
+        r.problem(e.at("address"), e.shown, allowed, f"{first.place} has it")
+
+
+def _check_management(r: _Reader, entries: list[_Entry], spec: Any) -> None:
+    """The hosts stay where they are: the stack's management network must be the one they are on."""
+    fabric = getattr(spec, "fabric", None)
+    net = getattr(getattr(fabric, "management", None), "cidr", None)
+    if net is None:
+        return
+    for e in entries:
+        if address_kind(e.host.address) != "ipv4":
+            continue  # a DNS name is not looked up here; the management network is IPv4
+        ip = ipaddress.ip_address(e.host.address)
+        if ip not in net:
+            r.problem(e.at("address"), e.shown, f"an address inside railyard:fabric.management.cidr ({net})",
+                      "the hosts keep their management addresses: set railyard:fabric.management.cidr to the "
+                      "network they are on")
+        elif net.num_addresses > 2 and ip in (net.network_address, net.broadcast_address):
+            which = "network" if ip == net.network_address else "broadcast"
+            r.problem(e.at("address"), e.shown, f"a host address of {net}", f"it is the {which} address of "
+                      "railyard:fabric.management.cidr")
+
+
+def _check_object_store(r: _Reader, spec: Any) -> None:
+    """An empty endpoint means the driver's own object store; existing servers come with none."""
+    obj = getattr(getattr(spec, "storage", None), "object", None)
+    if obj is not None and obj.endpoint == "":
+        r.problem("railyard:storage.object.endpoint", "an empty value (the driver's own object store)",
+                  "the http(s) URL of the site's S3 endpoint", "the hosts driver has no object store of its own; "
+                  "give the endpoint, or remove railyard:storage.object")
