@@ -22,10 +22,14 @@ def _yaml(path: Path):
     return yaml.safe_load(path.read_text()) or {}
 
 
+# Roles that site.yml does not run, each with who runs it instead.
+NOT_IN_SITE = {"rail_network": "the hosts driver's own play (issue 12): the lab wires its rails itself"}
+
+
 def test_the_site_playbook_runs_every_role():
     plays = _yaml(PLAYBOOKS / "site.yml")
     used = {r["role"] for play in plays for r in play["roles"]}
-    assert used == set(ROLES)
+    assert used == set(ROLES) - set(NOT_IN_SITE)
 
 
 @pytest.mark.parametrize("role", ROLES)
