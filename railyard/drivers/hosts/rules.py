@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import hashlib
 import hmac
 import ipaddress
@@ -27,7 +26,7 @@ from railyard.drivers.hosts.config import (
     Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
 )
 from railyard.model.errors import Problem
-from railyard.model.spec import Secret
+from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, show as _show
 
 P = "railyard:hosts"
 
@@ -46,36 +45,6 @@ _DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 _PERCENT = re.compile(r"^([0-9]+)%$")
 _PROXY_JUMP = re.compile(r"(?:-o\s*ProxyJump[= ]\s*|-J\s*)([^\s'\"]+)")
-
-
-def _show(value: Any) -> str:
-    """A value as a problem shows it (a secret never)."""
-    if _is_secret(value):
-        return "a secret (not shown)"
-    if value is None:
-        return "an empty value"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value if len(value) <= 60 else value[:57] + "...")
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
-
-
-def _is_secret(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"secure"}
-
-
-def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
-    if not isinstance(word, str):
-        return ""
-    norm = {c.lower().replace("_", "").replace("-", ""): c for c in choices}
-    close = norm.get(word.lower().replace("_", "").replace("-", ""))
-    if close is None:
-        found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-        close = found[0] if found else None
-    return f"did you mean {close}?" if close else ""
 
 
 def address_kind(text: str) -> str | None:

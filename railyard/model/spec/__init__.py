@@ -20,6 +20,7 @@ import `railyard.model.spec.<name>` and never a submodule.
 """
 
 from railyard.model.spec.load import parse, read_stack_file, stack_name_of
+from railyard.model.spec.show import did_you_mean, is_secret, one_of, show
 from railyard.model.spec.types import (
     AFFINITY_POLICIES,
     DEFAULT_ASN_BASE,

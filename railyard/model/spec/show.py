@@ -79,3 +79,11 @@ def _did_you_mean(word: Any, choices: Iterable[str], prefix: str = "") -> str:
 
 def _fmt(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+
+
+# The same helpers for a driver's rules (model.spec.DriverRules), so its problems read like the
+# model's own.
+show = _show
+is_secret = _is_secret
+did_you_mean = _did_you_mean
+one_of = _one_of
