@@ -23,7 +23,7 @@ def server(stack_factory):
 
 def _target(server, **kw) -> Target:
     _, state = server
-    return Target(**{"name": "gpu-0", "address": state["mgmt_address"], "host_key": state["host_key"], **kw})
+    return Target(**{"name": "gpu-0", "address": state["mgmt_address"], "host_keys": (state["host_key"],), **kw})
 
 
 def test_a_pinned_host_key_connects_and_runs_the_command(server):
@@ -38,14 +38,24 @@ def test_a_host_key_not_the_pinned_one_is_refused_before_anything_runs(server, t
     marker = "/tmp/railyard-should-not-exist"
     wrong = " ".join(other.split()[:2])
     with pytest.raises(HostKeyMismatch, match="gpu-0: the host key of .* is not the pinned one"):
-        run(_target(server, host_key=wrong), ["touch", marker], private_key=c.key.read_text())
+        run(_target(server, host_keys=(wrong,)), ["touch", marker], private_key=c.key.read_text())
     assert node.run_in_node(c.stack, "gpu-0", ["test", "-e", marker]).returncode != 0
 
 
 def test_trust_on_first_use_learns_the_hosts_own_key(server):
     c, state = server
-    result = run(_target(server, host_key=None), ["true"], private_key=c.key.read_text())
+    result = run(_target(server, host_keys=()), ["true"], private_key=c.key.read_text())
     assert result.host_key == state["host_key"]
+
+
+def test_a_jump_host_is_reached_with_the_same_key_and_its_own_pinned_key(server):
+    from railyard.drivers.hosts.config import JumpHost
+
+    c, state = server
+    # The node is its own jump host here: the hop and the target each check their pinned key.
+    jump = JumpHost(state["mgmt_address"], user="root", host_keys=(state["host_key"],))
+    result = run(_target(server, jump=jump), ["hostname"], private_key=c.key.read_text())
+    assert (result.rc, result.stdout.strip()) == (0, "gpu-0")
 
 
 def test_an_agent_key_without_an_agent_and_an_unreachable_host_are_named(server, monkeypatch):

@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from railyard.drivers.hosts.config import JumpHost
+
 CONNECT_TIMEOUT_S = 10
 
 
@@ -35,11 +37,10 @@ class Target:
     address: str
     user: str = "root"
     port: int = 22
-    jump: str | None = None
-    """[user@]host[:port] of a jump host, reached with the same key and the same host-key rules."""
-    host_key: str | None = None
-    """`<type> <base64>` as a known_hosts line has it; None: trust on first use."""
-    jump_host_key: str | None = None
+    jump: JumpHost | None = None
+    """Reached first, with the same key and its own pinned keys (or trusted on first use)."""
+    host_keys: tuple[str, ...] = ()
+    """`<type> <base64>` each, as a known_hosts line has them; empty: trust on first use."""
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,11 @@ class Result:
     stdout: str
     stderr: str
     host_key: str
-    """The host's key as this connection checked it (pinned, or learned now)."""
+    """The host's key as state records it: the first pinned key, or the one learned now."""
 
 
 def _host_pattern(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
-
-
-def _split_jump(jump: str) -> tuple[str, str, int]:
-    user, _, hostport = jump.rpartition("@")
-    host, _, port = hostport.partition(":")
-    return user, host, int(port or 22)
 
 
 def _options(known: Path, key_file: Path | None, strict: bool) -> list[str]:
@@ -91,12 +86,9 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
     pattern = _host_pattern(target.address, target.port)
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         known = Path(d) / "known_hosts"
-        lines = []
-        if target.host_key:
-            lines.append(f"{pattern} {target.host_key}")
-        if target.jump and target.jump_host_key:
-            _, jhost, jport = _split_jump(target.jump)
-            lines.append(f"{_host_pattern(jhost, jport)} {target.jump_host_key}")
+        lines = [f"{pattern} {key}" for key in target.host_keys]
+        if target.jump is not None:
+            lines += [f"{_host_pattern(target.jump.address, target.jump.port)} {key}" for key in target.jump.host_keys]
         known.write_text("".join(f"{line}\n" for line in lines))
         key_file = None
         if private_key is not None:
@@ -104,11 +96,11 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
             fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(private_key if private_key.endswith("\n") else private_key + "\n")
-        argv = ["ssh", *_options(known, key_file, strict=bool(target.host_key)), "-p", str(target.port)]
-        if target.jump:
-            juser, jhost, jport = _split_jump(target.jump)
-            hop = ["ssh", *_options(known, key_file, strict=bool(target.jump_host_key)), "-p", str(jport),
-                   "-W", "%h:%p", f"{juser}@{jhost}" if juser else jhost]
+        argv = ["ssh", *_options(known, key_file, strict=bool(target.host_keys)), "-p", str(target.port)]
+        if target.jump is not None:
+            jump = target.jump
+            hop = ["ssh", *_options(known, key_file, strict=bool(jump.host_keys)), "-p", str(jump.port),
+                   "-W", "[%h]:%p", f"{jump.user}@{jump.address}" if jump.user else jump.address]
             argv += ["-o", f"ProxyCommand={shlex.join(hop)}"]
         remote = command if isinstance(command, str) else shlex.join(command)
         argv += [f"{target.user}@{target.address}", remote]
@@ -120,11 +112,12 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
         if proc.returncode == 255:
             err = proc.stderr.strip()
             if "host key verification failed" in err.lower() or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+                kinds = ", ".join(k.split(" ")[0] for k in target.host_keys) or "learned on first use"
                 raise HostKeyMismatch(f"{target.name}: the host key of {target.address} is not the pinned one "
-                                      f"({(target.host_key or '').split(' ')[0]}); nothing was done there")
+                                      f"({kinds}); nothing was done there")
             raise SshError(f"{target.name}: cannot reach {target.user}@{target.address}: "
                            f"{err.splitlines()[-1] if err else 'ssh exited 255'}")
-        host_key = target.host_key or _learned(known, pattern)
+        host_key = _learned(known, pattern)
         if host_key is None:
             raise SshError(f"{target.name}: ssh learned no host key for {target.address}")
         return Result(proc.returncode, proc.stdout, proc.stderr, host_key)
