@@ -28,8 +28,9 @@ class Capabilities:
     """"node": one driver call per planned node (lab, hosts); "pool": one per node pool, the
     provider making the pool's nodes (CoreWeave's node pools, an OpenStack server group)."""
     addresses: Addresses
-    """"plan": the plan's management addresses are the machines' (lab, hosts); "provider": the
-    provider assigns them and hands them back as Outputs (clouds)."""
+    """"plan": known before any provider runs, plain strings: the plan's management addresses
+    (lab) or the stack file's (hosts); "provider": the provider assigns them and hands them back
+    as Outputs (clouds)."""
     tuned_by: TunedBy
     """"railyard": HostTuning runs the site playbook over the nodes; "platform": the provider's
     images are tuned already (CoreWeave), so there is no HostTuning."""

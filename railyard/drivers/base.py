@@ -7,7 +7,7 @@ the components. The shape covers the four substrates Railyard targets:
 | driver    | machines | addresses | tuned by | VMs (virtual layout)  | Kubernetes   |
 |-----------|----------|-----------|----------|-----------------------|--------------|
 | lab       | per node | the plan  | Railyard | on tuned hypervisors  | none         |
-| hosts     | per node | the plan  | Railyard | on tuned hypervisors  | none         |
+| hosts     | per node | the stack file | Railyard | on tuned hypervisors | none    |
 | coreweave | per pool | provider  | platform | none: bare metal only | a kubeconfig |
 | openstack | per pool | provider  | Railyard | the VMs are the machines | none      |
 
