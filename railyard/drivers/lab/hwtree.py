@@ -7,12 +7,16 @@ reads and writes exactly what it would on the machine:
 
     sys/devices/pci0000:BB/<root port>/<switch up>/<switch down>/.../<bdf>/   one dir per PCI function
         vendor device class numa_node local_cpulist driver@ msi_irqs/<n>
-        sriov_totalvfs sriov_numvfs (writable)  net/<netdev>/  infiniband/<mlx5_N>/
+        sriov_totalvfs sriov_numvfs (writable)
+        net/<netdev>/{operstate,carrier,speed,mtu}
+        infiniband/<mlx5_N>/ports/1/{link_layer,state,phys_state,rate}
     sys/bus/pci/devices/<bdf>@          -> the device dir, as on a real machine
     sys/class/net/<netdev>@, sys/class/infiniband/<mlx5_N>@
     sys/devices/system/node/node<N>/{cpulist,meminfo,hugepages/hugepages-<size>kB/*}
+    sys/devices/system/cpu/{online,present}
     sys/kernel/mm/hugepages/hugepages-<size>kB/*
-    proc/cmdline  proc/meminfo  proc/irq/<n>/smp_affinity_list
+    sys/block/nvme<i>n1/size            the SKU's NVMe drives
+    proc/cmdline  proc/meminfo  proc/cpuinfo  proc/irq/<n>/smp_affinity_list
     railyard-hwtree.json                 what was derived rather than read from the catalog
 
 Every value comes from the catalog. What the catalog does not know is either left out (as the
@@ -25,6 +29,19 @@ catalog entry can give is derived, deterministically, and listed in the manifest
 - MSI-X vectors: the kernel allocates them at probe time (their count depends on the driver and
   the CPU count), so each NIC function gets MSI_VECTORS of them, numbered from FIRST_IRQ in bus
   order: enough to exercise per-IRQ affinity, not a claim about a real machine.
+- Link state: a lab node stands for a cabled, running server, so every NIC port is shown up
+  (IB state ACTIVE, physical state LinkUp; its netdev up with carrier). Not a catalog fact: the
+  manifest's links_up names the ports shown so.
+- The lanes of a link's rate: the catalog gives the speed, the kernel's rate text also names the
+  lanes (400 Gb/sec (4X NDR)); they are taken as four (LINK_WIDTH), the width of the catalog's
+  QSFP/OSFP ports, and listed in the manifest's ib_rates. Readers use only the number.
+- NVMe names: the catalog gives drive groups (role, count, size), not names or PCI places, so the
+  drives are nvme<i>n1 in the catalog's group order (manifest: nvme), with no device link.
+
+Left out, and why: /proc/sys/kernel/osrelease (a lab node runs the host's real kernel, which
+procfs shows as it is); MemTotal per NUMA node (the catalog gives only the total); the IPoIB
+MTU (the subnet manager's broadcast group sets it); NVMe models; CPU fields other than the
+processor number and model name (flags, frequencies, topology ids are not in the catalog).
 
 Pure Python, no root needed, and the same SKU always gives the same bytes.
 """
@@ -33,11 +50,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from railyard.model.catalog import NodeSku
+from railyard.model.catalog import NicSpec, NodeSku
 from railyard.model.pci_layout import Function, layout, netdev_name
 
 MSI_VECTORS = 4
@@ -48,6 +66,17 @@ MANIFEST = "railyard-hwtree.json"
 PCI_BRIDGE_CLASS = "0x060400"
 # x86-64 hugepage sizes in kB. Every catalog node is an x86 server; an Arm node would list 64K/2M/512M.
 HUGEPAGE_KB = (2048, 1048576)
+# The kernel's words for a port shown up (include/rdma/ib_verbs.h: IB_PORT_ACTIVE = 4; the IBTA
+# physical port state 5 is LinkUp), as /sys/class/infiniband/<dev>/ports/<n>/{state,phys_state} put them.
+IB_STATE_UP = "4: ACTIVE"
+IB_PHYS_UP = "5: LinkUp"
+IB_LINK_LAYER = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
+# Lanes of a port's link (see the module docstring), and the kernel's name of each lane rate in Gb/s
+# (drivers/infiniband/core/sysfs.c, rate_show: SDR has no name there).
+LINK_WIDTH = 4
+IB_LANE_SPEEDS = {2.5: "", 5: " DDR", 10: " QDR", 14: " FDR", 25: " EDR", 50: " HDR", 100: " NDR", 200: " XDR"}
+# What the kernel gives an Ethernet netdev (ether_setup: ETH_DATA_LEN) before anything sets another.
+ETH_DEFAULT_MTU = 1500
 
 
 def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> dict[str, Any]:
@@ -72,6 +101,8 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
     irq = FIRST_IRQ
     netdevs: dict[str, str] = {}
     irqs: dict[str, list[int]] = {}
+    links_up: list[str] = []
+    rates: dict[str, str] = {}
     for f in sorted(lay.functions, key=lambda f: f.path):
         d = "sys/devices/" + "/".join(f.path)
         w.symlink(f"sys/bus/pci/devices/{f.bdf}", d)
@@ -98,12 +129,17 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         w.dir(f"{d}/infiniband/{nic.rdma}")
         w.symlink(f"{d}/infiniband/{nic.rdma}/device", d)
         w.symlink(f"sys/class/infiniband/{nic.rdma}", f"{d}/infiniband/{nic.rdma}")
+        rate = _ib_port(w, f"{d}/infiniband/{nic.rdma}/ports/1", nic)
+        links_up.append(nic.rdma)
+        if rate:
+            rates[nic.rdma] = rate
         name = netdev_name(sku, nic.rdma, f.bdf)
         if name:
             netdevs[nic.rdma] = name
             w.dir(f"{d}/net/{name}")
             w.symlink(f"{d}/net/{name}/device", d)
             w.symlink(f"sys/class/net/{name}", f"{d}/net/{name}")
+            _netdev_attrs(w, f"{d}/net/{name}", nic)
         irqs[nic.rdma] = list(range(irq, irq + MSI_VECTORS))
         for n in irqs[nic.rdma]:
             w.file(f"{d}/msi_irqs/{n}", "msix")
@@ -111,6 +147,10 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
             w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
         irq += MSI_VECTORS
     _memory(w, sku, all_cpus)
+    _cpus(w, sku, all_cpus)
+    nvme = _nvme(w, sku)
+    # /proc/sys/kernel/osrelease is not written: a lab node runs the host's real kernel, and its
+    # procfs shows that kernel's release as it is.
     manifest = {
         "sku": sku.id,
         "bus_ids": dict(sorted(lay.bus_ids.items())),
@@ -118,6 +158,10 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         "omitted": dict(sorted(lay.omitted.items())),
         "netdevs": dict(sorted(netdevs.items())),
         "irqs": dict(sorted(irqs.items())),
+        # Added keys (the ones above keep their meaning): what the tree shows that no catalog gives.
+        "links_up": sorted(links_up, key=_natural),
+        "ib_rates": dict(sorted(rates.items())),
+        "nvme": nvme,
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
@@ -133,6 +177,55 @@ def _ids(sku: NodeSku, f: Function) -> tuple[str | None, str | None, str | None]
     bridge_id = f.id.split("#")[0]
     b = next(b for b in sku.pcie if b.id == bridge_id)
     return b.pci_vendor, b.pci_device, b.pci_class or PCI_BRIDGE_CLASS
+
+
+def _link_layer(nic: NicSpec) -> str | None:
+    """The link layer a NIC function runs: the catalog's link, else what its PCI class says (a VPI
+    port's class is 0x0207xx in InfiniBand mode, 0x0200xx in Ethernet mode); None when neither says."""
+    if nic.link in IB_LINK_LAYER:
+        return nic.link
+    cls = (nic.pci_class or "").lower()
+    return "infiniband" if cls.startswith("0x0207") else "ethernet" if cls.startswith("0x0200") else None
+
+
+def _ib_rate(speed_gbps: int | None) -> str | None:
+    """The kernel's rate text of a port at the catalog's speed over LINK_WIDTH lanes, or None when
+    the speed is unknown or no lane rate gives it."""
+    if speed_gbps is None:
+        return None
+    lane = speed_gbps / LINK_WIDTH
+    lane = int(lane) if lane == int(lane) else lane
+    if lane not in IB_LANE_SPEEDS:
+        return None
+    return f"{speed_gbps} Gb/sec ({LINK_WIDTH}X{IB_LANE_SPEEDS[lane]})"
+
+
+def _ib_port(w: "_Writer", port: str, nic: NicSpec) -> str | None:
+    """Port 1 of the NIC's RDMA device (mlx5 gives each port of an adapter its own PCI function and
+    RDMA device, so its port is always 1); returns the rate text written, if any."""
+    layer = _link_layer(nic)
+    # Unknown link mode (a VPI card of no known class): the kernel always shows one; left out here.
+    w.file(f"{port}/link_layer", IB_LINK_LAYER[layer] if layer else None)
+    w.file(f"{port}/state", IB_STATE_UP)  # the lab's: every port shown up (module docstring)
+    w.file(f"{port}/phys_state", IB_PHYS_UP)
+    rate = _ib_rate(nic.speed_gbps)  # the catalog's NIC model speed; unknown speed: left out
+    w.file(f"{port}/rate", rate)
+    return rate
+
+
+def _netdev_attrs(w: "_Writer", net: str, nic: NicSpec) -> None:
+    """The netdev of a NIC function as its PCI device shows it (inside a lab node /sys/class/net
+    stays the node's live interfaces; these are the tree's static view of the SKU's NIC)."""
+    w.file(f"{net}/operstate", "up")  # the lab's: every port shown up (module docstring)
+    w.file(f"{net}/carrier", "1")
+    # Mb/s, as ethtool's speed (IPoIB reports its port's lane rate times width the same way);
+    # the catalog's speed unknown: left out (readers take it as unknown, as they take the -1 a
+    # kernel shows for a speed it does not know).
+    w.file(f"{net}/speed", str(nic.speed_gbps * 1000) if nic.speed_gbps else None)
+    if _link_layer(nic) == "ethernet":
+        w.file(f"{net}/mtu", str(ETH_DEFAULT_MTU))
+    # An IPoIB netdev's MTU follows the subnet's broadcast group (2044 on a 2K-MTU fabric, 4092
+    # on a 4K one): a fact of the fabric, not of the node, so it is left out.
 
 
 def _local_cpulist(sku: NodeSku, numa: int | None, all_cpus: str | None) -> str | None:
@@ -170,6 +263,44 @@ def _memory(w: "_Writer", sku: NodeSku, all_cpus: str | None) -> None:
     w.file("proc/meminfo", "\n".join(lines))
     # How the node boots is not in the catalog: the command line starts empty, i.e. nothing tuned.
     w.file("proc/cmdline", "")
+
+
+def _cpus(w: "_Writer", sku: NodeSku, all_cpus: str | None) -> None:
+    """/proc/cpuinfo and the CPU masks of /sys/devices/system/cpu, for the catalog's thread count."""
+    if all_cpus is None:
+        return  # the catalog does not give the thread count: no CPU can be listed
+    w.file("sys/devices/system/cpu/online", all_cpus)
+    w.file("sys/devices/system/cpu/present", all_cpus)
+    # One stanza per hardware thread, as the kernel writes them. The model name is the catalog's
+    # (a real kernel shows the CPU's brand string, which the catalog does not record, e.g.
+    # "Intel(R) Xeon(R) Platinum 8480C"; the check compares the model number); without one the
+    # line is left out. Other fields (vendor, flags, frequencies, topology ids) are not in the catalog.
+    model = f"model name\t: {sku.cpus.model}\n" if sku.cpus.model else ""
+    text = "".join(f"processor\t: {i}\n{model}\n" for i in range(sku.cpus.threads or 0))
+    w.file("proc/cpuinfo", text[:-1])  # the writer ends the file with the last stanza's blank line
+
+
+def _nvme(w: "_Writer", sku: NodeSku) -> dict[str, str] | None:
+    """/sys/block/nvme<i>n1 for each of the catalog's NVMe drives; returns name -> role (None when
+    the catalog does not say which drives the node has: then there is no /sys/block at all)."""
+    if sku.nvme is None:
+        return None
+    w.dir("sys/block")
+    names: dict[str, str] = {}
+    for group in sku.nvme:
+        for _ in range(group.count):
+            name = f"nvme{len(names)}n1"
+            names[name] = group.role
+            # The catalog's size (decimal TB) in 512-byte sectors, the unit of every block device's
+            # size; a real drive of that label shows a little more (IDEMA LBA counts).
+            w.file(f"sys/block/{name}/size", str(round(group.size_tb * 1e12 / 512)))
+            # No device/ (the controller with model, numa_node, address): the catalog gives
+            # neither the drive model nor where the drive sits on the PCI buses.
+    return names
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def _ranges(ids: Iterable[int]) -> str:

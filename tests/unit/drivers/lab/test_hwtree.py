@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from railyard.drivers.lab import hwtree
-from railyard.model import pci_layout
+from railyard.model import hardware_check, pci_layout
 from railyard.model.catalog import load_catalog
+from railyard.model.sysfs_discovery import host_facts
 
 CATALOG = load_catalog()
 SKUS = sorted(CATALOG.nodes)
@@ -117,3 +118,147 @@ def test_rebuild_refuses_a_non_empty_dir_unless_replace_and_then_resets_counters
         hwtree.build_hwtree(sku, tmp_path)
     hwtree.build_hwtree(sku, tmp_path, replace=True)
     assert numvfs.read_text() == "0\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# The SKU check finds a lab tree clean: host_facts of a tree built for a SKU against that SKU
+
+# Differences no tree can avoid: NICs the catalog does not place in the PCIe tree have no sysfs
+# home (the layout leaves them out and the manifest's "omitted" says so), so the host lacks them.
+UNAVOIDABLE = {
+    "dgx-a100": ["lab-0: mlx5_10 not found, dgx-a100 has it (storage)",
+                 "lab-0: mlx5_11 not found, dgx-a100 has it (storage)"],
+}
+# What the check cannot compare on a tree: each line a fact the catalog does not give (the tree
+# leaves the file out, so check() calls it unknown on the host).
+NOT_CHECKED = {
+    "dgx-a100": [],
+    # The dual-port QSFP112 storage adapters: VPI with no PCI class (so no link mode) and no speed.
+    "dgx-h100": ["lab-0: link layer not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
+                 "lab-0: link speed not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8"],
+    # No NIC model, CPU model, memory size or NVMe drives in the catalog.
+    "hgx-h100": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
+                 "lab-0: link speed not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
+                 "lab-0: CPU model not checked (unknown on the host)",
+                 "lab-0: memory not checked (unknown on the host)",
+                 "lab-0: NVMe drives not checked (unknown on the host)"],
+    # No CPU lists and no thread count (so no cpuinfo); the CPU is named by generation only.
+    "vela-a100": ["lab-0: NUMA CPU lists not checked (unknown on the host): NUMA 0, NUMA 1",
+                  "lab-0: CPU count not checked (unknown on the host)",
+                  "lab-0: CPU model not checked (unknown on the host)"],
+}
+
+
+def _facts(root: Path) -> dict:
+    return host_facts(str(root / "sys"), str(root / "proc"), str(root / "dev"))
+
+
+def test_every_catalog_node_has_its_expected_check_result():
+    assert sorted(NOT_CHECKED) == SKUS, "a new catalog node needs its not_checked list here"
+
+
+@pytest.mark.parametrize("sku", SKUS)
+def test_the_sku_check_finds_the_tree_of_every_catalog_node_clean(sku, tmp_path):
+    s = CATALOG.nodes[sku]
+    manifest = hwtree.build_hwtree(s, tmp_path)
+    facts = _facts(tmp_path)
+    got = hardware_check.check("lab-0", facts, s)
+    assert [str(m) for m in got] == UNAVOIDABLE.get(sku, [])
+    assert sorted(m.what for m in got) == sorted(f"nics.{n}" for n in manifest["omitted"])
+    assert hardware_check.not_checked("lab-0", facts, s) == NOT_CHECKED[sku]
+    # Storage ports too are shown up, so requiring every link up changes nothing.
+    every = [n.rdma for n in s.nics if n.rdma not in manifest["omitted"]]
+    assert [str(m) for m in hardware_check.check("lab-0", facts, s, links_up=every)] == UNAVOIDABLE.get(sku, [])
+
+
+@pytest.mark.parametrize("sku", SKUS)
+def test_what_the_check_cannot_see_on_a_tree_is_what_the_catalog_does_not_say(sku, tmp_path):
+    s = CATALOG.nodes[sku]
+    hwtree.build_hwtree(s, tmp_path)
+    facts = _facts(tmp_path)
+    nics = {n["name"]: n for n in facts["nics"]}
+    for n in s.nics:
+        if n.rdma not in nics:
+            continue
+        f = nics[n.rdma]
+        knows_link = n.link in ("infiniband", "ethernet") or (n.pci_class or "").startswith(("0x0207", "0x0200"))
+        assert (f["link_layer"] is not None) == knows_link, f"{sku} {n.rdma}"
+        assert f["speed_gbps"] == n.speed_gbps, f"{sku} {n.rdma}"
+        assert f["state"] == "ACTIVE" and f["phys_state"] == "LinkUp"
+    assert (facts["cpus"]["count"], facts["cpus"]["model"]) == (
+        (s.cpus.threads, s.cpus.model) if s.cpus.threads else (None, None))
+    assert facts["memory_kb"] == (None if s.memory_gib is None else s.memory_gib * 2**20)
+    if s.nvme is None:
+        assert facts["nvme"] is None
+    else:
+        sizes = sorted(round(g.size_tb * 1e12 / 512) * 512 for g in s.nvme for _ in range(g.count))
+        assert sorted(d["size_bytes"] for d in facts["nvme"]) == sizes
+        assert all(d["model"] is None and d["numa"] is None and d["bdf"] is None for d in facts["nvme"]), \
+            "the catalog gives no NVMe model or place"
+
+
+@pytest.mark.parametrize("sku", SKUS)
+def test_the_check_does_not_need_the_trees_class_net(sku, tmp_path):
+    """Inside a lab node /sys/class/net stays the node's live interfaces: state and speed come
+    from the IB port files, so the check sees the same without the tree's netdevs."""
+    s = CATALOG.nodes[sku]
+    hwtree.build_hwtree(s, tmp_path)
+    for link in (tmp_path / "sys/class/net").glob("*"):  # hgx-h100 has none (no link mode known)
+        link.unlink()
+    facts = _facts(tmp_path)
+    assert [str(m) for m in hardware_check.check("lab-0", facts, s)] == UNAVOIDABLE.get(sku, [])
+    assert hardware_check.not_checked("lab-0", facts, s) == NOT_CHECKED[sku]
+
+
+def test_dgx_h100_ports_netdevs_drives_and_cpus_in_the_kernels_formats(h100):
+    port = h100 / "sys/class/infiniband/mlx5_0/ports/1"
+    assert {f.name: f.read_text() for f in port.iterdir()} == {
+        "link_layer": "InfiniBand\n", "state": "4: ACTIVE\n", "phys_state": "5: LinkUp\n",
+        "rate": "400 Gb/sec (4X NDR)\n"}
+    assert not any(f.stat().st_mode & 0o222 for f in port.iterdir()), "port attributes are read-only"
+    storage = h100 / "sys/class/infiniband/mlx5_1/ports/1"
+    assert sorted(f.name for f in storage.iterdir()) == ["phys_state", "state"], "link mode and speed unknown"
+    net = Path(os.path.realpath(h100 / "sys/bus/pci/devices/0000:18:00.0")) / "net/ibp24s0"
+    assert {f.name: f.read_text() for f in net.iterdir() if not f.is_symlink()} == {
+        "operstate": "up\n", "carrier": "1\n", "speed": "400000\n"}, "an IPoIB MTU is the fabric's: left out"
+    blocks = sorted((h100 / "sys/block").iterdir(), key=lambda p: int(p.name[4:-2]))
+    assert [b.name for b in blocks] == [f"nvme{i}n1" for i in range(10)]
+    assert [(b / "size").read_text() for b in blocks] == ["3750000000\n"] * 2 + ["7500000000\n"] * 8
+    assert not any((b / "device").exists() for b in blocks), "the catalog does not place the drives"
+    cpuinfo = (h100 / "proc/cpuinfo").read_text()
+    assert cpuinfo.startswith("processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480C\n\nprocessor\t: 1\n")
+    assert cpuinfo.endswith("processor\t: 223\nmodel name\t: Intel Xeon Platinum 8480C\n\n")
+    assert cpuinfo.count("processor\t: ") == 224
+    assert (h100 / "sys/devices/system/cpu/online").read_text() == "0-223\n"
+    assert not (h100 / "proc/sys/kernel/osrelease").exists(), "a lab node runs the host's kernel"
+    assert (h100 / "proc/cmdline").read_text() == "\n", "the catalog has no boot line"
+    assert "MemTotal" not in (h100 / "sys/devices/system/node/node0/meminfo").read_text(), "no per-node memory"
+    manifest = json.loads((h100 / hwtree.MANIFEST).read_text())
+    assert manifest["links_up"] == [n.rdma for n in CATALOG.nodes["dgx-h100"].nics]
+    assert manifest["ib_rates"]["mlx5_0"] == "400 Gb/sec (4X NDR)" and "mlx5_1" not in manifest["ib_rates"]
+    assert manifest["nvme"] == {f"nvme{i}n1": "os" if i < 2 else "data" for i in range(10)}
+
+
+def test_ethernet_ports_and_unknown_cpus_drives_and_speeds(tmp_path):
+    vela = CATALOG.nodes["vela-a100"]
+    hwtree.build_hwtree(vela, tmp_path / "vela")
+    port = tmp_path / "vela/sys/class/infiniband/mlx5_0/ports/1"
+    assert (port / "link_layer").read_text() == "Ethernet\n"
+    assert (port / "rate").read_text() == "100 Gb/sec (4X EDR)\n"
+    netdev = pci_layout.netdev_name(vela, "mlx5_0")
+    net = tmp_path / "vela/sys/class/net" / netdev
+    assert (net / "mtu").read_text() == "1500\n", "the kernel's default for an Ethernet netdev"
+    assert (net / "speed").read_text() == "100000\n"
+    assert not (tmp_path / "vela/proc/cpuinfo").exists(), "vela's thread count is unknown"
+    assert not (tmp_path / "vela/sys/devices/system/cpu").exists()
+    assert len(list((tmp_path / "vela/sys/block").iterdir())) == 4
+    hgx = CATALOG.nodes["hgx-h100"]
+    manifest = hwtree.build_hwtree(hgx, tmp_path / "hgx")
+    assert not (tmp_path / "hgx/sys/block").exists() and manifest["nvme"] is None, "hgx's drives are unknown"
+    assert "model name" not in (tmp_path / "hgx/proc/cpuinfo").read_text(), "hgx's CPU model is unknown"
+    assert (tmp_path / "hgx/proc/cpuinfo").read_text().count("processor\t: ") == 224
+    assert sorted(f.name for f in (tmp_path / "hgx/sys/class/infiniband/mlx5_0/ports/1").iterdir()) == [
+        "phys_state", "state"], "hgx's NIC model (link mode, speed) is unknown"
+    a100 = CATALOG.nodes["dgx-a100"]
+    hwtree.build_hwtree(a100, tmp_path / "a100")
+    assert (tmp_path / "a100/sys/class/infiniband/mlx5_0/ports/1/rate").read_text() == "200 Gb/sec (4X HDR)\n"
