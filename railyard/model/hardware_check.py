@@ -320,6 +320,11 @@ class _Check:
     def link_up(self, f: dict) -> bool | str | None:
         """True when up, None when unknown, else the message saying how it is not."""
         name, state, phys = f["name"], f.get("state"), f.get("phys_state")
+        # The interface first: the plan addresses the rail's netdev, so a rail whose interface is
+        # down or has no carrier carries none of its traffic, whatever the RDMA port reports.
+        oper, carrier = f.get("operstate"), f.get("carrier")
+        if oper in ("down", "lowerlayerdown", "notpresent") or carrier == 0:
+            return f"{name} link down ({f.get('netdev')} {oper or 'has no carrier'})"
         if state is not None:
             word = state.upper()
             if word == "ACTIVE":
@@ -329,9 +334,6 @@ class _Check:
                 return f"{name} link down{physical}"
             hint = " (up, but no subnet manager has brought it to ACTIVE)" if word == "INIT" else physical
             return f"{name} link {word}, not ACTIVE{hint}"
-        oper, carrier = f.get("operstate"), f.get("carrier")
-        if oper in ("down", "lowerlayerdown", "notpresent") or carrier == 0:
-            return f"{name} link down ({f.get('netdev')} {oper or 'has no carrier'})"
         if oper == "up" or carrier == 1:
             return True
         return None

@@ -58,6 +58,83 @@ def bind_ro(path: str) -> None:
     mount(path, path, flags=MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+SYSFS_RO = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+TREE = "/run/railyard/hw"
+REAL_SYS = "/run/railyard/sysfs"  # a second view of the node's real sysfs, while /sys is composed
+
+
+def _lstat_kind(path: str) -> str:
+    if os.path.islink(path):
+        return "link"
+    return "dir" if os.path.isdir(path) else "file"
+
+
+def _stand_in(target_dir: str, name: str, source: str) -> str:
+    """An entry of `target_dir` (a tmpfs) standing where `source` will be bound: a directory, an
+    empty file, or the same symlink (a link needs no mount)."""
+    path = f"{target_dir}/{name}"
+    kind = _lstat_kind(source)
+    if kind == "link":
+        os.symlink(os.readlink(source), path)
+    elif kind == "dir":
+        os.mkdir(path)
+    else:
+        open(path, "w").close()
+    return kind
+
+
+def _bind(source: str, target: str, read_only: bool) -> None:
+    mount(source, target, flags=MS_BIND)
+    if read_only:
+        mount(source, target, flags=MS_REMOUNT | MS_BIND | SYSFS_RO)
+
+
+def _compose(sys_dir: str, real: str, tree: str, *, hidden=frozenset(), live=frozenset()) -> None:
+    """`sys_dir` (e.g. /sys/class) as a tmpfs holding the tree's entries (writable, as sysfs is
+    to root) and the real ones it lacks (read-only): the real entries named in `live` win over the
+    tree's, those named in `hidden` (or starting with one of its prefixes) are left out."""
+    tree_names = set(os.listdir(tree)) - set(live)
+    mount("ry-sysfs", sys_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m")
+    for name in sorted(tree_names):
+        if _stand_in(sys_dir, name, f"{tree}/{name}") != "link":
+            _bind(f"{tree}/{name}", f"{sys_dir}/{name}", read_only=False)
+    for name in sorted(os.listdir(real)):
+        if name in tree_names or name.startswith(tuple(hidden)):
+            continue
+        if _stand_in(sys_dir, name, f"{real}/{name}") != "link":
+            _bind(f"{real}/{name}", f"{sys_dir}/{name}", read_only=True)
+    mount("ry-sysfs", sys_dir, None, MS_REMOUNT | SYSFS_RO)
+
+
+def show_hardware() -> None:
+    """The node's hardware where hardware shows itself, so discovery and tuning code that reads
+    the real paths runs unchanged in the lab: the tree's PCI and RDMA devices, NUMA nodes, CPUs,
+    hugepage counters and block devices replace the host's in /sys, and its cmdline, meminfo and
+    cpuinfo in /proc. Links stay live: /sys/class/net and /sys/devices/virtual are the node's real
+    interfaces (operstate, carrier, mtu of its veths). Where the tree has no such entry, the real
+    one stays (a tree without sys/ leaves /sys as mounted)."""
+    tree_sys = f"{TREE}/sys"
+    if not os.path.isdir(tree_sys):
+        return
+    os.makedirs(REAL_SYS, mode=0o755, exist_ok=True)
+    mount("sysfs", REAL_SYS, "sysfs", SYSFS_RO)
+    # /sys/devices: the tree's PCI roots instead of the host's, its NUMA nodes and CPUs; the rest
+    # (virtual, platform, ...) as it is, so class/net's links resolve to the live interfaces.
+    if os.path.isdir(f"{tree_sys}/devices"):
+        _compose("/sys/devices", f"{REAL_SYS}/devices", f"{tree_sys}/devices", hidden={"pci"})
+    # /sys/class: the tree's RDMA devices; net stays the node's live interfaces (the tree's
+    # class/net is its static view of the PCI NICs, which their device directories still show).
+    if os.path.isdir(f"{tree_sys}/class"):
+        _compose("/sys/class", f"{REAL_SYS}/class", f"{tree_sys}/class", live={"net"})
+    for rel in ("bus/pci", "kernel/mm/hugepages", "block"):
+        if os.path.isdir(f"{tree_sys}/{rel}") and os.path.isdir(f"/sys/{rel}"):
+            _bind(f"{tree_sys}/{rel}", f"/sys/{rel}", read_only=False)
+    detach(REAL_SYS)
+    for name in ("cmdline", "meminfo", "cpuinfo"):
+        if os.path.isfile(f"{TREE}/proc/{name}"):
+            _bind(f"{TREE}/proc/{name}", f"/proc/{name}", read_only=True)
+
+
 def main() -> None:
     env = os.environ
     node, node_dir, hw, marker = env["RY_NODE"], env["RY_NODE_DIR"], env["RY_HW"], env["RY_MARKER"]
@@ -101,6 +178,7 @@ def main() -> None:
     # a tuning mistake (a write meant for a device) fails loudly instead of reaching the host.
     detach("/sys")
     mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    show_hardware()
     for p in ("/proc/sys", "/proc/irq", "/proc/sysrq-trigger", "/proc/bus"):
         if os.path.exists(p):
             bind_ro(p)

@@ -1,8 +1,8 @@
 """The hardware check: a host's facts against its SKU, before anything on the host changes.
 
 Trees come from the lab's hardware tree (railyard.drivers.lab.hwtree), which writes a SKU's sysfs
-and procfs; what it leaves out (IB port state, rate and link layer, netdev state and MTU, NVMe
-block devices, /proc/cpuinfo) the tests write in the kernel's own formats where they need it.
+and procfs as the kernel shows them (IB ports up at the SKU's rate, NVMe block devices, cpuinfo);
+the tests change or remove what they need in the kernel's own formats.
 """
 
 from __future__ import annotations
@@ -121,6 +121,8 @@ def test_a_compute_nic_whose_port_is_down_is_link_down(tmp_path):
 
 def test_a_netdev_without_carrier_is_link_down_when_the_port_state_is_unknown(tmp_path):
     _tree(tmp_path)
+    for name in ("state", "phys_state"):
+        (tmp_path / f"sys/class/infiniband/mlx5_4/ports/1/{name}").unlink()
     _write(tmp_path, "sys/class/net/ibp79s0/operstate", "down")
     assert _messages("gpu-03", _facts(tmp_path)) == ["gpu-03: mlx5_4 link down (ibp79s0 down)"]
 
@@ -160,6 +162,7 @@ def test_a_link_slower_than_the_sku_names_its_speed(tmp_path):
 
 def test_the_netdev_speed_stands_in_for_a_missing_rate(tmp_path):
     _tree(tmp_path)
+    (tmp_path / "sys/class/infiniband/mlx5_6/ports/1/rate").unlink()
     _write(tmp_path, "sys/class/net/ibp154s0/speed", "200000")
     assert _messages("gpu-05", _facts(tmp_path)) == ["gpu-05: mlx5_6 runs at 200 Gb/s, dgx-h100's at 400"]
 
@@ -241,6 +244,11 @@ def test_gpus_of_another_model_are_named_together(tmp_path):
 
 def test_unknown_facts_are_not_mismatches_but_listed_as_not_checked(tmp_path):
     _tree(tmp_path)
+    shutil.rmtree(tmp_path / "sys/block")
+    for nic in DGX.compute_nics:
+        (tmp_path / f"sys/class/infiniband/{nic.rdma}/ports/1/state").unlink()
+        (tmp_path / f"sys/class/net/{nic.netdev}/operstate").unlink()
+        (tmp_path / f"sys/class/net/{nic.netdev}/carrier").unlink()
     facts = _facts(tmp_path)
     assert hardware_check.check("gpu-01", facts, DGX) == []
     lines = hardware_check.not_checked("gpu-01", facts, DGX)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -158,8 +159,10 @@ def _put(root: Path, rel: str, text: str) -> None:
 
 
 def test_host_facts_read_the_kernels_own_formats(tmp_path):
-    """What the lab tree leaves out is written here as the kernel writes it on a host."""
+    """What the lab tree leaves out or shows otherwise is written here as the kernel writes it on a host."""
     hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tmp_path)
+    shutil.rmtree(tmp_path / "sys/block")  # the tree's drives have no model or place
+    (tmp_path / "sys/class/infiniband/mlx5_3/ports/1/rate").unlink()
     port = "sys/class/infiniband/mlx5_0/ports/1"
     _put(tmp_path, f"{port}/state", "4: ACTIVE")
     _put(tmp_path, f"{port}/phys_state", "5: LinkUp")
@@ -193,7 +196,7 @@ def test_host_facts_read_the_kernels_own_formats(tmp_path):
         "link_layer": "infiniband", "mtu": 4092, "operstate": "up", "carrier": 1, "net_speed_mbps": 400000,
         "port": 1, "netdev": "ibp24s0", "bdf": "0000:18:00.0"}
     assert nic["mlx5_3"]["net_speed_mbps"] is None and nic["mlx5_3"]["speed_gbps"] is None
-    assert nic["mlx5_4"]["state"] is None and nic["mlx5_4"]["mtu"] is None, "the lab tree has neither"
+    assert nic["mlx5_4"]["state"] == "ACTIVE" and nic["mlx5_4"]["mtu"] is None, "the lab tree's IPoIB has no MTU"
     assert [g["name"] for g in facts["gpus"]] == [f"GPU{i}" for i in range(8)]
     assert all(g["device"] == "0x2330" and g["driver"] == "nvidia" for g in facts["gpus"])
     assert facts["numa_nodes"][1]["memory_kb"] == 1056561788 and facts["numa_nodes"][0]["memory_kb"] is None
@@ -213,8 +216,11 @@ def test_host_facts_read_the_kernels_own_formats(tmp_path):
 
 def test_host_facts_of_the_lab_tree_leave_unknown_what_it_does_not_write(trees):
     facts = _hw_facts(trees["dgx-h100"])
-    assert all(n[k] is None for n in facts["nics"] for k in ("link_layer", "state", "rate", "mtu", "operstate"))
-    assert facts["nvme"] is None and facts["cpus"] == {"count": None, "model": None, "online": None}
+    assert all(n["mtu"] is None for n in facts["nics"]), "an IPoIB MTU is the fabric's"
+    unknown = {n["name"] for n in facts["nics"] if n["link_layer"] is None}
+    assert unknown == {n["name"] for n in facts["nics"] if n["rate"] is None} == {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+    assert all(d["model"] is None and d["numa"] is None and d["bdf"] is None for d in facts["nvme"])
+    assert facts["cpus"] == {"count": 224, "model": "Intel Xeon Platinum 8480C", "online": "0-223"}
     assert facts["kernel"] == {"release": None, "cmdline": ""} and facts["dev"] is None
 
 
