@@ -320,10 +320,13 @@ class _Check:
     def link_up(self, f: dict) -> bool | str | None:
         """True when up, None when unknown, else the message saying how it is not."""
         name, state, phys = f["name"], f.get("state"), f.get("phys_state")
-        # The interface first: the plan addresses the rail's netdev, so a rail whose interface is
-        # down or has no carrier carries none of its traffic, whatever the RDMA port reports.
+        # An interface configured up tells the link first (no carrier: no cable or no peer),
+        # whatever the RDMA port file says; one not configured yet (a server before its rails are
+        # set up) says nothing about the cable, so the port state decides.
         oper, carrier = f.get("operstate"), f.get("carrier")
-        if oper in ("down", "lowerlayerdown", "notpresent") or carrier == 0:
+        if f.get("admin_up") and (oper in ("down", "lowerlayerdown", "notpresent") or carrier == 0):
+            return f"{name} link down ({f.get('netdev')} {oper or 'has no carrier'})"
+        if state is None and (oper in ("down", "lowerlayerdown", "notpresent") or carrier == 0):
             return f"{name} link down ({f.get('netdev')} {oper or 'has no carrier'})"
         if state is not None:
             word = state.upper()

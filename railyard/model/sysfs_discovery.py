@@ -440,6 +440,15 @@ def _number(x: float) -> int | float:
     return int(x) if x == int(x) else x
 
 
+def _admin_up(ndir: str | None) -> bool | None:
+    """IFF_UP of the interface's flags: configured up (the admin state), apart from its link."""
+    flags = read_attr(os.path.join(ndir, "flags")) if ndir else None
+    try:
+        return bool(int(flags, 16) & 0x1) if flags else None
+    except ValueError:
+        return None
+
+
 def _nic_facts(sysfs_root: str, n: Nic, f: PciFunction) -> dict:
     ports_dir = os.path.join(sysfs_root, "class", "infiniband", n.name, "ports")
     ports = sorted((p for p in _listdir(ports_dir) if p.isdigit()), key=int)
@@ -468,6 +477,7 @@ def _nic_facts(sysfs_root: str, n: Nic, f: PciFunction) -> dict:
         "link_layer": link_layer.lower() if link_layer else None,
         "state": state, "phys_state": phys, "rate": rate, "speed_gbps": speed,
         "operstate": read_attr(os.path.join(ndir, "operstate")) if ndir else None,
+        "admin_up": _admin_up(ndir),
         "carrier": _int(read_attr(os.path.join(ndir, "carrier"))) if ndir else None,
         "mtu": _int(read_attr(os.path.join(ndir, "mtu"))) if ndir else None,
         "net_speed_mbps": net_speed,

@@ -70,16 +70,44 @@ def test_discovery_over_ssh_finds_the_skus_gpus_on_the_lab_node(server):
     assert [str(m) for m in hardware_check.check("gpu-0", facts, sku)] == []
 
 
-def test_a_rail_link_that_is_down_is_seen_down_by_discovery(server):
-    """Links stay live: the node's rail veth taken down is what the SKU check refuses."""
+def _peer(c, netdev: str) -> str:
+    """The fabric's end of a node's rail veth: the cable a technician would pull."""
+    import subprocess
+
+    from railyard.drivers.lab import names
+
+    index = sh(c, f"cat /sys/class/net/{netdev}/iflink").strip()
+    out = subprocess.run(["ip", "-n", names.fabric_ns(c.stack), "-o", "link"], capture_output=True, text=True,
+                         check=True).stdout
+    return next(line.split(": ")[1].split("@")[0] for line in out.splitlines() if line.startswith(f"{index}: "))
+
+
+def _link_problems(c, state) -> list[str]:
     from railyard.model import hardware_check
 
-    c, state, _, _ = server
     target = Target("gpu-0", state["mgmt_address"], host_keys=(state["host_key"],))
+    facts, _ = remote.host_facts(target, private_key=c.key.read_text())
+    return [str(m) for m in hardware_check.check("gpu-0", facts, load_catalog().nodes[SKU]) if "link" in str(m)]
+
+
+def test_a_rail_whose_cable_is_pulled_is_refused_and_one_not_configured_yet_is_not(server):
+    """Links stay live: the fabric's end of a rail taken down leaves the node's interface without
+    carrier, which the SKU check refuses; an interface merely not configured up yet (a server
+    before its rails are set up) is judged by its RDMA port, which is up."""
+    import subprocess
+
+    from railyard.drivers.lab import names
+
+    c, state, _, _ = server
+    peer = _peer(c, "ibp64s0")
+    fabric = ["ip", "-n", names.fabric_ns(c.stack), "link", "set", "dev", peer]
+    subprocess.run([*fabric, "down"], check=True)
+    try:
+        assert _link_problems(c, state) == ["gpu-0: mlx5_3 link down (ibp64s0 down)"]  # operstate of a veth whose peer is down
+    finally:
+        subprocess.run([*fabric, "up"], check=True)
     sh(c, "ip link set dev ibp64s0 down")
     try:
-        facts, _ = remote.host_facts(target, private_key=c.key.read_text())
+        assert _link_problems(c, state) == []
     finally:
         sh(c, "ip link set dev ibp64s0 up")
-    problems = [str(m) for m in hardware_check.check("gpu-0", facts, load_catalog().nodes[SKU])]
-    assert [p for p in problems if "link down" in p] == ["gpu-0: mlx5_3 link down (ibp64s0 down)"], problems

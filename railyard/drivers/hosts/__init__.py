@@ -10,9 +10,10 @@ gives them. Boot-time settings are applied with a rolling reboot inside a budget
     rules      KEYS and parse(section, spec): the driver's DriverRules (Pulumi-free)
     ssh        one SSH connection to a host, its key pinned or trusted on first use
     remote     the model's own modules run on a host over SSH, nothing copied there
+    resources  HostMachine: one host reached, discovered and checked against its SKU
 
 Validation never opens a network connection: a DNS name is checked for its form only, and a host
-key is pinned from the stack or trusted on first use, never fetched here. The Pulumi resources
-that reach the hosts are not written yet (the registry's entry has no implementation), so `up`
-on a hosts stack stops before anything is touched.
+key is pinned from the stack or trusted on first use, never fetched here. The driver is not yet
+in the registry's implementations (tuning, rolling reboots and a clean destroy come first), so
+`up` on a hosts stack stops before anything is touched.
 """

@@ -16,8 +16,9 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
-# What reaching and checking a host depends on: a change in any of them means a new discovery.
-INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "speed_gbps")
+# What reaching and checking a host depends on: a change in any of them means a new discovery
+# (a new key too, so that refresh and later runs use it).
+INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "speed_gbps", "private_key")
 
 
 def _target(props: dict):
@@ -48,6 +49,12 @@ def discover_and_check(props: dict) -> dict:
     found = discover(props)
     sku = load_catalog().nodes[props["sku"]]
     facts = found["facts"]
+    blind = [part for part in ("gpus", "nics") if facts.get(part) is None]
+    if blind:
+        # A host whose PCI bus could not be read would otherwise pass with nothing compared.
+        notes = "; ".join(facts.get("notes") or ()) or "no /sys/bus/pci"
+        raise RuntimeError(f"{props['node']}: discovery saw no {' and no '.join(blind)} ({notes}); "
+                           "nothing was changed on the host")
     problems = hardware_check.check(props["node"], facts, sku, fabric=props.get("fabric"),
                                     speed_gbps=props.get("speed_gbps"))
     if problems:
@@ -91,6 +98,9 @@ class HostMachine(Resource):
                  jump: dict | None, host_keys: list[str], sku: str, fabric: str | None, speed_gbps: int | None,
                  private_key: Any, opts: pulumi.ResourceOptions | None = None):
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["private_key"]))
+        # Secret as an input too: an input is stored as given, and a plain key would sit in state.
+        if private_key is not None:
+            private_key = pulumi.Output.secret(private_key)
         super().__init__(HostMachineProvider(), name, {
             "stack": stack, "node": node, "address": address, "user": user, "port": port, "jump": jump,
             "host_keys": host_keys, "sku": sku, "fabric": fabric, "speed_gbps": speed_gbps,

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
+import shlex
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,11 +45,47 @@ _DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 # A login name: no whitespace, no ':' and never a leading '-' (it would read as an ssh option).
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 _PERCENT = re.compile(r"^([0-9]+)%$")
-_PROXY_JUMP = re.compile(r"(?:-o\s*ProxyJump[= ]\s*|-J\s*)([^\s'\"]+)")
+
+
+def _proxy_jump(args: str) -> tuple[str | None, str | None]:
+    """(the ProxyJump an inventory's ssh arguments give, or None; what in them cannot be followed,
+    or None): -J HOST, -JHOST, -o ProxyJump=HOST, -o 'ProxyJump HOST', quoted as a shell would."""
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return None, "unbalanced quotes"
+    jump = None
+    i = 0
+    while i < len(words):
+        w = words[i]
+        option = None
+        if w == "-o" and i + 1 < len(words):
+            option, i = words[i + 1], i + 1
+        elif w.startswith("-o") and len(w) > 2:
+            option = w[2:]
+        elif w == "-J" and i + 1 < len(words):
+            jump, i = words[i + 1], i + 1
+        elif w.startswith("-J") and len(w) > 2:
+            jump = w[2:]
+        if option is not None:
+            key, _, value = option.replace("=", " ", 1).partition(" ")
+            if key.lower() == "proxycommand":
+                return None, "a ProxyCommand"
+            if key.lower() == "proxyjump":
+                jump = value.strip()
+        i += 1
+    if jump is not None and ("," in jump or not jump):
+        return None, f"ProxyJump {jump!r} (one jump host only)"
+    return jump, None
 
 
 def address_kind(text: str) -> str | None:
-    """"ipv4", "ipv6" or "dns" for a valid host address, None otherwise (its form only: no lookup)."""
+    """"ipv4", "ipv6" or "dns" for a valid host address, None otherwise (its form only: no lookup).
+
+    No scope id (`fe80::1%eth0`): ssh expands `%` in host names, and a link-local address is not
+    a server's management address anyway."""
+    if "%" in text:
+        return None
     try:
         return "ipv4" if ipaddress.ip_address(text).version == 4 else "ipv6"
     except ValueError:
@@ -210,7 +247,7 @@ class _Reader:
         if (user and not _USER.match(user)) or address_kind(rest) is None or not 1 <= port <= 65535:
             self.problem(path, _show(value), allowed)
             return None
-        return JumpHost(rest, user or None, port)
+        return JumpHost(canonical(rest), user or None, port)
 
     def ssh_key(self, m: Mapping) -> Any:
         path = f"{P}.sshKey"
@@ -512,7 +549,7 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults) -> lis
                 key = " ".join(own.split()[:2])
         if address is None:
             continue
-        host = Host(address=address, user=user, port=port, jump_host=jump,
+        host = Host(address=canonical(address), user=user, port=port, jump_host=jump,
                     host_keys=_pins(d, address, port, key), where=ipath)
         out.append(_Entry(host, pool, ipath, ipath, key_refused=refused,
                           jump_path=f"{ipath}.jumpHost" if own_jump else f"{P}.jumpHost"))
@@ -568,14 +605,19 @@ def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path |
         if v.get("ansible_port") is not None:
             port = sub.integer(v, "ansible_port", "ansible_port", 1, 65535) or port
         args = " ".join(str(v.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
-        proxy = _PROXY_JUMP.search(args)
+        proxy, refused = _proxy_jump(args)
+        if refused:
+            # Connecting straight to the host instead would bypass the bastion the inventory names.
+            r.problem(ipath, f"{refused} in the ssh arguments of {place}", "a ProxyJump Railyard can follow "
+                      "(-J host or -o ProxyJump=host)", "give the jump host as railyard:hosts.jumpHost instead")
+            continue
         if proxy:
-            jump = d.pinned_jump(sub.jump_host(proxy.group(1), "ProxyJump")) or jump
+            jump = d.pinned_jump(sub.jump_host(proxy, "ProxyJump")) or jump
         for p in sub.problems:
             r.problem(ipath, f"{p.path} {p.found} of {place}", p.allowed, p.hint)
         if address is None:
             continue
-        host = Host(address=address, user=user, port=port, jump_host=jump,
+        host = Host(address=canonical(address), user=user, port=port, jump_host=jump,
                     host_keys=_pins(d, address, port, None), name=h.name, where=at)
         out.append(_Entry(host, pool, ipath, place, jump_path=ipath if proxy else f"{P}.jumpHost"))
     return out, len(found), ipath, path, group

@@ -81,6 +81,9 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
     Raises HostKeyMismatch when the host's key is not the pinned one, SshError when the host
     cannot be reached or authenticated; a command that exits non-zero is a Result, not an error.
     """
+    for where in (target.address, target.jump.address if target.jump else ""):
+        if "%" in where or where.startswith("-") or any(c.isspace() for c in where):
+            raise SshError(f"{target.name}: {where!r} is not a host address ssh may be given")
     if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
         raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
     pattern = _host_pattern(target.address, target.port)
@@ -99,8 +102,10 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
         argv = ["ssh", *_options(known, key_file, strict=bool(target.host_keys)), "-p", str(target.port)]
         if target.jump is not None:
             jump = target.jump
+            # The validated target written out, not ssh's %h: nothing from ssh's own expansion
+            # reaches the shell that runs the ProxyCommand.
             hop = ["ssh", *_options(known, key_file, strict=bool(jump.host_keys)), "-p", str(jump.port),
-                   "-W", "[%h]:%p", f"{jump.user}@{jump.address}" if jump.user else jump.address]
+                   "-W", f"[{target.address}]:{target.port}", f"{jump.user}@{jump.address}" if jump.user else jump.address]
             argv += ["-o", f"ProxyCommand={shlex.join(hop)}"]
         remote = command if isinstance(command, str) else shlex.join(command)
         argv += [f"{target.user}@{target.address}", remote]

@@ -121,7 +121,7 @@ def show_hardware() -> None:
     # /sys/devices: the tree's PCI roots instead of the host's, its NUMA nodes and CPUs; the rest
     # (virtual, platform, ...) as it is, so class/net's links resolve to the live interfaces.
     if os.path.isdir(f"{tree_sys}/devices"):
-        _compose("/sys/devices", f"{REAL_SYS}/devices", f"{tree_sys}/devices", hidden={"pci"})
+        _compose("/sys/devices", f"{REAL_SYS}/devices", f"{tree_sys}/devices", hidden={"pci"}, live={"virtual"})
     # /sys/class: the tree's RDMA devices; net stays the node's live interfaces (the tree's
     # class/net is its static view of the PCI NICs, which their device directories still show).
     if os.path.isdir(f"{tree_sys}/class"):

@@ -536,3 +536,29 @@ def test_an_unreadable_host_key_mode_is_one_problem_not_one_per_host():
     for h in hosts_of(cfg):
         del h["hostKey"]
     assert [p.path for p in problems(cfg)] == [f"{H}.hostKeys"]
+
+
+@pytest.mark.parametrize("args,jump,refused", [
+    ("-J admin@bastion", "admin@bastion", None),
+    ("-Jadmin@bastion", "admin@bastion", None),
+    ("-o ProxyJump=admin@bastion", "admin@bastion", None),
+    ("-o 'ProxyJump admin@bastion' -o StrictHostKeyChecking=no", "admin@bastion", None),
+    ('-o ProxyJump="admin@bastion"', "admin@bastion", None),
+    ("-o ServerAliveInterval=30", None, None),
+    ("-o ProxyCommand='ssh -W %h:%p bastion'", None, "a ProxyCommand"),
+    ("-o ProxyJump=a,b", None, "ProxyJump 'a,b' (one jump host only)"),
+    ("-o 'ProxyJump admin@b", None, "unbalanced quotes"),
+])
+def test_an_inventorys_ssh_arguments_give_their_jump_host_or_are_refused(args, jump, refused):
+    """A bastion the inventory names is never bypassed: what Railyard cannot follow is refused."""
+    from railyard.drivers.hosts.rules import _proxy_jump
+
+    assert _proxy_jump(args) == (jump, refused)
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0", "fe80::1%';touch${IFS}x;'", "a%h.example.net"])
+def test_an_address_with_a_percent_is_no_host_address(address):
+    """ssh expands % in host names; a scope id is no server's management address."""
+    from railyard.drivers.hosts.rules import address_kind
+
+    assert address_kind(address) is None
