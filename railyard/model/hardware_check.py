@@ -30,7 +30,7 @@ from typing import Iterable
 
 from railyard.model import pcie
 from railyard.model.catalog import NodeSku
-from railyard.model.sysfs_discovery import parse_cpulist
+from railyard.model.sysfs_discovery import natural_key as _natural, parse_cpulist
 
 # MemTotal is below the installed memory by what firmware reserves and the kernel keeps for itself
 # (its image, the page structures: about 1.6% of memory alone, crash kernel): some 2% on large
@@ -89,10 +89,6 @@ def _plural(n: int, word: str) -> str:
 def _and(names: Iterable[str]) -> str:
     names = list(names)
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def _fmt(x: float) -> str:

@@ -235,8 +235,12 @@ def read_functions(sysfs_root: str) -> dict[str, PciFunction]:
     return out
 
 
-def _natural(name: str) -> list:
+def natural_key(name: str) -> list:
+    """Sort key putting mlx5_2 before mlx5_10, as people and the kernel's listings do."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+_natural = natural_key
 
 
 def discover(sysfs_root: str) -> Discovery:

@@ -1,6 +1,7 @@
 """HostMachine, the hosts driver's resource for one existing server, on the real engine against a
-real lab node reached over SSH: `up` discovers the node's hardware and refuses it, naming every
-difference from its SKU, before anything is recorded or changed; the key stays secret."""
+real lab node reached over SSH: `up` discovers the node's hardware (a dgx-h100 tree with one GPU
+taken out) and refuses it, naming the difference from its SKU, before anything is recorded or
+changed; the key stays secret."""
 
 from __future__ import annotations
 
@@ -33,10 +34,23 @@ pulumi.export("hostKey", machine.host_key)
 
 
 @pytest.fixture(scope="module")
-def server(stack_factory):
+def server(stack_factory, tmp_path_factory):
+    import shutil
+
+    from railyard.drivers.lab import hwtree
+    from railyard.model.catalog import load_catalog
+    from railyard.model.pci_layout import layout
+
+    sku = load_catalog().nodes["dgx-h100"]
+    tree = tmp_path_factory.mktemp("hw") / "gpu-0"
+    hwtree.build_hwtree(sku, tree)
+    # GPU4 lost (the one beside mlx5_6): its device directory and the bus's link to it go.
+    bdf = layout(sku).bus_ids["GPU4"]
+    shutil.rmtree((tree / "sys/bus/pci/devices" / bdf).resolve())
+    (tree / "sys/bus/pci/devices" / bdf).unlink()
     c = stack_factory("hm", rails=2, spine=False)
     c.create_fabric()
-    return c, c.create_node("gpu-0", 0)
+    return c, c.create_node("gpu-0", 0, hw_tree_source=str(tree))
 
 
 @pytest.fixture
@@ -63,7 +77,8 @@ def test_up_refuses_a_host_whose_hardware_is_not_its_skus_and_records_nothing(se
     proc = engine("up", "--yes", "--skip-preview", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "gpu-0: 0 GPUs found, dgx-h100 has 8" in out and "nothing was changed on the host" in out, out[-3000:]
+    assert "gpu-0: 7 GPUs found, dgx-h100 has 8; none under the switch of mlx5_6 (NUMA 1)" in out, out[-3000:]
+    assert "nothing was changed on the host" in out
     # Nothing recorded, nothing on the node, and the key never printed.
     resources = json.loads(engine("stack", "export").stdout)["deployment"].get("resources") or []
     assert not [r for r in resources if r["urn"].endswith("::gpu-0")]

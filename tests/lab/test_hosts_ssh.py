@@ -82,15 +82,11 @@ def test_the_models_code_runs_on_the_host_from_memory_and_leaves_nothing(server)
                     private_key=c.key.read_text())
 
 
-def test_discovery_over_ssh_reads_the_hosts_own_sysfs_and_the_sku_check_refuses_a_mismatch(server):
-    """A lab node shows the host's real /sys, which has no GPU: the check names what is missing."""
-    from railyard.model import hardware_check, sysfs_discovery
-    from railyard.model.catalog import load_catalog
+def test_discovery_over_ssh_reads_the_hosts_own_kernel(server):
+    """What discovery reads over SSH is the host's: the same kernel the controller runs here."""
+    from railyard.model import sysfs_discovery
 
     c, _ = server
     facts, _ = remote.host_facts(_target(server), private_key=c.key.read_text())
     here = sysfs_discovery.host_facts()  # the same kernel, read by the same code on the controller
     assert facts["kernel"]["release"] == here["kernel"]["release"]
-    assert facts["cpus"]["count"] == here["cpus"]["count"] and facts["gpus"] == []
-    problems = [str(m) for m in hardware_check.check("gpu-0", facts, load_catalog().nodes["dgx-h100"])]
-    assert any(p.startswith("gpu-0: 0 GPUs found, dgx-h100 has 8") for p in problems), problems

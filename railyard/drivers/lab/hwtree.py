@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
 from railyard.model.catalog import NicSpec, NodeSku
 from railyard.model.pci_layout import Function, layout, netdev_name
+from railyard.model.sysfs_discovery import natural_key as _natural
 
 MSI_VECTORS = 4
 FIRST_IRQ = 100
@@ -297,10 +297,6 @@ def _nvme(w: "_Writer", sku: NodeSku) -> dict[str, str] | None:
             # No device/ (the controller with model, numa_node, address): the catalog gives
             # neither the drive model nor where the drive sits on the PCI buses.
     return names
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def _ranges(ids: Iterable[int]) -> str:
