@@ -19,6 +19,7 @@ group's in turn, depth first; each host once); raises InventoryError naming the 
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -193,8 +194,17 @@ def read(path: Path, group: str = "all") -> list[InventoryHost]:
 # --- YAML ---------------------------------------------------------------------------------------
 
 
+class _InventoryLoader(yamlio.StrictLoader):  # type: ignore[misc, valid-type]
+    """The project's strict YAML, where a value tagged for Ansible (`!vault`, `!unsafe`) is kept
+    as an opaque text: Railyard reads only connection settings, and one encrypted variable must not
+    make the whole inventory unreadable."""
+
+
+_InventoryLoader.add_multi_constructor("!", lambda loader, tag, node: f"<{tag} value, not read by Railyard>")
+
+
 def _yaml(text: str) -> _Inventory:
-    loader = yamlio.StrictLoader(text)
+    loader = _InventoryLoader(text)
     try:
         root = loader.get_single_node()
         inv = _Inventory()
@@ -279,8 +289,13 @@ def _yaml_group(loader: Any, inv: _Inventory, key: yaml.ScalarNode, node: yaml.N
 
 
 def _value(text: str) -> Any:
-    """An INI value as Ansible reads simple ones: an integer, or the text."""
-    return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+    """An INI value as Ansible's INI plugin reads it: a Python literal where it is one (a quoted
+    string loses its quotes, a number is a number), else the text as written."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, (str, int, float, bool, list, dict)) or value is None else text
 
 
 def _pairs(tokens: list[str], line: int) -> dict[str, Any]:

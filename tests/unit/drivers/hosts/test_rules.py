@@ -562,3 +562,18 @@ def test_an_address_with_a_percent_is_no_host_address(address):
     from railyard.drivers.hosts.rules import address_kind
 
     assert address_kind(address) is None
+
+
+def test_inventory_values_read_as_ansible_reads_them(tmp_path):
+    """Quoted INI values lose their quotes; a vaulted YAML variable does not make the file unreadable."""
+    from railyard.drivers.hosts import inventory
+
+    ini = tmp_path / "pod.ini"
+    ini.write_text("[dgx]\nnode1 ansible_host=192.0.2.11\n\n[dgx:vars]\nansible_user='admin'\nansible_port=2222\n")
+    (host,) = inventory.read(ini, "dgx")
+    assert (host.vars["ansible_user"], host.vars["ansible_port"]) == ("admin", 2222)
+    yml = tmp_path / "pod.yml"
+    yml.write_text("all:\n  vars:\n    secret: !vault |\n      $ANSIBLE_VAULT;1.1;AES256\n      6162\n"
+                   "  hosts:\n    node1:\n      ansible_host: 192.0.2.11\n")
+    (host,) = inventory.read(yml)
+    assert host.vars["ansible_host"] == "192.0.2.11"
