@@ -81,8 +81,16 @@ class HostMachineProvider(ResourceProvider):
 
     def read(self, id_, props):
         # A refresh records what the host has now, so the next preview shows the drift; it is
-        # the next create or update that refuses a host no longer matching its SKU.
-        return ReadResult(id_=id_, outs={**props, **discover(props)})
+        # the next create or update that refuses a host no longer matching its SKU. A host down
+        # for maintenance keeps what was last seen: one unreachable server must not fail the
+        # refresh of every other.
+        from railyard.drivers.hosts.ssh import SshError
+
+        try:
+            seen = discover(props)
+        except SshError:
+            return ReadResult(id_=id_, outs=dict(props))
+        return ReadResult(id_=id_, outs={**props, **seen})
 
     def delete(self, _id, _props):
         return None

@@ -1,0 +1,62 @@
+"""HostMachine's provider semantics, with discovery stood in (the real thing runs in
+tests/lab/test_hosts_machine.py): what a change of input does, trust on first use kept, refresh."""
+
+from __future__ import annotations
+
+import pytest
+
+from railyard.drivers.hosts import resources
+from railyard.drivers.hosts.ssh import SshError
+
+PROPS = {"stack": "s", "node": "gpu-0", "address": "192.0.2.11", "user": "root", "port": 22, "jump": None,
+         "host_keys": [], "sku": "dgx-h100", "fabric": None, "speed_gbps": None, "private_key": "k",
+         "host_key": None, "facts": None}
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    calls = []
+
+    def discover(props):
+        calls.append(dict(props))
+        return {"host_key": props.get("host_key") or "ssh-ed25519 AAAAlearned", "facts": {"gpus": [], "nics": []}}
+
+    monkeypatch.setattr(resources, "discover", discover)
+    return calls
+
+
+def test_a_changed_address_or_key_is_a_new_discovery_never_a_replace():
+    provider = resources.HostMachineProvider()
+    assert not provider.diff("id", PROPS, dict(PROPS)).changes
+    for key, value in (("address", "192.0.2.12"), ("private_key", "k2"), ("sku", "hgx-h100")):
+        diff = provider.diff("id", PROPS, {**PROPS, key: value})
+        assert diff.changes and not diff.replaces, key
+
+
+def test_trust_on_first_use_pins_the_learned_key_for_the_next_discovery(seen, monkeypatch):
+    monkeypatch.setattr(resources, "discover_and_check", lambda props: resources.discover(props))
+    provider = resources.HostMachineProvider()
+    olds = {**PROPS, "host_key": "ssh-ed25519 AAAAfirst"}
+    provider.update("id", olds, {**PROPS, "address": "192.0.2.11"})
+    assert seen[-1]["host_key"] == "ssh-ed25519 AAAAfirst"  # the key seen first is the one required
+    provider.update("id", olds, {**PROPS, "host_keys": ["ssh-ed25519 AAAApinned"]})
+    assert seen[-1]["host_key"] is None  # a pinned key replaces what was learned
+
+
+def test_refresh_records_what_the_host_has_and_keeps_the_last_seen_when_it_is_down(seen, monkeypatch):
+    provider = resources.HostMachineProvider()
+    olds = {**PROPS, "host_key": "ssh-ed25519 AAAAfirst", "facts": {"gpus": ["old"]}}
+    assert provider.read("id", olds).outs["facts"] == {"gpus": [], "nics": []}
+
+    def down(props):
+        raise SshError("gpu-0: cannot reach root@192.0.2.11")
+
+    monkeypatch.setattr(resources, "discover", down)
+    assert provider.read("id", olds).outs == olds
+
+
+def test_a_host_whose_pci_bus_could_not_be_read_is_refused(monkeypatch):
+    monkeypatch.setattr(resources, "discover", lambda props: {"host_key": "k", "facts": {
+        "gpus": None, "nics": None, "notes": ["/sys/bus/pci: no such directory"]}})
+    with pytest.raises(RuntimeError, match="gpu-0: discovery saw no gpus and no nics .*no such directory"):
+        resources.discover_and_check(PROPS)
