@@ -130,6 +130,19 @@ class NicSpec:
     def name(self) -> str:
         return self.rdma
 
+    @property
+    def class_link(self) -> str | None:
+        """The link layer its PCI class implies (a VPI port's class follows the mode it runs):
+        0x0207xx InfiniBand, 0x0200xx Ethernet; None without a class."""
+        cls = (self.pci_class or "").lower()
+        return "infiniband" if cls.startswith("0x0207") else "ethernet" if cls.startswith("0x0200") else None
+
+    @property
+    def link_layer(self) -> str | None:
+        """The link layer it runs: the catalog's link where it names one, else its class's; None
+        where neither says (a VPI card with no class)."""
+        return self.link if self.link in ("infiniband", "ethernet") else self.class_link
+
 
 @dataclass(frozen=True)
 class DiskGroup:

@@ -95,12 +95,6 @@ def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def _class_link(pci_class: str | None) -> str | None:
-    """The link layer a NIC's PCI class implies: 0x0207xx InfiniBand, 0x0200xx Ethernet."""
-    cls = (pci_class or "").lower()
-    return "infiniband" if cls.startswith("0x0207") else "ethernet" if cls.startswith("0x0200") else None
-
-
 def _tree(facts: dict) -> pcie.PcieTree | None:
     nodes = ((facts.get("pci") or {}).get("tree")) or []
     try:
@@ -250,9 +244,7 @@ class _Check:
     def expected_link(self, nic) -> tuple[str | None, str]:
         if self.fabric and nic.role == "compute" and nic.link not in ("infiniband", "ethernet"):
             return FABRIC_LINK[self.fabric], f"the compute fabric ({self.fabric}) needs {FABRIC_LINK[self.fabric]}"
-        if nic.link in ("infiniband", "ethernet"):
-            return nic.link, f"{self.sku.id}'s is {nic.link}"
-        return _class_link(nic.pci_class), f"{self.sku.id}'s is {_class_link(nic.pci_class)}"
+        return nic.link_layer, f"{self.sku.id}'s is {nic.link_layer}"
 
     def nics(self) -> None:
         sku, found = self.sku, self.facts.get("nics")
@@ -290,7 +282,7 @@ class _Check:
         elif layer != want:
             self.bad(f"nics.{name}.link_layer", f"{name} is {layer}, {says}")
         # The SKU's netdev name holds for the link mode its class implies (ib... or en...).
-        class_link = _class_link(spec.pci_class) or spec.link
+        class_link = spec.class_link or spec.link
         if spec.netdev and f.get("netdev") and f["netdev"] != spec.netdev and layer in (None, class_link):
             self.bad(f"nics.{name}.netdev", f"{name}'s netdev is {f['netdev']}, {self.sku.id}'s is {spec.netdev}")
         up = self.link_up(f)

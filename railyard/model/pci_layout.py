@@ -293,10 +293,11 @@ def netdev_name(sku: NodeSku, rdma: str, bdf: str | None = None) -> str | None:
     nic = sku.nic(rdma)
     if nic.netdev:
         return nic.netdev
-    cls = (nic.pci_class or "").lower()
-    if cls.startswith("0x0207") or (not cls and nic.link == "infiniband"):
+    # The class first: a VPI port's class follows the mode it runs, and so does its name.
+    layer = nic.class_link if nic.pci_class else nic.link_layer
+    if layer == "infiniband":
         prefix = "ib"
-    elif cls.startswith("0x0200") or (not cls and nic.link == "ethernet"):
+    elif layer == "ethernet":
         prefix = "en"
     else:
         return None

@@ -179,15 +179,6 @@ def _ids(sku: NodeSku, f: Function) -> tuple[str | None, str | None, str | None]
     return b.pci_vendor, b.pci_device, b.pci_class or PCI_BRIDGE_CLASS
 
 
-def _link_layer(nic: NicSpec) -> str | None:
-    """The link layer a NIC function runs: the catalog's link, else what its PCI class says (a VPI
-    port's class is 0x0207xx in InfiniBand mode, 0x0200xx in Ethernet mode); None when neither says."""
-    if nic.link in IB_LINK_LAYER:
-        return nic.link
-    cls = (nic.pci_class or "").lower()
-    return "infiniband" if cls.startswith("0x0207") else "ethernet" if cls.startswith("0x0200") else None
-
-
 def _ib_rate(speed_gbps: int | None) -> str | None:
     """The kernel's rate text of a port at the catalog's speed over LINK_WIDTH lanes, or None when
     the speed is unknown or no lane rate gives it."""
@@ -203,7 +194,7 @@ def _ib_rate(speed_gbps: int | None) -> str | None:
 def _ib_port(w: "_Writer", port: str, nic: NicSpec) -> str | None:
     """Port 1 of the NIC's RDMA device (mlx5 gives each port of an adapter its own PCI function and
     RDMA device, so its port is always 1); returns the rate text written, if any."""
-    layer = _link_layer(nic)
+    layer = nic.link_layer
     # Unknown link mode (a VPI card of no known class): the kernel always shows one; left out here.
     w.file(f"{port}/link_layer", IB_LINK_LAYER[layer] if layer else None)
     w.file(f"{port}/state", IB_STATE_UP)  # the lab's: every port shown up (module docstring)
@@ -222,7 +213,7 @@ def _netdev_attrs(w: "_Writer", net: str, nic: NicSpec) -> None:
     # the catalog's speed unknown: left out (readers take it as unknown, as they take the -1 a
     # kernel shows for a speed it does not know).
     w.file(f"{net}/speed", str(nic.speed_gbps * 1000) if nic.speed_gbps else None)
-    if _link_layer(nic) == "ethernet":
+    if nic.link_layer == "ethernet":
         w.file(f"{net}/mtu", str(ETH_DEFAULT_MTU))
     # An IPoIB netdev's MTU follows the subnet's broadcast group (2044 on a 2K-MTU fabric, 4092
     # on a 4K one): a fact of the fabric, not of the node, so it is left out.
