@@ -11,17 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-# What the iommu role writes for each vendor (kernel-parameters.txt: intel_iommu=, amd_iommu=, iommu=pt).
-CPU_VENDORS = {"intel": "intel", "amd": "amd"}
-
-
-def _cpu_vendor(sku: Any) -> str:
-    model = (sku.cpus.model or "").lower()
-    for word, vendor in CPU_VENDORS.items():
-        if word in model:
-            return vendor
-    return "auto"  # the role reads the host's /proc/cpuinfo
+from railyard.model.boot_args import cpu_vendor
 
 
 def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = None,
@@ -56,7 +46,7 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
 
     # --- IOMMU: passthrough when VFs or GPUs go to VMs
     out["iommu_mode"] = tuning.iommu
-    out["iommu_cpu_vendor"] = _cpu_vendor(sku)
+    out["iommu_cpu_vendor"] = cpu_vendor(sku)
 
     # --- GPU/NIC affinity: the pairing is computed on the host from its PCIe tree; the plan's is
     # what the verify role compares it with.

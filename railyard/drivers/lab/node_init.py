@@ -11,7 +11,13 @@ with the reason on stderr.
 Inputs (environment): RY_NODE (hostname), RY_NODE_DIR (the node's runtime dir on the host),
 RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_MOUNT_MARKER
 (source name of the node's /run), RY_SHIM_TARGETS (host binaries the reboot-pending shim is
-bound over, one per line), RY_AGENT (agent.py, the node's SR-IOV agent, started once sshd runs).
+bound over, one per line), RY_AGENT (agent.py, the node's SR-IOV agent, started once sshd runs),
+RY_BOOT (set when the node is powered on again, node/power.py: boot-time settings apply, see boot()).
+
+Every start is a boot of the node: /run is a fresh tmpfs and /proc/sys/kernel/random/boot_id a
+new one. A power-on (RY_BOOT) also does what firmware and the kernel do at boot: the command line
+is the one the bootloader was last configured with (the shim's update-grub writes it to
+/boot/railyard/cmdline), the hugepage counters are what its hugepages= reserve, and no VF survives.
 
 Every module is imported before the first mount: the interpreter's own library may live below a
 directory the node mounts over (a pyenv under /root).
@@ -21,6 +27,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+import uuid
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND = 32, 4096
@@ -135,6 +142,82 @@ def show_hardware() -> None:
             _bind(f"{TREE}/proc/{name}", f"/proc/{name}", read_only=True)
 
 
+def _hugepages_at_boot(cmdline: str) -> dict:
+    """{page kB: {numa node or None (the whole host): count}} as the kernel reads hugepagesz=,
+    hugepages= (a count, or node:count pairs) and default_hugepagesz= (Documentation/admin-guide/
+    kernel-parameters.txt); a hugepages= applies to the hugepagesz= before it, else the default."""
+    def kb(size: str) -> int:
+        unit = size[-1:].upper()
+        return int(size[:-1]) * {"K": 1, "M": 1024, "G": 1024 * 1024}[unit] if unit in "KMG" else int(size) // 1024
+
+    words = cmdline.split()
+    default = 2048
+    for w in words:
+        if w.startswith("default_hugepagesz="):
+            default = kb(w.split("=", 1)[1])
+    out: dict = {}
+    size = None
+    for w in words:
+        key, _, value = w.partition("=")
+        if key == "hugepagesz":
+            size = kb(value)
+        elif key == "hugepages" and value:
+            counts = out.setdefault(size or default, {})
+            for part in value.split(","):
+                node, _, count = part.rpartition(":")
+                counts[int(node) if node else None] = int(count)
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def boot(node_dir: str, tree: str) -> None:
+    """Boot-time state in the node's hardware tree (tree: its host path, writable): the command
+    line the bootloader holds, hugepages reserved by it and nothing else, every PF without VFs
+    (the agent removes the VFs it finds when it starts)."""
+    try:
+        with open(f"{node_dir}/boot/railyard/cmdline") as f:
+            cmdline = f.read().strip()
+    except FileNotFoundError:
+        cmdline = None
+    if cmdline is not None and os.path.isfile(f"{tree}/proc/cmdline"):
+        _write(f"{tree}/proc/cmdline", cmdline + "\n")
+    try:
+        with open(f"{tree}/proc/cmdline") as f:
+            reserved = _hugepages_at_boot(f.read())
+    except FileNotFoundError:
+        reserved = {}
+    nodes_dir = f"{tree}/sys/devices/system/node"
+    numa = sorted(int(n[4:]) for n in os.listdir(nodes_dir) if n[4:].isdigit()) if os.path.isdir(nodes_dir) else []
+    global_dir = f"{tree}/sys/kernel/mm/hugepages"
+    for size in sorted(os.listdir(global_dir)) if os.path.isdir(global_dir) else ():
+        page_kb = int(size[len("hugepages-"):-2])
+        want = reserved.get(page_kb, {})
+        per_node = {n: want.get(n, 0) for n in numa}
+        if None in want:  # a total: the kernel spreads it over the nodes
+            for i, n in enumerate(numa):
+                per_node[n] = want[None] // len(numa) + (1 if i < want[None] % len(numa) else 0)
+        for n, count in per_node.items():
+            for counter in ("nr_hugepages", "free_hugepages"):
+                path = f"{nodes_dir}/node{n}/hugepages/{size}/{counter}"
+                if os.path.isfile(path):
+                    _write(path, f"{count}\n")
+        total = sum(per_node.values()) if numa else want.get(None, 0)
+        for counter in ("nr_hugepages", "free_hugepages"):
+            if os.path.isfile(f"{global_dir}/{size}/{counter}"):
+                _write(f"{global_dir}/{size}/{counter}", f"{total}\n")
+    devices = f"{tree}/sys/bus/pci/devices"
+    for bdf in sorted(os.listdir(devices)) if os.path.isdir(devices) else ():
+        numvfs = f"{devices}/{bdf}/sriov_numvfs"
+        if os.path.isfile(numvfs):
+            with open(numvfs) as f:
+                if f.read().strip() not in ("", "0"):
+                    _write(numvfs, "0\n")
+
+
 def main() -> None:
     env = os.environ
     node, node_dir, hw, marker = env["RY_NODE"], env["RY_NODE_DIR"], env["RY_HW"], env["RY_MARKER"]
@@ -158,10 +241,17 @@ def main() -> None:
     # the last bind (a checkout under /root stays reachable until then), /tmp comes after it.
     # Its source names the node: every process of the node can be found by it (proc.by_mount_source).
     mount(env["RY_MOUNT_MARKER"], "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
-    for d in ("/run/lock", "/run/sshd", "/run/railyard/hw", "/run/railyard/bin"):
+    for d in ("/run/lock", "/run/sshd", "/run/railyard/hw", "/run/railyard/bin", "/run/railyard/power"):
         os.makedirs(d, mode=0o755, exist_ok=True)
+    if env.get("RY_BOOT"):
+        boot(node_dir, hw)
     mount(hw, "/run/railyard/hw", flags=MS_BIND)
     mount(f"{node_dir}/bin", "/run/railyard/bin", flags=MS_BIND)
+    # The node's power button (node/power.py): the shim's reboot and poweroff write to its fifo.
+    if os.path.isdir(f"{node_dir}/power"):
+        mount(f"{node_dir}/power", "/run/railyard/power", flags=MS_BIND)
+    with open("/run/railyard/boot_id", "w") as f:
+        f.write(f"{uuid.uuid4()}\n")
     # /etc and /var are the host's, overlaid by the node's own layers: what the node writes lands
     # in <node dir>/etc and /var and never reaches the host, and a node costs a few files, not a copy.
     for d in ("etc", "var"):
@@ -182,6 +272,9 @@ def main() -> None:
     for p in ("/proc/sys", "/proc/irq", "/proc/sysrq-trigger", "/proc/bus"):
         if os.path.exists(p):
             bind_ro(p)
+    # After /proc/sys's own bind, which would hide it. This boot's identity, as the kernel's.
+    if os.path.isfile("/proc/sys/kernel/random/boot_id"):
+        _bind("/run/railyard/boot_id", "/proc/sys/kernel/random/boot_id", read_only=True)
 
     # The rest of the host's root filesystem (/usr, /opt, /home, ...) is read-only in the node: a
     # package install or a write outside the node's own directories fails instead of changing the

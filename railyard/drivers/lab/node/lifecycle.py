@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 from railyard.drivers.lab import names, net, proc
 from railyard.drivers.lab.errors import LabError, require_root
 from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
+from railyard.drivers.lab.node import power
 from railyard.drivers.lab.node.config import Nic, _parse_nics, _prepare_dir, check_dir_location, node_dir, parse_keys
 from railyard.drivers.lab.node.processes import (
     _hw_source_of,
@@ -98,6 +99,7 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
     if pid is not None and _hw_source_of(pid) != _identity(hw):
         _kill_node_processes(stack, node)  # the hw tree is bound at start: restart to change it
         pid = None
+    power.prepare(stack, node, hw, root)
     if pid is None:
         _kill_node_processes(stack, node)  # leftovers of an init that died or a removed netns
         pid = _start_init(stack, node, d, hw, root)
@@ -106,6 +108,7 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
             _restart_sshd(stack, node, pid)
         if not agent_pid(stack, node, root):
             start_agent(stack, node, root)
+    power.ensure_supervisor(stack, node, root)
     state = read_node(stack, node, root)
     if state is None:
         raise LabError(f"node {ns}", "vanished while it was being created")

@@ -79,9 +79,12 @@ def _bounding() -> str:
     return ",".join(f"-{c}" for c in DROPPED_CAPS)
 
 
-def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None) -> int:
+def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None, *, boot: bool = False) -> int:
+    """Start the node's init; `boot`: as a power-on, applying boot-time settings (node_init.boot)."""
     ns = names.node_ns(stack, node)
     env = _clean_env(stack, node)
+    if boot:
+        env["RY_BOOT"] = "1"
     env.update({
         "RY_NODE": node,
         "RY_NODE_DIR": str(d.resolve()),
