@@ -67,13 +67,17 @@ class Cluster(pulumi.ComponentResource):
             self.tuning = HostTuning(
                 f"{name}-tuning",
                 HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
-                               storage=self.storage.endpoints, extra_vars=driver.tuning_vars()),
+                               storage=self.storage.endpoints, extra_vars=driver.tuning_vars(),
+                               node_vars={n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))} or None),
                 # The machines themselves, not the pools: a pool's descendants include the VMs, which
                 # come after tuning.
                 depends_on=machines, opts=child)
-        # The virtual layout, ordered as on real hosts: hypervisor -> host tuning -> VMs.
+        # Boot-time settings take effect where the driver reboots its machines (the hosts driver's
+        # rolling reboot), after the tuning that wrote them.
+        self.boot = driver.boot_settings(f"{name}-boot", self, self.tuning, self.access) if self.tuning else []
+        # The virtual layout, ordered as on real hosts: hypervisor -> host tuning (and its reboots) -> VMs.
         self.vms: list[tuple[str, VirtualMachine]] = []
-        after = [self.tuning] if self.tuning is not None else machines
+        after = ([self.tuning] + self.boot) if self.tuning is not None else machines
         for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
                 for vm in plan_node.vms:

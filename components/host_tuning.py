@@ -23,6 +23,8 @@ class HostTuningArgs:
     access: Access
     extra_vars: dict[str, Any] | None = None
     """The driver's own role variables (Driver.tuning_vars)."""
+    node_vars: dict[str, dict[str, Any]] | None = None
+    """Per node, how the driver's machine is reached (Driver.node_vars: user, port)."""
     storage: Any = None
     """The storage tiers' outputs: the dataset prefix to stage and the object store's identity."""
 
@@ -43,7 +45,7 @@ class HostTuning(pulumi.ComponentResource):
             return {h.name: {"address": h.address, "host_key": h.host_key, "vars": h.vars}
                     for h in runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
                                                dataset_prefix=storage.get("dataset_prefix") or "",
-                                               extra_vars=args.extra_vars)}
+                                               extra_vars=args.extra_vars, node_vars=args.node_vars)}
 
         # Public and secret storage values travel apart: an Output holding any secret is secret as
         # a whole, and per-node tuning inputs must stay readable in previews and reviews.
@@ -53,6 +55,8 @@ class HostTuning(pulumi.ComponentResource):
         host_inputs = pulumi.Output.all(args.inventory, public).apply(hosts)
         secret_vars = pulumi.Output.secret(pulumi.Output.all(storage.get("access_key"), storage.get("secret_key")).apply(
             lambda v: runner.object_store_vars({"access_key": v[0], "secret_key": v[1]})))
+        # What a driver's later steps re-run the playbook with (a rolling reboot's verification).
+        self.host_inputs, self.secret_vars = host_inputs, secret_vars
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
                              hosts=host_inputs, private_key=args.access.private_key, secret_vars=secret_vars,
                              opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))

@@ -75,7 +75,7 @@ DRIVERS: dict[str, DriverEntry] = {
     # budget); the resources that reach the hosts are not written yet, so `up` stops with a message.
     "hosts": DriverEntry(
         "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors"),
-        implementation=None, rules="railyard.drivers.hosts.rules"),
+        implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules"),
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.
     "coreweave": DriverEntry(

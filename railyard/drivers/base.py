@@ -133,6 +133,16 @@ class Driver(abc.ABC):
         """How a person reaches a node, for the stack's `access` output (None: plain ssh to its address)."""
         return None
 
+    def node_vars(self, node: NodePlan) -> dict[str, Any]:
+        """Per node, role or connection variables its machine needs (a host's user and port)."""
+        return {}
+
+    def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
+        """What makes the boot-time settings the tuning wrote take effect (the hosts driver's
+        rolling reboots), after `tuning` (components.host_tuning.HostTuning); none by default:
+        the lab's nodes keep them pending (docs/lab.md)."""
+        return []
+
     def tuning_vars(self) -> dict[str, Any]:
         """Role variables the driver's machines need on top of the plan's (railyard.drivers.tuning_vars)."""
         return drivers.tuning_vars(self.name)

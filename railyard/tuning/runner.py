@@ -94,9 +94,17 @@ def roles_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def render_inventory(stack: str, user: str, hosts: Iterable[Host], known_hosts: Path) -> str:
-    return render("inventory.yml.j2", stack=stack, user=user, known_hosts=str(known_hosts),
+def render_inventory(stack: str, user: str, hosts: Iterable[Host], known_hosts: Path, *, agent: bool = False) -> str:
+    """agent: the key is ssh-agent's (no key file, so ssh may offer the agent's identities)."""
+    return render("inventory.yml.j2", stack=stack, user=user, known_hosts=str(known_hosts), agent=agent,
                   hosts=[{"name": h.name, "address": h.address, "vars": h.vars} for h in hosts])
+
+
+def known_hosts_line(host: Host) -> str:
+    """The host's known_hosts line, for the port Ansible reaches it on (ansible_port)."""
+    port = int(host.vars.get("ansible_port") or 22)
+    pattern = host.address if port == 22 else f"[{host.address}]:{port}"
+    return f"{pattern} {host.host_key}\n"
 
 
 def _change_lines(host: str, task: str, res: dict) -> list[Change]:
@@ -125,7 +133,7 @@ def _change_lines(host: str, task: str, res: dict) -> list[Change]:
 def run(
     stack: str,
     hosts: list[Host],
-    private_key: str,
+    private_key: str | None,
     *,
     user: str = "root",
     check: bool = False,
@@ -146,26 +154,27 @@ def run(
     run_dir = runs / stamp
     run_dir.mkdir()
     known_hosts = runs / "known_hosts"
-    known_hosts.write_text("".join(f"{h.address} {h.host_key}\n" for h in hosts))
-    inventory = render_inventory(stack, user, hosts, known_hosts)
+    known_hosts.write_text("".join(known_hosts_line(h) for h in hosts))
+    inventory = render_inventory(stack, user, hosts, known_hosts, agent=private_key is None)
     (runs / "inventory.yml").write_text(inventory)
     (run_dir / "inventory.yml").write_text(inventory)
 
     result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
-    secrets = [private_key, *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
+    secrets = [private_key or "", *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
     with tempfile.TemporaryDirectory(prefix="railyard-key-") as keydir:
-        key_file = Path(keydir) / "id"
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(private_key if private_key.endswith("\n") else private_key + "\n")
         env = {
             "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
-            "ANSIBLE_PRIVATE_KEY_FILE": str(key_file),
             "ANSIBLE_NOCOLOR": "1",
             # ansible-playbook is the virtualenv's, whatever PATH the caller (or Pulumi) had.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **(secret_env or {}),
         }
+        if private_key is not None:  # else ssh-agent's (SSH_AUTH_SOCK, passed through)
+            key_file = Path(keydir) / "id"
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(private_key if private_key.endswith("\n") else private_key + "\n")
+            env["ANSIBLE_PRIVATE_KEY_FILE"] = str(key_file)
         cmdline = []
         if secret_vars:
             # Secret role variables (object-store credentials) as an extra-vars file beside the key:
@@ -262,14 +271,16 @@ def _prune(runs: Path, keep: int) -> None:
 
 
 def hosts_from(spec: Any, plan: Any, inventory: list[dict], *, object_endpoint: str | None = None,
-               dataset_prefix: str = "", extra_vars: dict[str, Any] | None = None) -> list[Host]:
+               dataset_prefix: str = "", extra_vars: dict[str, Any] | None = None,
+               node_vars: dict[str, dict[str, Any]] | None = None) -> list[Host]:
     """Hosts to tune: the stack's inventory (addresses, host keys) with each node's role variables
-    and the driver's own (extra_vars)."""
+    and the driver's own (extra_vars for every node, node_vars per node: how it is reached)."""
     from railyard.tuning.vars import host_vars
 
     return [Host(name=n["name"], address=n["management_ip"], host_key=n["host_key"],
                  vars={**host_vars(spec, plan, n["name"], object_endpoint=object_endpoint,
-                                     dataset_prefix=dataset_prefix), **(extra_vars or {})})
+                                     dataset_prefix=dataset_prefix), **(extra_vars or {}),
+                       **(node_vars or {}).get(n["name"], {})})
             for n in inventory]
 
 
@@ -293,7 +304,7 @@ def _main() -> None:
     request = json.loads(sys.stdin.read())
     hosts = [Host(name=n, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
              for n, h in sorted(request["hosts"].items())]
-    result = run(request["stack"], hosts, request["private_key"], user=request.get("user", "root"),
+    result = run(request["stack"], hosts, request.get("private_key") or None, user=request.get("user", "root"),
                  check=bool(request.get("check")), forks=request.get("forks"),
                  secret_vars=request.get("secret_vars") or None)
     print(json.dumps({"ok": result.ok, "status": result.status, "rc": result.rc, "changed": result.changed,

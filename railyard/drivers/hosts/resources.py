@@ -62,6 +62,18 @@ def discover_and_check(props: dict) -> dict:
     return found
 
 
+def drifted(olds: dict) -> bool:
+    """Whether the facts last recorded (by a refresh) no longer match the host's SKU."""
+    from railyard.model import hardware_check
+    from railyard.model.catalog import load_catalog
+
+    facts = olds.get("facts")
+    if not facts or olds.get("sku") not in load_catalog().nodes:
+        return False
+    return bool(hardware_check.check(olds.get("node", ""), facts, load_catalog().nodes[olds["sku"]],
+                                     fabric=olds.get("fabric"), speed_gbps=olds.get("speed_gbps")))
+
+
 class HostMachineProvider(ResourceProvider):
     serialize_as_secret_always = False
 
@@ -72,7 +84,9 @@ class HostMachineProvider(ResourceProvider):
     def diff(self, _id, olds, news):
         changed = [k for k in INPUTS if olds.get(k) != news.get(k)]
         # A host first reached on trust keeps the key it showed: no change because host_keys is empty.
-        return DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+        # Hardware a refresh saw drift from the SKU (a GPU lost, a rail down) is a change too, so
+        # the next `up` discovers the host again and refuses it before its tuning runs.
+        return DiffResult(changes=bool(changed) or drifted(olds), replaces=[], delete_before_replace=False)
 
     def update(self, _id, olds, news):
         # Trust on first use pins what was learned: an unchanged host must show the same key again.
@@ -113,4 +127,92 @@ class HostMachine(Resource):
             "stack": stack, "node": node, "address": address, "user": user, "port": port, "jump": jump,
             "host_keys": host_keys, "sku": sku, "fabric": fabric, "speed_gbps": speed_gbps,
             "private_key": private_key, "host_key": None, "facts": None,
+        }, opts)
+
+
+def _targets(props: dict) -> list:
+    hosts = []
+    for h in props["hosts"]:
+        t = _target({**h, "host_keys": h.get("host_keys") or ([h["host_key"]] if h.get("host_key") else [])})
+        hosts.append((t, tuple(h.get("wanted") or ())))
+    return hosts
+
+
+class HostRebootsProvider(ResourceProvider):
+    """A pool's rolling reboot (rollout.roll). Its state is the command line each host was last
+    seen booted with, so a later diff knows, without reaching any host, whether one still lacks
+    what it wants; a second `up` reboots nothing."""
+
+    serialize_as_secret_always = False
+
+    def _roll(self, props: dict) -> dict:
+        from railyard.drivers.hosts import rollout
+        from railyard.tuning import runner
+
+        def verify(nodes: list[str]) -> None:
+            # A boot resets what the playbook set at run time (VFs, counters); the playbook again
+            # restores it and its verify role checks the host against the plan.
+            if not props.get("tuning_hosts"):
+                return
+            hosts = {n: h for n, h in props["tuning_hosts"].items() if n in nodes}
+            from railyard.tuning.resource import _wire_numbers
+            result = runner.run_isolated({"stack": props["stack"], "hosts": _wire_numbers(hosts),
+                                          "private_key": props.get("private_key"), "user": props["user"],
+                                          "secret_vars": props.get("secret_vars") or {}})
+            if not result["ok"]:
+                raise rollout.RolloutError(f"after the reboot of {', '.join(nodes)}, tuning failed; the rollout "
+                                           "stopped:\n  " + "\n  ".join(result["failures"])
+                                           + f"\nartifacts: {result['run_dir']}")
+
+        done = rollout.roll(_targets(props), budget=int(props["budget"]), command=props["command"],
+                            timeout=float(props["timeout"]), private_key=props.get("private_key") or None,
+                            after_batch=verify)
+        return {"booted": done.booted, "reboots": done.reboots}
+
+    def create(self, props):
+        return CreateResult(id_=f"{props['stack']}/{props['pool']}/reboots", outs={**props, **self._roll(props)})
+
+    def diff(self, _id, olds, news):
+        from railyard.model.boot_args import missing
+
+        booted = olds.get("booted") or {}
+        # A tuning run (tuning_run: its run) may have rewritten the bootloader's settings, and a
+        # failed rollout leaves `booted` as it was before it: either way the hosts are asked again.
+        keys = ("budget", "command", "timeout", "tuning_run")
+        stale = any(h["node"] not in booted or missing(h.get("wanted") or (), booted[h["node"]])
+                    for h in news["hosts"])
+        moved = [(h["node"], h["address"], h["port"]) for h in news["hosts"]] != \
+                [(h["node"], h["address"], h["port"]) for h in olds.get("hosts") or []]
+        return DiffResult(changes=stale or moved or any(olds.get(k) != news.get(k) for k in keys),
+                          replaces=[], delete_before_replace=False)
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs={**news, **self._roll(news)})
+
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs=props)
+
+    def delete(self, _id, _props):
+        return None  # a reboot is not undone; destroy's cleanup says what the next boot drops
+
+
+class HostReboots(Resource):
+    """Outputs: `booted` ({node: the command line it runs with}) and `reboots` (this run's
+    [{node, down_at, up_at}], Unix times)."""
+
+    booted: pulumi.Output[dict]
+    reboots: pulumi.Output[list]
+
+    def __init__(self, name: str, *, stack: str, pool: str, hosts: list[dict], budget: int, command: str,
+                 timeout: int, private_key: Any, tuning_hosts: Any, secret_vars: Any, user: str,
+                 tuning_run: Any = None, opts: pulumi.ResourceOptions | None = None):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+            additional_secret_outputs=["private_key", "secret_vars"]))
+        super().__init__(HostRebootsProvider(), name, {
+            "stack": stack, "pool": pool, "hosts": hosts, "budget": budget, "command": command,
+            "timeout": timeout, "user": user, "tuning_run": tuning_run,
+            "private_key": pulumi.Output.secret(private_key) if private_key is not None else None,
+            "tuning_hosts": tuning_hosts,
+            "secret_vars": pulumi.Output.secret(secret_vars) if secret_vars is not None else None,
+            "booted": None, "reboots": None,
         }, opts)

@@ -1,0 +1,108 @@
+"""The hosts driver: servers that already exist, reached over SSH, never created or deleted.
+
+Per node, a HostMachine (resources.py) reaches the pool's host, discovers its hardware and checks
+it against the SKU before anything depends on it. Tuning is the site playbook, as for the lab,
+over the hosts' own addresses with their user, port and pinned keys, on their real /sys and
+/proc (no `*_sysfs_root`). Boot-time settings then take effect in a rolling reboot per pool
+(HostReboots, rollout.py), inside the pool's maxUnavailable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from railyard.drivers.base import Access, Driver, NodeHandle
+from railyard.drivers.hosts import probe
+from railyard.drivers.hosts.config import DEFAULT_PORT, HostsConfig
+from railyard.drivers.hosts.resources import HostMachine, HostReboots
+from railyard.model.boot_args import kernel_args
+from railyard.model.plan import NodePlan
+
+
+def _jump(host) -> dict | None:
+    j = host.jump_host
+    return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
+
+
+class HostsDriver(Driver):
+    name = "hosts"
+
+    def __init__(self, spec, plan):
+        super().__init__(spec, plan)
+        self.config: HostsConfig = spec.driver_config
+        self.machines: dict[str, HostMachine] = {}
+
+    def host(self, node: NodePlan | str):
+        if isinstance(node, str):
+            node = self.plan.node_named(node)
+        return self.config.host(node.pool, node.index)
+
+    def access(self, name: str, parent: pulumi.Resource) -> Access:
+        if self.config.uses_agent:
+            key = None  # ssh-agent's, where Railyard runs
+        else:
+            # The whole section is read as a secret object: only sshKey is secret in it, and the
+            # key is never a plain value anywhere in the program.
+            key = pulumi.Output.secret(
+                pulumi.Config("railyard").require_secret_object("hosts").apply(lambda h: h["sshKey"]))
+        return Access(user=self.config.hosts[0].user if self.config.hosts else "root",
+                      public_key=pulumi.Output.from_input(""), private_key=key)
+
+    def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
+        return []  # the hosts' networks exist; tuning gives the rails their addresses
+
+    def storage(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        obj = self.spec.storage.object
+        if obj is not None:
+            out.update(object_endpoint=obj.endpoint, bucket=obj.bucket, dataset_prefix="")
+        pfs = self.spec.storage.parallel_fs
+        if pfs is not None:
+            out["parallel_fs"] = {"kind": pfs.kind, "mount": pfs.mount}
+        return out
+
+    def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
+             depends_on: list[pulumi.Resource]) -> NodeHandle:
+        host = self.host(node)
+        compute = self.spec.fabric.compute
+        machine = HostMachine(
+            name, stack=self.spec.stack, node=node.name, address=host.address, user=host.user, port=host.port,
+            jump=_jump(host), host_keys=list(host.host_keys), sku=node.sku, fabric=compute.kind,
+            speed_gbps=compute.speed_gbps,
+            private_key=access.private_key, opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
+        self.machines[node.name] = machine
+        return NodeHandle(ready=[machine], management_ip=host.address, host_key=machine.host_key, name=node.name)
+
+    def node_vars(self, node: NodePlan) -> dict[str, Any]:
+        host = self.host(node)
+        out: dict[str, Any] = {"ansible_user": host.user}
+        if host.port != DEFAULT_PORT:
+            out["ansible_port"] = host.port
+        return out
+
+    def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
+        """One rolling reboot per pool, after tuning wrote the boot-time settings."""
+        out = []
+        reboot = self.config.reboot
+        for pool in self.spec.node_pools:
+            nodes = list(self.plan.pool_nodes(pool.name))
+            hosts = []
+            for n in nodes:
+                h = self.host(n)
+                hosts.append({"node": n.name, "address": h.address, "user": h.user, "port": h.port,
+                              "jump": _jump(h), "host_keys": list(h.host_keys),
+                              "host_key": self.machines[n.name].host_key,
+                              "wanted": list(kernel_args(self.spec, self.plan, n))})
+            budget = self.config.pool(pool.name).reboot_budget
+            if pulumi.runtime.is_dry_run():
+                probe.report(pool.name, hosts, access.private_key, budget, parent)
+            out.append(HostReboots(
+                f"{name}-{pool.name}", stack=self.spec.stack, pool=pool.name, hosts=hosts, budget=budget,
+                command=reboot.command, timeout=reboot.timeout_seconds, private_key=access.private_key,
+                tuning_hosts=tuning.host_inputs if tuning is not None else None,
+                secret_vars=tuning.secret_vars if tuning is not None else None, user=access.user,
+                tuning_run=tuning.run.last_run if tuning is not None else None,
+                opts=pulumi.ResourceOptions(parent=parent, depends_on=[tuning] if tuning is not None else [])))
+        return out

@@ -1,0 +1,109 @@
+"""The rolling reboot that applies boot-time settings (the kernel command line) to a pool's hosts.
+
+A host reboots only when its running kernel lacks an argument its tuning asks for
+(model.boot_args). Hosts reboot `budget` at a time, in pool order: each batch gets the reboot
+command, then every host of it must come back (a new boot id, answering SSH) within the timeout
+with the arguments on its command line, and pass `after_batch` (the site playbook again, which
+restores what a boot resets and verifies), before the next batch starts. The first host that
+does not come back, or comes back wrong, stops the rollout: no further host is rebooted, and
+the error names it and the hosts left as they were.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from railyard.drivers.hosts.ssh import HostKeyMismatch, SshError, Target, run
+from railyard.model.boot_args import missing
+
+POLL_S = 1.0
+STATE_COMMAND = "cat /proc/sys/kernel/random/boot_id /proc/cmdline"
+
+
+class RolloutError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Boot:
+    boot_id: str
+    cmdline: str
+
+
+@dataclass
+class Rollout:
+    """What a rollout did: the boots seen last per host, and each reboot's down and up times."""
+
+    booted: dict[str, str] = field(default_factory=dict)
+    reboots: list[dict] = field(default_factory=list)
+
+
+def boot_state(target: Target, private_key: str | None, timeout: float = 30) -> Boot:
+    result = run(target, STATE_COMMAND, private_key=private_key, timeout=timeout)
+    lines = result.stdout.splitlines()
+    if result.rc != 0 or not lines:
+        raise SshError(f"{target.name}: cannot read its boot id and command line: {result.stderr.strip()}")
+    return Boot(lines[0].strip(), " ".join(lines[1:]).strip())
+
+
+def _wait_back(target: Target, old: str, private_key: str | None, deadline: float) -> Boot:
+    while True:
+        try:
+            now = boot_state(target, private_key, timeout=max(1.0, min(15.0, deadline - time.monotonic())))
+            if now.boot_id != old:
+                return now
+        except HostKeyMismatch:
+            raise
+        except SshError:
+            pass  # still down
+        if time.monotonic() >= deadline:
+            raise TimeoutError
+        time.sleep(POLL_S)
+
+
+def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: str, timeout: float,
+         private_key: str | None, after_batch: Callable[[list[str]], None] | None = None,
+         progress: Callable[[str], None] = lambda _: None) -> Rollout:
+    """Reboot the hosts whose kernel lacks their wanted arguments, `budget` at a time."""
+    out = Rollout()
+    pending = []
+    for target, wanted in hosts:
+        boot = boot_state(target, private_key)
+        out.booted[target.name] = boot.cmdline
+        if missing(wanted, boot.cmdline):
+            pending.append((target, wanted, boot))
+    names = [t.name for t, _, _ in pending]
+    for start in range(0, len(pending), budget):
+        batch = pending[start:start + budget]
+        left = names[start + len(batch):]
+        downs = {}
+        for target, _, _ in batch:
+            progress(f"{target.name}: {command}")
+            downs[target.name] = time.time()
+            try:
+                run(target, command, private_key=private_key, timeout=30)
+            except HostKeyMismatch:
+                raise
+            except SshError:
+                pass  # the connection goes down with the host
+        for target, wanted, boot in batch:
+            deadline = time.monotonic() + timeout
+            try:
+                now = _wait_back(target, boot.boot_id, private_key, deadline)
+            except TimeoutError:
+                raise RolloutError(
+                    f"{target.name} did not come back within {timeout:g} s of `{command}`; the rollout stopped"
+                    + (f", and {', '.join(left)} were not rebooted" if left else "")) from None
+            out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time()})
+            out.booted[target.name] = now.cmdline
+            lacks = missing(wanted, now.cmdline)
+            if lacks:
+                raise RolloutError(
+                    f"{target.name} came back without {' '.join(lacks)} on its kernel command line; the rollout "
+                    "stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
+            progress(f"{target.name}: back with the new command line")
+        if after_batch is not None:
+            after_batch([t.name for t, _, _ in batch])
+    return out

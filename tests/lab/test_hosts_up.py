@@ -1,0 +1,174 @@
+"""The hosts driver end to end on the real engine: four lab nodes stand in for servers someone
+already has, and a `hosts` stack lists their management addresses and host keys. The driver
+reaches them over SSH only (its inventory sets no `*_sysfs_root`): `up` discovers and checks each
+against its SKU, tunes it on its own /sys and /proc, and reboots the hosts whose kernel lacks the
+boot-time settings one at a time (maxUnavailable 1), checking each came back with them."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+
+import pytest
+import yaml
+
+from railyard import paths
+from railyard.drivers.lab import hwtree, node
+from railyard.drivers.lab.node import power
+from railyard.model.catalog import load_catalog
+
+from .stack_project import StackProject
+
+ROOT = paths.PROJECT_ROOT
+NODES = 4
+STACK = "thosts"
+
+
+@pytest.fixture(scope="module")
+def servers(stack_factory, tmp_path_factory):
+    """Four dgx-h100 lab nodes on all eight rails: the servers the stack names."""
+    c = stack_factory("hu", rails=8, spine=False)
+    c.create_fabric()
+    sku = load_catalog().nodes["dgx-h100"]
+    for i in range(NODES):
+        tree = tmp_path_factory.mktemp("hw") / f"gpu-{i}"
+        hwtree.build_hwtree(sku, tree)
+        c.create_node(f"srv-{i}", i, hw_tree_source=str(tree))
+    return c
+
+
+def stack_config(c, **reboot) -> dict:
+    hosts = [{"address": node.read_node(c.stack, f"srv-{i}")["mgmt_address"],
+              "hostKey": node.read_node(c.stack, f"srv-{i}")["host_key"]} for i in range(NODES)]
+    return {
+        "railyard:region": "onprem-lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "hosts",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": NODES}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": "198.18.96.0/20"},
+            "management": {"cidr": c.mgmt_cidr},
+        },
+        "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 1, "perNuma": True}},
+        "railyard:hosts": {
+            "hostKeys": "pinned",
+            "reboot": {"timeoutSeconds": 30, "maxUnavailable": 1, **reboot},
+            "pools": {"gpu": {"hosts": hosts}},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def project(servers, tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    p = StackProject(tmp_path_factory.mktemp("hostsstack"), STACK, stack_config(servers))
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    # From stdin: the key's first line starts with '-', which `config set` would take for a flag.
+    subprocess.run(p.argv("config", "set", "--secret", "--path", "railyard:hosts.sshKey"), cwd=p.dir,
+                   env=p.env, input=servers.key.read_text(), text=True, check=True, capture_output=True)
+    # The stack file as the engine left it: the key's ciphertext is part of the config from now on.
+    p.config = yaml.safe_load(paths.stack_file(STACK, p.dir).read_text())["config"]
+    assert "PRIVATE KEY" not in paths.stack_file(STACK, p.dir).read_text()
+    yield p
+    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+
+
+def cmdline(c, i: int) -> str:
+    return node.run_in_node(c.stack, f"srv-{i}", ["cat", "/proc/cmdline"], check=True).stdout.strip()
+
+
+def test_up_tunes_and_reboots_one_host_at_a_time(servers, project):
+    before = {i: power.events(servers.stack, f"srv-{i}") for i in range(NODES)}
+    proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    for i in range(NODES):
+        assert "hugepages=" in cmdline(servers, i) and "intel_iommu=on" in cmdline(servers, i)
+    # Every host rebooted once, and no two were down at the same time (the lab's own power log).
+    windows = []
+    for i in range(NODES):
+        new = power.events(servers.stack, f"srv-{i}")[len(before[i]):]
+        assert [e["event"] for e in new] == ["off", "on"], new
+        windows.append((new[0]["time"], new[1]["time"]))
+    windows.sort()
+    assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+    # The controller's view agrees.
+    out = project.outputs()
+    assert out["inventory"][0]["management_ip"] == node.read_node(servers.stack, "srv-0")["mgmt_address"]
+
+
+def test_the_inventory_reaches_hosts_on_their_real_paths(project):
+    inventory = (paths.runs_dir(STACK) / "inventory.yml").read_text()
+    assert "sysfs_root" not in inventory and "procfs_root" not in inventory
+
+
+def test_a_second_up_changes_nothing_and_reboots_nothing(servers, project):
+    before = {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)}
+    preview = project.pulumi("preview", "--diff")
+    assert "no host needs a reboot (4 checked)" in preview.stdout + preview.stderr, preview.stdout[-3000:]
+    proc = project.pulumi("up", "--yes", "--skip-preview")
+    assert "unchanged" in proc.stdout and "updated" not in proc.stdout, proc.stdout[-3000:]
+    assert {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)} == before
+
+
+def up_fails(project) -> str:
+    proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_a_wrong_host_key_is_refused_naming_the_host(servers, project, tmp_path):
+    from .conftest import keypair
+
+    _, other = keypair(tmp_path)
+    config = copy.deepcopy(project.config)
+    config["railyard:hosts"]["pools"]["gpu"]["hosts"][2]["hostKey"] = " ".join(other.split()[:2])
+    project.write(config)
+    try:
+        out = up_fails(project)
+        assert "gpu-2: the host key of" in out and "is not the pinned one" in out, out[-3000:]
+        assert "PRIVATE KEY" not in out
+    finally:
+        project.write(project.config)
+    project.pulumi("up", "--yes", "--skip-preview")
+
+
+def test_a_rail_link_that_went_down_is_refused_at_the_next_up(servers, project):
+    from railyard.drivers.lab import names, net
+
+    fab, port = names.fabric_ns(servers.stack), names.node_port("srv-1", 3)
+    net.run(["ip", "-n", fab, "link", "set", port, "down"], obj=port)
+    try:
+        refresh = project.pulumi("refresh", "--yes", "--skip-preview")
+        assert refresh.returncode == 0
+        out = up_fails(project)
+        assert "gpu-1: mlx5_5 link down" in out, out[-3000:]
+        assert "nothing was changed on the host" in out
+    finally:
+        net.run(["ip", "-n", fab, "link", "set", port, "up"], obj=port)
+    project.pulumi("up", "--yes", "--skip-preview")
+
+
+def test_a_host_that_does_not_come_back_stops_the_rollout(servers, project):
+    before = {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)}
+    config = copy.deepcopy(project.config)
+    # A new reservation, so every host needs a reboot, and a reboot command that powers off.
+    config["railyard:tuning"]["hugepages"]["percentOfMemory"] = 2
+    config["railyard:hosts"]["reboot"].update(command="systemctl poweroff", timeoutSeconds=10)
+    project.write(config)
+    try:
+        out = up_fails(project)
+        assert "gpu-0 did not come back within 10 s of `systemctl poweroff`; the rollout stopped, " \
+               "and gpu-1, gpu-2, gpu-3 were not rebooted" in out, out[-3000:]
+        after = {i: power.events(servers.stack, f"srv-{i}")[before[i]:] for i in range(NODES)}
+        assert [e["event"] for e in after[0]] == ["off"]
+        assert all(after[i] == [] for i in (1, 2, 3)), after
+    finally:
+        power.request(servers.stack, "srv-0", "poweron")
+        project.write(project.config)
+    # Back to the stack as it was: only the host that booted the abandoned settings reboots.
+    proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    again = {i: power.events(servers.stack, f"srv-{i}")[before[i]:] for i in range(NODES)}
+    assert [e["event"] for e in again[0]] == ["off", "on", "off", "on"] and all(again[i] == [] for i in (1, 2, 3))
