@@ -71,8 +71,8 @@ DRIVERS: dict[str, DriverEntry] = {
                             playground=True),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
         tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
-    # Existing servers over SSH: railyard:hosts is validated (the hosts, their keys, the reboot
-    # budget); the resources that reach the hosts are not written yet, so `up` stops with a message.
+    # Existing servers over SSH (railyard:hosts): discovered, checked against their SKU, tuned and
+    # rebooted in a rolling reboot per pool.
     "hosts": DriverEntry(
         "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors"),
         implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules"),

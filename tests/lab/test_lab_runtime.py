@@ -182,17 +182,40 @@ def test_the_hosts_filesystem_is_read_only_outside_the_nodes_own_dirs(cluster):
         assert not Path(path).exists(), f"{path} written in a node appeared on the host"
 
 
-def test_reboot_and_bootloader_changes_are_recorded_as_pending(cluster):
+def test_a_bootloader_change_waits_for_the_reboot_and_a_reboot_restarts_the_node(cluster, tmp_path):
+    from railyard.drivers.lab.node import power
+
     assert node.reboot_pending(cluster.stack, "gpu-1") == []
-    assert in_node(cluster, "gpu-1", "reboot").returncode == 0
-    assert in_node(cluster, "gpu-1", "/sbin/shutdown", "-r", "now").returncode == 0
+    in_node(cluster, "gpu-1", "sh", "-c", "mkdir -p /etc/default/grub.d && echo 'GRUB_CMDLINE_LINUX="
+            "\"${GRUB_CMDLINE_LINUX} iommu=pt\"' > /etc/default/grub.d/t.cfg", check=True)
+    running = in_node(cluster, "gpu-1", "cat", "/proc/cmdline", check=True).stdout
     assert in_node(cluster, "gpu-1", "update-grub").returncode == 0
-    pending = node.reboot_pending(cluster.stack, "gpu-1")
-    assert [(p["kind"], p["command"]) for p in pending] == [
-        ("reboot", "reboot"), ("reboot", "shutdown -r now"), ("bootloader", "update-grub")]
+    # The next boot's command line is the first one with the drop-in's argument; this boot's is unchanged.
+    assert in_node(cluster, "gpu-1", "cat", "/boot/railyard/cmdline", check=True).stdout.split() == \
+        running.split() + ["iommu=pt"]
+    assert in_node(cluster, "gpu-1", "cat", "/proc/cmdline", check=True).stdout == running
+    assert [(p["kind"], p["command"]) for p in node.reboot_pending(cluster.stack, "gpu-1")] == [
+        ("bootloader", "update-grub")]
     assert in_node(cluster, "gpu-1", "test", "-e", "/run/reboot-required").returncode == 0
-    assert node.read_node(cluster.stack, "gpu-1")["reboot_pending"] is True
     assert node.read_node(cluster.stack, "gpu-0")["reboot_pending"] is False
+
+    init, boot = node.init_pid(cluster.stack, "gpu-1"), power.boot_id(cluster.stack, "gpu-1")
+    events = len(power.events(cluster.stack, "gpu-1"))
+    in_node(cluster, "gpu-1", "/sbin/shutdown", "-r", "now")
+    deadline = time.monotonic() + 20
+    while power.boot_id(cluster.stack, "gpu-1") in (None, boot) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = node.read_node(cluster.stack, "gpu-1")
+    assert state["init_pid"] != init and state["sshd"] and state["agent"]
+    assert [e["event"] for e in power.events(cluster.stack, "gpu-1")[events:]] == ["off", "on"]
+    # A new boot: its own boot id, an empty /run, what the node keeps on disk kept.
+    assert in_node(cluster, "gpu-1", "cat", "/proc/sys/kernel/random/boot_id", check=True).stdout.strip() == \
+        power.boot_id(cluster.stack, "gpu-1") != boot
+    assert in_node(cluster, "gpu-1", "test", "-e", "/run/reboot-required").returncode != 0
+    assert node.reboot_pending(cluster.stack, "gpu-1") == []
+    assert in_node(cluster, "gpu-1", "test", "-e", "/etc/default/grub.d/t.cfg").returncode == 0
+    assert cluster.ssh("gpu-1", "hostname", tmp=tmp_path).stdout.strip() == "gpu-1"
+    in_node(cluster, "gpu-1", "rm", "-f", "/etc/default/grub.d/t.cfg", check=True)
 
 
 def test_hw_tree_is_at_run_railyard_hw(cluster):

@@ -103,9 +103,14 @@ def test_the_example_stack_says_it_is_not_brought_up():
     assert "validates and plans" in head and "never brought up" in head
 
 
-def test_the_registry_validates_hosts_and_has_no_implementation_yet():
+def test_the_registry_validates_hosts_and_runs_its_driver():
+    import importlib
+
     entry = drivers.DRIVERS["hosts"]
-    assert entry.implementation is None and entry.rules == "railyard.drivers.hosts.rules"
+    assert entry.implementation == "railyard.drivers.hosts.driver:HostsDriver"
+    assert entry.rules == "railyard.drivers.hosts.rules"
+    module, cls = entry.implementation.split(":")
+    assert getattr(importlib.import_module(module), cls).name == "hosts"
     caps = entry.capabilities
     assert (caps.machines, caps.addresses, caps.tuned_by, caps.vms) == ("node", "plan", "railyard", "on-hypervisors")
     assert drivers.rules()["hosts"].KEYS is rules.KEYS
