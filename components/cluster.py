@@ -68,7 +68,8 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-tuning",
                 HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
                                storage=self.storage.endpoints, extra_vars=driver.tuning_vars(),
-                               node_vars={n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))} or None),
+                               node_vars={n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))} or None,
+                               teardown=caps.keeps_machines),
                 # The machines themselves, not the pools: a pool's descendants include the VMs, which
                 # come after tuning.
                 depends_on=machines, opts=child)

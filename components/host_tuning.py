@@ -25,6 +25,8 @@ class HostTuningArgs:
     """The driver's own role variables (Driver.tuning_vars)."""
     node_vars: dict[str, dict[str, Any]] | None = None
     """Per node, how the driver's machine is reached (Driver.node_vars: user, port)."""
+    teardown: bool = False
+    """The machines outlive the stack (Capabilities.keeps_machines): destroy removes the tuning."""
     storage: Any = None
     """The storage tiers' outputs: the dataset prefix to stage and the object store's identity."""
 
@@ -59,6 +61,7 @@ class HostTuning(pulumi.ComponentResource):
         self.host_inputs, self.secret_vars = host_inputs, secret_vars
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
                              hosts=host_inputs, private_key=args.access.private_key, secret_vars=secret_vars,
+                             teardown=args.teardown,
                              opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         if spec.tuning.preview_drift and pulumi.runtime.is_dry_run():
             pulumi.Output.all(host_inputs, args.access.private_key, secret_vars).apply(self._report_drift)

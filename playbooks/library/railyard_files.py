@@ -47,6 +47,16 @@ options:
         description: Group of a written file.
         type: str
         default: root
+  root:
+    description:
+      - The root of the host's filesystem the files are under (a role passes its C(<role>_etc_root));
+        what was there before is kept in C(<root>/var/lib/railyard/originals).
+      - The first time a file is written, its previous content, mode and owner are saved there (or
+        that it did not exist, and which parent directories were made for it). C(absent) then puts the
+        host back as it was found - the old file restored, or the new one and its new directories
+        removed - instead of deleting a file the host had before Railyard.
+      - Unset, nothing is kept and C(absent) deletes the file.
+    type: path
 author: Railyard
 """
 
@@ -70,14 +80,18 @@ files:
     path: {description: The file., type: str}
     state: {description: present or absent., type: str}
     changed: {description: Whether it was (or would be) written or removed., type: bool}
+    restored: {description: For C(absent), whether the host's own earlier file was put back., type: bool}
 """
 
+import json
 import os
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
 DIR_MODE = 0o755
+ORIGINALS = "var/lib/railyard/originals"
 
 
 def _read(path):
@@ -101,6 +115,75 @@ def _text(data):
     return "" if data is None else data.decode("utf-8", "replace")
 
 
+def _record_paths(originals, path):
+    base = os.path.join(originals, path.lstrip("/"))
+    return base + ".railyard.json", base + ".railyard.orig"
+
+
+def _remember(originals, path, before, made_dirs):
+    """Keep what the host had at `path` before its first write (nothing if already kept)."""
+    manifest, saved = _record_paths(originals, path)
+    if os.path.exists(manifest):
+        return
+    os.makedirs(os.path.dirname(manifest), mode=0o700, exist_ok=True)
+    entry = {"existed": before is not None, "dirs": made_dirs}
+    if before is not None:
+        st = os.stat(path)
+        entry.update(mode=st.st_mode & 0o7777, uid=st.st_uid, gid=st.st_gid)
+        with open(saved, "wb") as fh:
+            fh.write(before)
+    with open(manifest + ".tmp", "w") as fh:
+        json.dump(entry, fh)
+    os.replace(manifest + ".tmp", manifest)
+
+
+def _restore(originals, path):
+    """Put back what was kept for `path`; None when nothing was kept, else what the file holds now."""
+    manifest, saved = _record_paths(originals, path)
+    try:
+        with open(manifest) as fh:
+            entry = json.load(fh)
+    except FileNotFoundError:
+        return None
+    if entry["existed"]:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
+        with os.fdopen(fd, "wb") as out, open(saved, "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.chmod(tmp, entry["mode"])
+        os.chown(tmp, entry["uid"], entry["gid"])
+        os.replace(tmp, path)
+        os.unlink(saved)
+    else:
+        if os.path.lexists(path):
+            os.unlink(path)
+        for d in reversed(entry["dirs"]):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break  # something else lives there now
+    os.unlink(manifest)
+    # The record's own directories go when they hold nothing more.
+    d = os.path.dirname(manifest)
+    while d.startswith(originals) and d != os.path.dirname(os.path.dirname(originals)):
+        try:
+            os.rmdir(d)  # up to the originals directory's parent (/var/lib/railyard), when empty
+        except OSError:
+            break
+        d = os.path.dirname(d)
+    return _read(path)
+
+
+def _kept(originals, path):
+    """What absent would leave at `path`: the kept content, or None."""
+    manifest, saved = _record_paths(originals, path)
+    try:
+        with open(manifest) as fh:
+            entry = json.load(fh)
+    except FileNotFoundError:
+        return False, None
+    return True, (_read(saved) if entry["existed"] else None)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -112,6 +195,7 @@ def main():
                 owner=dict(type="str", default="root"),
                 group=dict(type="str", default="root"),
             )),
+            root=dict(type="path"),
         ),
         supports_check_mode=True,
     )

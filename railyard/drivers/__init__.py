@@ -42,6 +42,9 @@ class Capabilities:
     """Whether the driver hands back a Kubernetes cluster (Driver.kubeconfig, an Output)."""
     playground: bool = False
     """Throwaway clusters: not protected unless railyard:protect says so (lifecycle.protected)."""
+    keeps_machines: bool = False
+    """The machines outlive the stack (servers someone already has): destroy runs the teardown
+    playbook, removing what tuning put on them, instead of deleting machines."""
 
     def __post_init__(self) -> None:
         # VMs on hypervisors are children of their hypervisor's HgxNode, which only per-node
@@ -74,7 +77,8 @@ DRIVERS: dict[str, DriverEntry] = {
     # Existing servers over SSH (railyard:hosts): discovered, checked against their SKU, tuned and
     # rebooted in a rolling reboot per pool.
     "hosts": DriverEntry(
-        "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors"),
+        "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
+                              keeps_machines=True),
         implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules"),
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.

@@ -26,7 +26,7 @@ def _wire_numbers(value: Any) -> Any:
 
 
 class TuningProvider(ResourceProvider):
-    def _run(self, props: dict) -> dict:
+    def _run(self, props: dict, playbook: str = "site.yml") -> dict:
         from pathlib import Path
 
         from railyard.tuning import runner
@@ -34,11 +34,12 @@ class TuningProvider(ResourceProvider):
         result = runner.run_isolated({
             "stack": props["stack"], "hosts": _wire_numbers(props["hosts"]), "private_key": props["private_key"],
             "user": props["user"], "forks": int(props["forks"]) if props.get("forks") else None,
-            "secret_vars": props.get("secret_vars") or {},
+            "secret_vars": props.get("secret_vars") or {}, "playbook": playbook,
         })
         if not result["ok"]:
+            what = "host tuning" if playbook == "site.yml" else "removing the tuning from the hosts"
             lines = result["failures"] or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"]
-            raise Exception("host tuning failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result['run_dir']}")
+            raise Exception(f"{what} failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result['run_dir']}")
         return {"last_run": Path(result["run_dir"]).name, "changed": result["changed"]}
 
     def create(self, props):
@@ -51,8 +52,11 @@ class TuningProvider(ResourceProvider):
     def update(self, _id, _olds, news):
         return UpdateResult(outs={**news, **self._run(news)})
 
-    def delete(self, _id, _props):
-        """Tuning lives on the hosts; removing the resource leaves them as they are."""
+    def delete(self, _id, props):
+        """Tuning lives on the hosts. Where they outlive the stack (teardown), the teardown playbook
+        removes it; otherwise the hosts go with the stack and are left as they are."""
+        if props.get("teardown"):
+            self._run(props, playbook="teardown.yml")
 
     def read(self, id_, props):
         return ReadResult(id_=id_, outs=props)
@@ -63,8 +67,11 @@ class TuningRun(Resource):
     changed: pulumi.Output[int]
 
     def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
-                 secret_vars: Any = None, forks: int | None = None, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TuningProvider(), name, {
+                 secret_vars: Any = None, forks: int | None = None, teardown: bool = False,
+                 opts: pulumi.ResourceOptions | None = None):
+        # teardown only where set: an input the lab's runs never had would show as their change.
+        extra = {"teardown": True} if teardown else {}
+        super().__init__(TuningProvider(), name, {**extra,
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
             "secret_vars": pulumi.Output.secret(secret_vars or {}), "forks": forks, "last_run": None,
             "changed": None,

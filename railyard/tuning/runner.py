@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from railyard import paths
+from railyard.ssh_client import host_pattern, proxy_command, write_key
 from railyard.templates import render
 
 PLAYBOOKS = paths.PROJECT_ROOT / "playbooks"
@@ -100,11 +102,35 @@ def render_inventory(stack: str, user: str, hosts: Iterable[Host], known_hosts: 
                   hosts=[{"name": h.name, "address": h.address, "vars": h.vars} for h in hosts])
 
 
-def known_hosts_line(host: Host) -> str:
-    """The host's known_hosts line, for the port Ansible reaches it on (ansible_port)."""
-    port = int(host.vars.get("ansible_port") or 22)
-    pattern = host.address if port == 22 else f"[{host.address}]:{port}"
-    return f"{pattern} {host.host_key}\n"
+JUMP_VAR = "railyard_jump_host"
+"""A host's jump host, {address, user, port, host_keys}, where its driver reaches it through one."""
+
+
+def known_hosts_lines(host: Host) -> str:
+    """The host's known_hosts line, for the port Ansible reaches it on (ansible_port), and its
+    jump host's."""
+    out = f"{host_pattern(host.address, host.vars.get('ansible_port') or 22)} {host.host_key}\n"
+    jump = host.vars.get(JUMP_VAR)
+    for key in (jump or {}).get("host_keys") or ():
+        out += f"{host_pattern(jump['address'], jump['port'])} {key}\n"
+    return out
+
+
+def _through_jump(hosts: list[Host], known_hosts: Path, key_file: Path | None) -> list[Host]:
+    """Hosts behind a jump host get a ProxyCommand with the run's own known_hosts and key."""
+    out = []
+    for h in hosts:
+        jump = h.vars.get(JUMP_VAR)
+        if jump:
+            options = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+                       "-o", "StrictHostKeyChecking=yes"]
+            if key_file is not None:
+                options += ["-i", str(key_file), "-o", "IdentitiesOnly=yes"]
+            hop = proxy_command(options, jump["address"], jump.get("user"), int(jump["port"]), h.address,
+                                int(h.vars.get("ansible_port") or 22))
+            h = Host(h.name, h.address, h.host_key, {**h.vars, "ansible_ssh_extra_args": f"-o ProxyCommand={shlex.quote(hop)}"})
+        out.append(h)
+    return out
 
 
 def _change_lines(host: str, task: str, res: dict) -> list[Change]:
@@ -144,8 +170,10 @@ def run(
     secret_vars: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     keep_runs: int = 20,
+    playbook: str = "site.yml",
 ) -> RunResult:
-    """Run playbooks/site.yml against `hosts`; artifacts go to .railyard/runs/<stack>/<timestamp>."""
+    """Run playbooks/site.yml (or teardown.yml) against `hosts`; artifacts go to
+    .railyard/runs/<stack>/<timestamp>."""
     import ansible_runner
 
     runs = paths.runs_dir(stack)
@@ -154,10 +182,7 @@ def run(
     run_dir = runs / stamp
     run_dir.mkdir()
     known_hosts = runs / "known_hosts"
-    known_hosts.write_text("".join(known_hosts_line(h) for h in hosts))
-    inventory = render_inventory(stack, user, hosts, known_hosts, agent=private_key is None)
-    (runs / "inventory.yml").write_text(inventory)
-    (run_dir / "inventory.yml").write_text(inventory)
+    known_hosts.write_text("".join(known_hosts_lines(h) for h in hosts))
 
     result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
     secrets = [private_key or "", *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
@@ -169,12 +194,14 @@ def run(
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **(secret_env or {}),
         }
-        if private_key is not None:  # else ssh-agent's (SSH_AUTH_SOCK, passed through)
-            key_file = Path(keydir) / "id"
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(private_key if private_key.endswith("\n") else private_key + "\n")
+        key_file = write_key(keydir, private_key) if private_key is not None else None
+        if key_file is not None:  # else ssh-agent's (SSH_AUTH_SOCK, passed through)
             env["ANSIBLE_PRIVATE_KEY_FILE"] = str(key_file)
+        # The inventory names the key's path only inside a ProxyCommand, which lives as long as the run.
+        inventory = render_inventory(stack, user, _through_jump(hosts, known_hosts, key_file), known_hosts,
+                                     agent=private_key is None)
+        (runs / "inventory.yml").write_text(inventory)
+        (run_dir / "inventory.yml").write_text(inventory)
         cmdline = []
         if secret_vars:
             # Secret role variables (object-store credentials) as an extra-vars file beside the key:
@@ -209,7 +236,7 @@ def run(
         runner = ansible_runner.run(
             private_data_dir=str(run_dir),
             project_dir=str(PLAYBOOKS),
-            playbook="site.yml",
+            playbook=playbook,
             inventory=str(run_dir / "inventory.yml"),
             envvars=env,
             cmdline=" ".join(cmdline) or None,
@@ -306,7 +333,7 @@ def _main() -> None:
              for n, h in sorted(request["hosts"].items())]
     result = run(request["stack"], hosts, request.get("private_key") or None, user=request.get("user", "root"),
                  check=bool(request.get("check")), forks=request.get("forks"),
-                 secret_vars=request.get("secret_vars") or None)
+                 secret_vars=request.get("secret_vars") or None, playbook=request.get("playbook") or "site.yml")
     print(json.dumps({"ok": result.ok, "status": result.status, "rc": result.rc, "changed": result.changed,
                       "failures": [str(f) for f in result.failures], "changes": [str(c) for c in result.changes],
                       "run_dir": str(result.run_dir)}))

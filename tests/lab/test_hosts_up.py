@@ -27,19 +27,49 @@ STACK = "thosts"
 @pytest.fixture(scope="module")
 def servers(stack_factory, tmp_path_factory):
     """Four dgx-h100 lab nodes on all eight rails: the servers the stack names."""
+    from railyard.stack import from_config
+
     c = stack_factory("hu", rails=8, spine=False)
     c.create_fabric()
     sku = load_catalog().nodes["dgx-h100"]
+    # The rails as the plan names and addresses them (what a site's network files would give them).
+    placeholder = stack_config(c, addresses=[c.node_args(i)["mgmt"]["address"].split("/")[0] for i in range(NODES)])
+    _, plan = from_config(placeholder, STACK)
     for i in range(NODES):
         tree = tmp_path_factory.mktemp("hw") / f"gpu-{i}"
         hwtree.build_hwtree(sku, tree)
-        c.create_node(f"srv-{i}", i, hw_tree_source=str(tree))
+        rails = [{"name": n.netdev, "rail": n.rail, "address": f"{n.ip}/{n.prefixlen}"} for n in plan.nodes[i].nics]
+        c.create_node(f"srv-{i}", i, hw_tree_source=str(tree), rails=rails)
+    c.before = {i: snapshot(c, i) for i in range(NODES)}
     return c
 
 
-def stack_config(c, **reboot) -> dict:
-    hosts = [{"address": node.read_node(c.stack, f"srv-{i}")["mgmt_address"],
-              "hostKey": node.read_node(c.stack, f"srv-{i}")["host_key"]} for i in range(NODES)]
+def snapshot(c, i: int) -> dict:
+    """What destroy must give back as it was: the node's own /etc (its overlay's upper layer), its
+    VFs, mounts, md arrays and hugepage counters."""
+    import hashlib
+
+    name = f"srv-{i}"
+    etc = node.node_dir(c.stack, name) / "etc"
+    files = {str(f.relative_to(etc)): hashlib.sha256(f.read_bytes()).hexdigest()
+             for f in sorted(etc.rglob("*")) if f.is_file() and not f.is_symlink()}
+    inside = node.run_in_node(c.stack, name, ["sh", "-c", "cat /sys/bus/pci/devices/*/sriov_numvfs; echo --; "
+                                              "ip -o link show type macvlan | wc -l; echo --; "
+                                              "cat /sys/devices/system/node/node*/hugepages/*/nr_hugepages "
+                                              "/sys/kernel/mm/hugepages/*/nr_hugepages; echo --; "
+                                              "cat /proc/mdstat 2>/dev/null; echo --; "
+                                              "awk '{print $5}' /proc/self/mountinfo | sort"], check=True).stdout
+    return {"etc": files, "state": inside}
+
+
+def stack_config(c, addresses: list[str] | None = None) -> dict:
+    """The stack naming the servers: their addresses and pinned keys (`addresses`: before they
+    exist, trusting on first use, for planning)."""
+    if addresses is None:
+        hosts = [{"address": node.read_node(c.stack, f"srv-{i}")["mgmt_address"],
+                  "hostKey": node.read_node(c.stack, f"srv-{i}")["host_key"]} for i in range(NODES)]
+    else:
+        hosts = [{"address": a} for a in addresses]
     return {
         "railyard:region": "onprem-lab",
         "railyard:layout": "bare-metal",
@@ -50,10 +80,12 @@ def stack_config(c, **reboot) -> dict:
             "storage": {"cidr": "198.18.96.0/20"},
             "management": {"cidr": c.mgmt_cidr},
         },
-        "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 1, "perNuma": True}},
+        "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 1, "perNuma": True},
+                            "sriov": {"vfsPerPf": 2}},
         "railyard:hosts": {
-            "hostKeys": "pinned",
-            "reboot": {"timeoutSeconds": 30, "maxUnavailable": 1, **reboot},
+            "sshKey": "agent",
+            "hostKeys": "pinned" if addresses is None else "trust-on-first-use",
+            "reboot": {"timeoutSeconds": 30, "maxUnavailable": 1},
             "pools": {"gpu": {"hosts": hosts}},
         },
     }
@@ -172,3 +204,20 @@ def test_a_host_that_does_not_come_back_stops_the_rollout(servers, project):
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     again = {i: power.events(servers.stack, f"srv-{i}")[before[i]:] for i in range(NODES)}
     assert [e["event"] for e in again[0]] == ["off", "on", "off", "on"] and all(again[i] == [] for i in (1, 2, 3))
+
+
+def test_destroy_of_a_protected_stack_is_refused_and_otherwise_leaves_the_hosts_as_they_were(servers, project):
+    vfs = node.run_in_node(servers.stack, "srv-0", ["ip", "-o", "link", "show", "type", "macvlan"], check=True).stdout
+    assert len(vfs.splitlines()) == 16  # 2 per compute PF: the tuning is there to remove
+    refused = project.pulumi("destroy", "--yes", "--skip-preview", check=False)
+    assert refused.returncode != 0 and "protected" in refused.stdout + refused.stderr
+    config = copy.deepcopy(project.config)
+    config["railyard:protect"] = False
+    project.write(config)
+    project.pulumi("up", "--yes", "--skip-preview")
+    project.pulumi("destroy", "--yes", "--skip-preview")
+    for i in range(NODES):
+        assert snapshot(servers, i) == servers.before[i], f"srv-{i}"
+    # The next boot drops the boot-time settings: the bootloader no longer has them.
+    line = node.run_in_node(servers.stack, "srv-0", ["cat", "/boot/railyard/cmdline"], check=True).stdout
+    assert "hugepages=" not in line and "iommu" not in line

@@ -19,6 +19,7 @@ from railyard.drivers.hosts.config import DEFAULT_PORT, HostsConfig
 from railyard.drivers.hosts.resources import HostMachine, HostReboots
 from railyard.model.boot_args import kernel_args
 from railyard.model.plan import NodePlan
+from railyard.tuning.runner import JUMP_VAR
 
 
 def _jump(host) -> dict | None:
@@ -80,6 +81,8 @@ class HostsDriver(Driver):
         out: dict[str, Any] = {"ansible_user": host.user}
         if host.port != DEFAULT_PORT:
             out["ansible_port"] = host.port
+        if host.jump_host is not None:
+            out[JUMP_VAR] = _jump(host)  # the tuning run makes its ProxyCommand
         return out
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from railyard.drivers.hosts.config import JumpHost
+from railyard.ssh_client import host_pattern, proxy_command, write_key
 
 CONNECT_TIMEOUT_S = 10
 
@@ -52,10 +53,6 @@ class Result:
     """The host's key as state records it: the first pinned key, or the one learned now."""
 
 
-def _host_pattern(address: str, port: int) -> str:
-    return address if port == 22 else f"[{address}]:{port}"
-
-
 def _options(known: Path, key_file: Path | None, strict: bool) -> list[str]:
     out = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
            "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
@@ -86,27 +83,20 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
             raise SshError(f"{target.name}: {where!r} is not a host address ssh may be given")
     if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
         raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
-    pattern = _host_pattern(target.address, target.port)
+    pattern = host_pattern(target.address, target.port)
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         known = Path(d) / "known_hosts"
         lines = [f"{pattern} {key}" for key in target.host_keys]
         if target.jump is not None:
-            lines += [f"{_host_pattern(target.jump.address, target.jump.port)} {key}" for key in target.jump.host_keys]
+            lines += [f"{host_pattern(target.jump.address, target.jump.port)} {key}" for key in target.jump.host_keys]
         known.write_text("".join(f"{line}\n" for line in lines))
-        key_file = None
-        if private_key is not None:
-            key_file = Path(d) / "id"
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(private_key if private_key.endswith("\n") else private_key + "\n")
+        key_file = write_key(d, private_key) if private_key is not None else None
         argv = ["ssh", *_options(known, key_file, strict=bool(target.host_keys)), "-p", str(target.port)]
         if target.jump is not None:
             jump = target.jump
-            # The validated target written out, not ssh's %h: nothing from ssh's own expansion
-            # reaches the shell that runs the ProxyCommand.
-            hop = ["ssh", *_options(known, key_file, strict=bool(jump.host_keys)), "-p", str(jump.port),
-                   "-W", f"[{target.address}]:{target.port}", f"{jump.user}@{jump.address}" if jump.user else jump.address]
-            argv += ["-o", f"ProxyCommand={shlex.join(hop)}"]
+            hop = proxy_command(_options(known, key_file, strict=bool(jump.host_keys)), jump.address, jump.user,
+                                jump.port, target.address, target.port)
+            argv += ["-o", f"ProxyCommand={hop}"]
         remote = command if isinstance(command, str) else shlex.join(command)
         argv += [f"{target.user}@{target.address}", remote]
         try:

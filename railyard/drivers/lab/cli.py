@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 from railyard import paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
+from railyard.ssh_client import write_key
 
 
 def register(sub) -> None:
@@ -102,10 +102,7 @@ def ssh(args) -> int:
     lab.mkdir(parents=True, exist_ok=True)
     # The key lives only as long as the ssh process, in a 0600 file in a 0700 directory.
     with tempfile.TemporaryDirectory(dir=lab, prefix=".ssh-") as d:
-        key_file = Path(d) / "id"
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key if key.endswith("\n") else key + "\n")
+        key_file = write_key(d, key)
         known = Path(d) / "known_hosts"
         known.write_text("".join(f"{m['management_ip']} {m['host_key']}\n" for m in machines.values()
                                  if m.get("host_key")))

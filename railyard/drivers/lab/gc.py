@@ -26,6 +26,7 @@ from typing import Iterable
 from railyard import paths
 from railyard.drivers.lab import fabric, names, net, node, proc, storage, vm
 from railyard.drivers.lab.errors import LabError, require_root
+from railyard.drivers.lab.node import power
 
 _KEYS = ("netns", "host_links", "processes", "mounts", "loops", "dirs")
 
@@ -171,6 +172,8 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
     stray = []
     for p in (before if dry_run else inventory(stack, root))["processes"]:
         owner = p["owner"]
+        if owner in current and p["node"] and p["pid"] == power.supervisor_pid(stack, p["node"], root):
+            continue  # a known node's power supervisor lives on the host, outside its netns
         if owner not in current or (p["netns_inode"] != current[owner] and p["netns_inode"] is not None):
             stray.append(p)
     if not dry_run:

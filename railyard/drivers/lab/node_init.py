@@ -113,16 +113,16 @@ def _compose(sys_dir: str, real: str, tree: str, *, hidden=frozenset(), live=fro
     mount("ry-sysfs", sys_dir, None, MS_REMOUNT | SYSFS_RO)
 
 
-def show_hardware() -> None:
+def show_hardware() -> bool:
     """The node's hardware where hardware shows itself, so discovery and tuning code that reads
     the real paths runs unchanged in the lab: the tree's PCI and RDMA devices, NUMA nodes, CPUs,
     hugepage counters and block devices replace the host's in /sys, and its cmdline, meminfo and
     cpuinfo in /proc. Links stay live: /sys/class/net and /sys/devices/virtual are the node's real
     interfaces (operstate, carrier, mtu of its veths). Where the tree has no such entry, the real
-    one stays (a tree without sys/ leaves /sys as mounted)."""
+    one stays (a tree without sys/ leaves /sys as mounted). True when /proc/irq is the tree's."""
     tree_sys = f"{TREE}/sys"
     if not os.path.isdir(tree_sys):
-        return
+        return False
     os.makedirs(REAL_SYS, mode=0o755, exist_ok=True)
     mount("sysfs", REAL_SYS, "sysfs", SYSFS_RO)
     # /sys/devices: the tree's PCI roots instead of the host's, its NUMA nodes and CPUs; the rest
@@ -140,6 +140,12 @@ def show_hardware() -> None:
     for name in ("cmdline", "meminfo", "cpuinfo"):
         if os.path.isfile(f"{TREE}/proc/{name}"):
             _bind(f"{TREE}/proc/{name}", f"/proc/{name}", read_only=True)
+    # The NICs' interrupts are the tree's (their msi_irqs name them), writable as on a host; the
+    # host's own /proc/irq is never the node's to change.
+    if os.path.isdir(f"{TREE}/proc/irq") and os.path.isdir("/proc/irq"):
+        _bind(f"{TREE}/proc/irq", "/proc/irq", read_only=False)
+        return True
+    return False
 
 
 def _hugepages_at_boot(cmdline: str) -> dict:
@@ -268,9 +274,9 @@ def main() -> None:
     # a tuning mistake (a write meant for a device) fails loudly instead of reaching the host.
     detach("/sys")
     mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    show_hardware()
+    own_irqs = show_hardware()
     for p in ("/proc/sys", "/proc/irq", "/proc/sysrq-trigger", "/proc/bus"):
-        if os.path.exists(p):
+        if os.path.exists(p) and not (p == "/proc/irq" and own_irqs):
             bind_ro(p)
     # After /proc/sys's own bind, which would hide it. This boot's identity, as the kernel's.
     if os.path.isfile("/proc/sys/kernel/random/boot_id"):

@@ -1,0 +1,47 @@
+"""How the tuning run reaches hosts: known_hosts for their ports and jump hosts, a ProxyCommand
+through the jump host with the run's own key and known_hosts, and ssh-agent's key where the stack
+has no key of its own (no key file, no IdentitiesOnly)."""
+
+from __future__ import annotations
+
+import shlex
+
+import yaml
+
+from railyard.tuning import runner
+from railyard.tuning.runner import JUMP_VAR, Host
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB"
+JUMP_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAABk"
+
+
+def test_known_hosts_name_the_port_and_the_jump_host():
+    h = Host("gpu-0", "192.0.2.11", KEY, {"ansible_port": 2222, JUMP_VAR: {
+        "address": "203.0.113.10", "user": "admin", "port": 22, "host_keys": [JUMP_KEY]}})
+    assert runner.known_hosts_lines(h) == f"[192.0.2.11]:2222 {KEY}\n203.0.113.10 {JUMP_KEY}\n"
+    assert runner.known_hosts_lines(Host("gpu-1", "192.0.2.12", KEY, {})) == f"192.0.2.12 {KEY}\n"
+
+
+def test_a_host_behind_a_jump_host_gets_a_proxy_command_with_the_runs_key_and_known_hosts(tmp_path):
+    h = Host("gpu-0", "192.0.2.11", KEY, {JUMP_VAR: {"address": "203.0.113.10", "user": "admin", "port": 2200,
+                                                    "host_keys": [JUMP_KEY]}})
+    (through,) = runner._through_jump([h], tmp_path / "known_hosts", tmp_path / "id")
+    extra = shlex.split(through.vars["ansible_ssh_extra_args"])
+    assert extra[0] == "-o" and extra[1].startswith("ProxyCommand=")
+    hop = shlex.split(extra[1][len("ProxyCommand="):])
+    assert hop[0] == "ssh" and hop[-1] == "admin@203.0.113.10" and hop[hop.index("-p") + 1] == "2200"
+    assert hop[hop.index("-W") + 1] == "[192.0.2.11]:22"
+    assert f"UserKnownHostsFile={tmp_path / 'known_hosts'}" in hop and str(tmp_path / "id") in hop
+    assert "StrictHostKeyChecking=yes" in hop
+    # A host without one is left as it is.
+    plain = Host("gpu-1", "192.0.2.12", KEY, {})
+    assert runner._through_jump([plain], tmp_path / "kh", None) == [plain]
+
+
+def test_with_the_agents_key_the_inventory_lets_ssh_offer_the_agents_identities(tmp_path):
+    hosts = [Host("gpu-0", "192.0.2.11", KEY, {"ansible_user": "admin"})]
+    own = yaml.safe_load(runner.render_inventory("s", "root", hosts, tmp_path / "kh"))
+    agent = yaml.safe_load(runner.render_inventory("s", "root", hosts, tmp_path / "kh", agent=True))
+    assert "IdentitiesOnly=yes" in own["all"]["vars"]["ansible_ssh_common_args"]
+    assert "IdentitiesOnly" not in agent["all"]["vars"]["ansible_ssh_common_args"]
+    assert agent["all"]["hosts"]["gpu-0"]["ansible_user"] == "admin"
