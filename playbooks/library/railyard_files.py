@@ -55,7 +55,9 @@ options:
         that it did not exist, and which parent directories were made for it). C(absent) then puts the
         host back as it was found - the old file restored, or the new one and its new directories
         removed - instead of deleting a file the host had before Railyard.
-      - Unset, nothing is kept and C(absent) deletes the file.
+      - With it, C(absent) touches only files it has a record of, or whose first lines say
+        C(Managed by Railyard) (the templates' header); a file Railyard did not write (or already
+        put back) stays. Unset, nothing is kept and C(absent) deletes the file.
     type: path
 author: Railyard
 """
@@ -115,14 +117,16 @@ def _text(data):
     return "" if data is None else data.decode("utf-8", "replace")
 
 
-def _record_paths(originals, path):
-    base = os.path.join(originals, path.lstrip("/"))
+def _record_paths(root, path):
+    # Named after the file's path below the root.
+    rel = os.path.relpath(path, root) if path.startswith(root.rstrip("/") + "/") else path.lstrip("/")
+    base = os.path.join(root, ORIGINALS, rel)
     return base + ".railyard.json", base + ".railyard.orig"
 
 
-def _remember(originals, path, before, made_dirs):
+def _remember(root, path, before, made_dirs):
     """Keep what the host had at `path` before its first write (nothing if already kept)."""
-    manifest, saved = _record_paths(originals, path)
+    manifest, saved = _record_paths(root, path)
     if os.path.exists(manifest):
         return
     os.makedirs(os.path.dirname(manifest), mode=0o700, exist_ok=True)
@@ -137,9 +141,10 @@ def _remember(originals, path, before, made_dirs):
     os.replace(manifest + ".tmp", manifest)
 
 
-def _restore(originals, path):
+def _restore(root, path):
     """Put back what was kept for `path`; None when nothing was kept, else what the file holds now."""
-    manifest, saved = _record_paths(originals, path)
+    originals = os.path.join(root, ORIGINALS)
+    manifest, saved = _record_paths(root, path)
     try:
         with open(manifest) as fh:
             entry = json.load(fh)
@@ -173,9 +178,17 @@ def _restore(originals, path):
     return _read(path)
 
 
-def _kept(originals, path):
-    """What absent would leave at `path`: the kept content, or None."""
-    manifest, saved = _record_paths(originals, path)
+MANAGED = b"Managed by Railyard"
+
+
+def _managed(data):
+    """A file Railyard's templates wrote (their header says so, in the first lines), record or not."""
+    return data is not None and MANAGED in b"\n".join(data.splitlines()[:3])
+
+
+def _kept(root, path):
+    """(whether a record exists, what absent would leave at `path`: the kept content or None)."""
+    manifest, saved = _record_paths(root, path)
     try:
         with open(manifest) as fh:
             entry = json.load(fh)
@@ -205,23 +218,35 @@ def main():
         if f["state"] == "present" and f["content"] is None:
             module.fail_json(msg=f"{f['path']}: content is required when state is present")
 
+    root = module.params["root"]
     results, diffs = [], []
     for f in module.params["files"]:
         path = f["path"]
         before = _read(path)
         if f["state"] == "absent":
-            changed = before is not None
+            # With a record of the host's files, only what Railyard wrote is Railyard's to remove:
+            # a file it has no record of (the host's own, or one it already put back) stays.
+            kept, after = _kept(root, path) if root else (False, None)
+            if root and not kept and not _managed(before):
+                after = before
+            changed = before != after or kept
             if changed and not module.check_mode:
-                os.unlink(path)
-            if changed:
-                diffs.append(dict(before_header=path, after_header=path, before=_text(before), after=""))
-            results.append(dict(path=path, state="absent", changed=changed))
+                if kept:
+                    _restore(root, path)
+                elif before is not None:
+                    os.unlink(path)
+            if before != after:
+                diffs.append(dict(before_header=path, after_header=path, before=_text(before), after=_text(after)))
+            results.append(dict(path=path, state="absent", changed=changed, restored=kept and after is not None))
             continue
 
         content = f["content"].encode("utf-8")
         changed = before != content
         if not module.check_mode:
-            for d in _missing_parents(path):
+            made = _missing_parents(path)
+            if root and changed:
+                _remember(root, path, before, made)
+            for d in made:
                 os.mkdir(d, DIR_MODE)
                 module.set_owner_if_different(d, "root", False)
                 module.set_group_if_different(d, "root", False)

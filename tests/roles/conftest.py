@@ -59,7 +59,8 @@ class Host:
     vars: dict[str, Any]
     work: Path
 
-    def run(self, *, check: bool = False, extra: dict | None = None, tags: str | None = None) -> Run:
+    def run(self, *, check: bool = False, extra: dict | None = None, tags: str | None = None,
+            playbook: str = "site.yml") -> Run:
         import ansible_runner
 
         pdd = self.work / f"runner-{len(list(self.work.glob('runner-*')))}"
@@ -67,7 +68,7 @@ class Host:
         inventory = {"all": {"hosts": {"node": {**self.vars, **(extra or {})}}}}
         cmdline = "--diff" + (" --check" if check else "")
         r = ansible_runner.run(
-            private_data_dir=str(pdd), project_dir=str(PLAYBOOKS), playbook="site.yml",
+            private_data_dir=str(pdd), project_dir=str(PLAYBOOKS), playbook=playbook,
             inventory=inventory, cmdline=cmdline, quiet=True, tags=tags,
             envvars={"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                      # The venv's ansible-playbook, whichever way pytest was started.

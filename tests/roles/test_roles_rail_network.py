@@ -58,6 +58,9 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.jsonl"
 """
 
 
+RECORDS = "var/lib/railyard/originals"
+
+
 class Host:
     """localhost with a temp root holding /etc and /run, and stand-in commands on PATH."""
 
@@ -97,8 +100,12 @@ class Host:
         return Run(r.status, r.rc, r.stats or {}, list(r.events), r.stdout.read())
 
     def files(self) -> dict[str, str]:
+        """The host's files, without railyard_files' records of what was there before (records())."""
         return {str(p.relative_to(self.root)): p.read_text() for p in sorted(self.root.rglob("*"))
-                if p.is_file() and not p.is_symlink()}
+                if p.is_file() and not p.is_symlink() and not str(p.relative_to(self.root)).startswith(RECORDS)}
+
+    def records(self) -> list[str]:
+        return sorted(str(p.relative_to(self.root / RECORDS)) for p in (self.root / RECORDS).rglob("*") if p.is_file())
 
     def calls(self) -> list[dict]:
         log = self.bin / "calls.jsonl"
@@ -122,12 +129,14 @@ def sequence(request, tmp_path_factory):
     steps["after_check"] = host.files()
     steps["converge"] = host.run()
     steps["after_converge"] = host.files()
+    steps["records_converged"] = host.records()
     steps["modes"] = {rel: (host.root / rel).stat().st_mode & 0o777 for rel in ROCE_FILES[stack]}
     steps["again"] = host.run()
     steps["check_absent"] = host.run(check=True, rail_network_state="absent")
     steps["after_check_absent"] = host.files()
     steps["absent"] = host.run(rail_network_state="absent")
     steps["after_absent"] = host.files()
+    steps["records_absent"] = host.records()
     steps["absent_again"] = host.run(rail_network_state="absent")
     return stack, host, before, steps
 
@@ -164,6 +173,8 @@ def test_absent_removes_exactly_the_roles_files_and_check_mode_removes_nothing(s
     assert _ok(steps["absent"]).changed() == 1
     assert steps["after_absent"] == before, f"{stack}: {sorted(set(steps['after_absent']) ^ set(before))}"
     assert _ok(steps["absent_again"]).changed() == 0
+    # What the files replaced was recorded when they were written, and the records went with them.
+    assert len(steps["records_converged"]) == len(ROCE_FILES[stack]) and steps["records_absent"] == []
 
 
 @pytest.mark.parametrize("name, markers, message", [
