@@ -189,6 +189,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="railyard-key-") as keydir:
         env = {
             "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+            # ansible-runner turns host key checking off unless told otherwise, and ssh takes the
+            # first StrictHostKeyChecking it is given: the inventory's pinned keys would not count.
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_NOCOLOR": "1",
             # ansible-playbook is the virtualenv's, whatever PATH the caller (or Pulumi) had.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -221,3 +221,18 @@ def test_destroy_of_a_protected_stack_is_refused_and_otherwise_leaves_the_hosts_
     # The next boot drops the boot-time settings: the bootloader no longer has them.
     line = node.run_in_node(servers.stack, "srv-0", ["cat", "/boot/railyard/cmdline"], check=True).stdout
     assert "hugepages=" not in line and "iommu" not in line
+
+
+def test_the_tuning_run_itself_refuses_a_host_whose_key_is_not_the_one_pinned(servers, tmp_path):
+    # ansible-runner turns host key checking off unless told otherwise; the run must not.
+    from railyard.tuning import runner
+
+    from .conftest import keypair
+
+    _, other = keypair(tmp_path)
+    state = node.read_node(servers.stack, "srv-0")
+    host = runner.Host("srv-0", state["mgmt_address"], " ".join(other.split()[:2]), {"ansible_user": "root"})
+    result = runner.run(f"{STACK}-keys", [host], servers.key.read_text(), tags="hugepages")
+    assert not result.ok
+    assert any("Host key verification failed" in f.message or "REMOTE HOST IDENTIFICATION" in f.message
+               for f in result.failures), [str(f) for f in result.failures]

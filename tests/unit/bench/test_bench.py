@@ -101,3 +101,22 @@ def test_resources_per_node_are_the_node_component_and_what_is_under_it():
     ]}
     assert bench_engine.resource_count(result) == 3
     assert bench_engine.node_resource_count(result) == 2
+
+
+def test_the_hosts_sections_stacks_validate_and_plan_448_hosts_on_their_own_networks():
+    import ipaddress
+
+    from railyard.bench import bench_hosts
+    from railyard.stack import from_config
+
+    mgmt, storage = "198.19.192.0/20", "198.19.208.0/20"
+    net = ipaddress.ip_network(mgmt)
+    addresses = [str(net.network_address + 10 + i) for i in range(448)]
+    spec, plan = from_config(bench_hosts.hosts_config(addresses, [bench_hosts.PLACEHOLDER_KEY] * 448, mgmt, storage),
+                             "bench-hosts448")
+    assert spec.driver == "hosts" and len(plan.nodes) == 448
+    assert spec.driver_config.host("gpu", 447).address == addresses[-1]
+    # Its networks are the lab's own (198.18.0.0/15) and none of the other stacks' management ranges.
+    assert ipaddress.ip_network(mgmt).subnet_of(bench_hosts.POOL)
+    assert not bench_hosts.POOL.overlaps(ipaddress.ip_network("198.18.0.0/16"))
+    assert not bench_hosts.POOL.overlaps(ipaddress.ip_network(bench_hosts.COMPUTE))

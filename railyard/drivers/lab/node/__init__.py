@@ -18,8 +18,9 @@ What a node is made of (stack tag T, node N, runtime dir D = lab_dir(stack)/node
   (root, by key only). The hardware tree directory (D/hw unless `hw_tree_source` names another)
   is bound at /run/railyard/hw. Every node process lacks CAP_SYS_BOOT, CAP_SYS_MODULE and
   CAP_SYS_TIME, so a tuning mistake fails instead of reaching the host's kernel.
-- "reboot pending": reboots and bootloader updates inside a node are recorded by a shim (see
-  lab-shim.sh and `reboot_pending`), never done.
+- its power: a supervisor on the host (power.py, power.sh) restarts the node when the shim
+  (lab-shim.sh) hands it a reboot, booting it with the bootloader's command line; every request
+  is also recorded (`reboot_pending`).
 - an SR-IOV agent (agent.py), started by the init once sshd runs and again by create when it died:
   it makes VFs when tuning writes sriov_numvfs in the node's hardware tree.
 
@@ -35,6 +36,7 @@ The package, one module per concern (this module only re-exports):
     config     the node's own configuration, checked and written on the host before anything
                runs: NIC requests (Nic), its runtime dir, sshd's config, authorized and host keys
     wiring     its veths and their fabric ports, addresses, per-rail rules and routing tables
+    power      reboot, power-off and power-on: the supervisor, its fifo and its log of transitions
     processes  init, sshd and the agent: finding, starting and killing them; running a command
                inside the node; what it recorded (reboot pending) and its host key
     lifecycle  create_node / converge / read_node / delete_node: the three put together
