@@ -96,13 +96,19 @@ def unreachable_preview(ctx: Context, hosts: int):
                  note="unreachable and not-checked hosts, a few lines per pool, not one per host")
 
 
-def _sshd_cpu_s(stack: str, node_name: str) -> float:
-    """CPU-seconds of the node's sshd and every session it reaped (what a tuning run costs the node)."""
-    from railyard.drivers.lab import node
+def _node_cpu_s(stack: str, node_name: str) -> float:
+    """CPU-seconds of every process of the node, each with what it reaped: at any moment the
+    total of everything that ever ran there (sshd, its sessions, the modules Ansible runs)."""
+    from railyard.drivers.lab import names, net, proc
 
-    pid = node._sshd_pid(stack, node_name, node.init_pid(stack, node_name))
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in proc.in_namespaces({net.netns_inode(names.node_ns(stack, node_name))}):
+        try:
+            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended between the listing and the read; its parent has its time
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def tuning_size(ctx: Context, hosts: int):
@@ -138,13 +144,13 @@ def tuning_size(ctx: Context, hosts: int):
         first = runner.run(stack, machines, key)
         if not first.ok:
             raise RuntimeError(f"tuning {hosts} lab hosts failed: {'; '.join(map(str, first.failures[:5]))}")
-        nodes_before = sum(_sshd_cpu_s(stack, m.name) for m in machines)
+        nodes_before = sum(_node_cpu_s(stack, m.name) for m in machines)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
         again = runner.run(stack, machines, key)
         wall = time.monotonic() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        nodes_cpu = sum(_sshd_cpu_s(stack, m.name) for m in machines) - nodes_before
+        nodes_cpu = sum(_node_cpu_s(stack, m.name) for m in machines) - nodes_before
         if not again.ok or again.changed:
             raise RuntimeError(f"the second tuning run of {hosts} hosts was not idempotent: changed {again.changed}, "
                                f"{'; '.join(map(str, again.failures[:5]))}")
@@ -157,7 +163,7 @@ def tuning_size(ctx: Context, hosts: int):
     yield Sample(f"idempotent tuning run, {label}: controller CPU-s per host", controller / hosts, "s",
                  note="ansible-playbook and its workers, ssh clients")
     yield Sample(f"idempotent tuning run, {label}: node CPU-s per host", nodes_cpu / hosts, "s",
-                 note="each node's sshd and its sessions: the modules run there")
+                 note="every process of each node, with what it reaped: sshd, its sessions, the modules")
     cores = os.cpu_count() or 1
     yield Sample(f"idempotent tuning run, projected for 448 hosts from {hosts}: controller CPU-s",
                  controller / hosts * 448, "s",

@@ -1,8 +1,8 @@
 """The kernel command-line arguments a node's tuning asks for at boot, from the plan.
 
 The hugepages and iommu roles write them into bootloader drop-ins (their templates format the
-same values); a host reboots when its running kernel lacks one of them (hosts driver's rolling
-reboot), and preview says so from the host's last-seen /proc/cmdline. Pure: no Pulumi, no I/O.
+same values); a host reboots when its running kernel lacks one of them (the hosts driver's rolling
+reboot), and preview says so from the host's running /proc/cmdline. Pure: no Pulumi, no I/O.
 tests/unit/model/test_boot_args.py renders the roles' own variables and checks both agree.
 """
 

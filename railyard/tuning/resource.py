@@ -46,7 +46,8 @@ class TuningProvider(ResourceProvider):
         return CreateResult(id_=f"tuning-{props['stack']}", outs={**props, **self._run(props)})
 
     def diff(self, _id, olds, news):
-        keys = ("stack", "user", "digest", "hosts", "secret_vars")
+        # The key too: destroy's teardown runs with the key state holds, which must be the current one.
+        keys = ("stack", "user", "digest", "hosts", "secret_vars", "private_key")
         return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id, _olds, news):

@@ -123,7 +123,7 @@ def _through_jump(hosts: list[Host], known_hosts: Path, key_file: Path | None) -
         jump = h.vars.get(JUMP_VAR)
         if jump:
             options = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}",
-                       "-o", "StrictHostKeyChecking=yes"]
+                       "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes"]
             if key_file is not None:
                 options += ["-i", str(key_file), "-o", "IdentitiesOnly=yes"]
             hop = proxy_command(options, jump["address"], jump.get("user"), int(jump["port"]), h.address,
@@ -181,7 +181,8 @@ def run(
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     run_dir = runs / stamp
     run_dir.mkdir()
-    known_hosts = runs / "known_hosts"
+    # The run's own: runs of other pools may be under way at the same time with other hosts.
+    known_hosts = run_dir / "known_hosts"
     known_hosts.write_text("".join(known_hosts_lines(h) for h in hosts))
 
     result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
@@ -192,6 +193,9 @@ def run(
             # ansible-runner turns host key checking off unless told otherwise, and ssh takes the
             # first StrictHostKeyChecking it is given: the inventory's pinned keys would not count.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
+            # The run's own SSH masters: one another run made (with other pinned keys) is never
+            # reused, and none outlives the run (ended below).
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path(keydir) / "cp"),
             "ANSIBLE_NOCOLOR": "1",
             # ansible-playbook is the virtualenv's, whatever PATH the caller (or Pulumi) had.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -249,6 +253,7 @@ def run(
             quiet=True,
             event_handler=on_event,
         )
+        _end_masters(Path(keydir) / "cp")
     result.status, result.rc = runner.status, runner.rc
     if result.rc != 0 and not result.failures:
         # No task failed: the run itself did (a bad inventory, a missing ansible-playbook, a
@@ -263,6 +268,20 @@ def run(
     _scrub(run_dir, secrets)
     _prune(runs, keep_runs)
     return result
+
+
+def _end_masters(control_dir: Path) -> None:
+    """End the SSH connection masters (ControlPersist) of a run: their sockets are in control_dir."""
+    import signal
+
+    from railyard.procfs import cmdline, pids
+
+    for pid in pids():
+        if any(str(control_dir) in arg for arg in cmdline(pid)):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _stats(runner: Any) -> dict[str, HostResult]:

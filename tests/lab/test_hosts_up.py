@@ -32,13 +32,14 @@ def servers(stack_factory, tmp_path_factory):
     c = stack_factory("hu", rails=8, spine=False)
     c.create_fabric()
     sku = load_catalog().nodes["dgx-h100"]
-    # The rails as the plan names and addresses them (what a site's network files would give them).
+    # The rails as the plan names them, without addresses: the hosts' own network files give them.
     placeholder = stack_config(c, addresses=[c.node_args(i)["mgmt"]["address"].split("/")[0] for i in range(NODES)])
     _, plan = from_config(placeholder, STACK)
+    c.plan = plan
     for i in range(NODES):
         tree = tmp_path_factory.mktemp("hw") / f"gpu-{i}"
         hwtree.build_hwtree(sku, tree)
-        rails = [{"name": n.netdev, "rail": n.rail, "address": f"{n.ip}/{n.prefixlen}"} for n in plan.nodes[i].nics]
+        rails = [{"name": n.netdev, "rail": n.rail, "address": None} for n in plan.nodes[i].nics]
         c.create_node(f"srv-{i}", i, hw_tree_source=str(tree), rails=rails)
     c.before = {i: snapshot(c, i) for i in range(NODES)}
     return c
@@ -58,6 +59,8 @@ def snapshot(c, i: int) -> dict:
                                               "cat /sys/devices/system/node/node*/hugepages/*/nr_hugepages "
                                               "/sys/kernel/mm/hugepages/*/nr_hugepages; echo --; "
                                               "cat /proc/mdstat 2>/dev/null; echo --; "
+                                              "ip -o -4 addr show | grep -v ' eno3 ' | awk '{print $2, $4}'; echo --; "
+                                              "ip -4 rule show; echo --; "
                                               "awk '{print $5}' /proc/self/mountinfo | sort"], check=True).stdout
     return {"etc": files, "state": inside}
 
@@ -117,6 +120,15 @@ def test_up_tunes_and_reboots_one_host_at_a_time(servers, project):
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     for i in range(NODES):
         assert "hugepages=" in cmdline(servers, i) and "intel_iommu=on" in cmdline(servers, i)
+    # The rails have the plan's addresses, from the network files tuning wrote (ifupdown, the nodes' stack).
+    for i, planned in enumerate(servers.plan.nodes):
+        got = node.run_in_node(servers.stack, f"srv-{i}", ["ip", "-o", "-4", "addr", "show"], check=True).stdout
+        for nic in planned.nics:
+            assert f"{nic.netdev}    inet {nic.ip}/{nic.prefixlen}" in got.replace("  ", "    ") or \
+                f"{nic.ip}/{nic.prefixlen}" in got, (nic.netdev, got)
+        files = node.run_in_node(servers.stack, f"srv-{i}", ["cat", "/etc/network/interfaces.d/railyard-rails"],
+                                 check=True).stdout
+        assert all(nic.netdev in files for nic in planned.nics)
     # Every host rebooted once, and no two were down at the same time (the lab's own power log).
     windows = []
     for i in range(NODES):

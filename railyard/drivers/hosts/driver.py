@@ -83,6 +83,13 @@ class HostsDriver(Driver):
             out["ansible_port"] = host.port
         if host.jump_host is not None:
             out[JUMP_VAR] = _jump(host)  # the tuning run makes its ProxyCommand
+        # The rails' addresses from the plan, written for the host's network stack (rail_network):
+        # on servers Railyard did not build, nothing else gives them.
+        out["rail_network_interfaces"] = [
+            {"name": nic.netdev or nic.name, "address": nic.ip, "prefixlen": nic.prefixlen, "rail": nic.rail,
+             "gateway": nic.gateway} for nic in node.nics]
+        if any(nic.gateway for nic in node.nics):
+            out["rail_network_compute_cidr"] = self.plan.networks.compute.cidr
         return out
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:

@@ -29,24 +29,27 @@ def check(hosts: list[dict], private_key: str | None, deadline_s: float = DEADLI
     """{"reboot": {node: [missing args]}, "unreachable": {node: reason}, "unchecked": [nodes]}."""
     from railyard.drivers.hosts.resources import _target
 
-    out: dict = {"reboot": {}, "unreachable": {}, "unchecked": []}
-
-    def one(h: dict) -> None:
-        t = _target({**h, "host_keys": h.get("host_keys") or ([h["host_key"]] if h.get("host_key") else [])})
+    def one(h: dict) -> tuple[str, str, object]:
+        t = _target(h)  # its pinned keys, else the one state recorded
         try:
             boot = boot_state(t, private_key, timeout=CONNECT_S + 5)
         except Exception as exc:  # preview reports; it never fails on a host
-            out["unreachable"][h["node"]] = str(exc).split(": ", 1)[-1]
-            return
-        lacks = missing(h.get("wanted") or (), boot.cmdline)
-        if lacks:
-            out["reboot"][h["node"]] = lacks
+            return h["node"], "unreachable", str(exc).split(": ", 1)[-1]
+        return h["node"], "reboot", missing(h.get("wanted") or (), boot.cmdline)
 
+    out: dict = {"reboot": {}, "unreachable": {}, "unchecked": []}
     pool = ThreadPoolExecutor(max_workers=min(WORKERS, max(1, len(hosts))))
     futures = {pool.submit(one, h): h["node"] for h in hosts}
-    _, late = wait(futures, timeout=deadline_s)
-    out["unchecked"] = sorted(futures[f] for f in late)
+    done, late = wait(futures, timeout=deadline_s)
     pool.shutdown(wait=False, cancel_futures=True)
+    # Only what finished in time; a late answer lands in no one's report.
+    for f in done:
+        node, kind, value = f.result()
+        if kind == "unreachable":
+            out["unreachable"][node] = value
+        elif value:
+            out["reboot"][node] = value
+    out["unchecked"] = sorted(futures[f] for f in late)
     return out
 
 

@@ -22,6 +22,7 @@ INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "spee
 
 
 def _target(props: dict):
+    """How SSH reaches the host: its pinned keys, else the key state recorded (trusted on first use)."""
     from railyard.drivers.hosts.config import JumpHost
     from railyard.drivers.hosts.ssh import Target
 
@@ -131,11 +132,8 @@ class HostMachine(Resource):
 
 
 def _targets(props: dict) -> list:
-    hosts = []
-    for h in props["hosts"]:
-        t = _target({**h, "host_keys": h.get("host_keys") or ([h["host_key"]] if h.get("host_key") else [])})
-        hosts.append((t, tuple(h.get("wanted") or ())))
-    return hosts
+    """A pool's hosts as the rollout reaches them, each with the arguments its boot must have."""
+    return [(_target(h), tuple(h.get("wanted") or ())) for h in props["hosts"]]
 
 
 class HostRebootsProvider(ResourceProvider):

@@ -83,27 +83,44 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
             progress(f"{target.name}: {command}")
             downs[target.name] = time.time()
             try:
-                run(target, command, private_key=private_key, timeout=30)
+                result = run(target, command, private_key=private_key, timeout=30)
             except HostKeyMismatch:
                 raise
             except SshError:
-                pass  # the connection goes down with the host
-        for target, wanted, boot in batch:
-            deadline = time.monotonic() + timeout
-            try:
-                now = _wait_back(target, boot.boot_id, private_key, deadline)
-            except TimeoutError:
-                raise RolloutError(
-                    f"{target.name} did not come back within {timeout:g} s of `{command}`; the rollout stopped"
-                    + (f", and {', '.join(left)} were not rebooted" if left else "")) from None
-            out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time()})
-            out.booted[target.name] = now.cmdline
-            lacks = missing(wanted, now.cmdline)
-            if lacks:
-                raise RolloutError(
-                    f"{target.name} came back without {' '.join(lacks)} on its kernel command line; the rollout "
-                    "stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
-            progress(f"{target.name}: back with the new command line")
+                continue  # the connection went down with the host
+            if result.rc not in (0, 255) and result.rc > 0:
+                # Refused (not root, no such command): the host is not going down.
+                raise RolloutError(f"{target.name}: `{command}` exited {result.rc}: "
+                                   f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no output'}"
+                                   "; the rollout stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
+        back: list[str] = []
+        try:
+            for target, wanted, boot in batch:
+                deadline = time.monotonic() + timeout
+                try:
+                    now = _wait_back(target, boot.boot_id, private_key, deadline)
+                except TimeoutError:
+                    raise RolloutError(
+                        f"{target.name} did not come back within {timeout:g} s of `{command}`; the rollout stopped"
+                        + (f", and {', '.join(left)} were not rebooted" if left else "")) from None
+                out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time()})
+                out.booted[target.name] = now.cmdline
+                lacks = missing(wanted, now.cmdline)
+                if lacks:
+                    raise RolloutError(
+                        f"{target.name} came back without {' '.join(lacks)} on its kernel command line; the rollout "
+                        "stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
+                back.append(target.name)
+                progress(f"{target.name}: back with the new command line")
+        except RolloutError as stopped:
+            # Hosts of the batch that came back get their run-time settings back even when another
+            # one stops the rollout (a boot reset them).
+            if after_batch is not None and back:
+                try:
+                    after_batch(back)
+                except RolloutError as also:
+                    raise RolloutError(f"{stopped}\n{also}") from None
+            raise
         if after_batch is not None:
-            after_batch([t.name for t, _, _ in batch])
+            after_batch(back)
     return out

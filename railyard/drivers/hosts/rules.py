@@ -413,16 +413,19 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
     _check_unique(r, entries)
     _check_management(r, entries, spec)
     _check_object_store(r, spec)
+    # A jump host is pinned whatever hostKeys says: nothing would record a key learned through
+    # it, so trusting it on first use would trust it on every use.
+    told: set[tuple[str, str]] = set()
+    for e in entries:
+        j = e.host.jump_host
+        if j is not None and not j.host_keys and (e.jump_path, str(j)) not in told:
+            told.add((e.jump_path, str(j)))
+            r.problem(e.jump_path, f"no host key for the jump host {j.address}"
+                      + (f" ({e.place})" if e.host.name is not None else ""),
+                      f"a {P}.knownHosts line for {j.address}" + (f" port {j.port}" if j.port != 22 else ""),
+                      "jump hosts are always pinned (trust on first use is for the hosts themselves)")
     if mode == "pinned":
-        told: set[tuple[str, str]] = set()
         for e in entries:
-            j = e.host.jump_host
-            if j is not None and not j.host_keys and (e.jump_path, str(j)) not in told:
-                told.add((e.jump_path, str(j)))
-                r.problem(e.jump_path, f"no host key for the jump host {j.address}"
-                          + (f" ({e.place})" if e.host.name is not None else ""),
-                          f"a {P}.knownHosts line for {j.address}" + (f" port {j.port}" if j.port != 22 else ""),
-                          f"{P}.hostKeys is pinned, for jump hosts too; or set hostKeys: trust-on-first-use")
             if not e.host.pinned and not e.key_refused:
                 r.problem(e.at("hostKey"), f"no host key for {e.host.address}"
                           + (f" ({e.place})" if e.host.name is not None else ""),

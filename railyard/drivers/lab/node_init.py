@@ -175,27 +175,37 @@ def _hugepages_at_boot(cmdline: str) -> dict:
     return out
 
 
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
+def _inside(path: str, root: str) -> bool:
+    """Whether `path` is a file below `root` by its real path: the node writes its tree and its
+    /boot, and a link it planted there must not point this host-side code at a host file."""
+    real = os.path.realpath(path)
+    return real.startswith(os.path.realpath(root) + "/") and not os.path.islink(path)
+
+
+def _write(path: str, text: str, root: str) -> None:
+    if not _inside(path, root):
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "w") as f:
         f.write(text)
+
+
+def _read(path: str, root: str) -> str | None:
+    if not _inside(path, root) or not os.path.isfile(path):
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        return f.read()
 
 
 def boot(node_dir: str, tree: str) -> None:
     """Boot-time state in the node's hardware tree (tree: its host path, writable): the command
     line the bootloader holds, hugepages reserved by it and nothing else, every PF without VFs
     (the agent removes the VFs it finds when it starts)."""
-    try:
-        with open(f"{node_dir}/boot/railyard/cmdline") as f:
-            cmdline = f.read().strip()
-    except FileNotFoundError:
-        cmdline = None
+    cmdline = _read(f"{node_dir}/boot/railyard/cmdline", f"{node_dir}/boot")
     if cmdline is not None and os.path.isfile(f"{tree}/proc/cmdline"):
-        _write(f"{tree}/proc/cmdline", cmdline + "\n")
-    try:
-        with open(f"{tree}/proc/cmdline") as f:
-            reserved = _hugepages_at_boot(f.read())
-    except FileNotFoundError:
-        reserved = {}
+        _write(f"{tree}/proc/cmdline", cmdline.strip() + "\n", tree)
+    reserved = _hugepages_at_boot(_read(f"{tree}/proc/cmdline", tree) or "")
     nodes_dir = f"{tree}/sys/devices/system/node"
     numa = sorted(int(n[4:]) for n in os.listdir(nodes_dir) if n[4:].isdigit()) if os.path.isdir(nodes_dir) else []
     global_dir = f"{tree}/sys/kernel/mm/hugepages"
@@ -210,18 +220,16 @@ def boot(node_dir: str, tree: str) -> None:
             for counter in ("nr_hugepages", "free_hugepages"):
                 path = f"{nodes_dir}/node{n}/hugepages/{size}/{counter}"
                 if os.path.isfile(path):
-                    _write(path, f"{count}\n")
+                    _write(path, f"{count}\n", tree)
         total = sum(per_node.values()) if numa else want.get(None, 0)
         for counter in ("nr_hugepages", "free_hugepages"):
             if os.path.isfile(f"{global_dir}/{size}/{counter}"):
-                _write(f"{global_dir}/{size}/{counter}", f"{total}\n")
+                _write(f"{global_dir}/{size}/{counter}", f"{total}\n", tree)
     devices = f"{tree}/sys/bus/pci/devices"
     for bdf in sorted(os.listdir(devices)) if os.path.isdir(devices) else ():
         numvfs = f"{devices}/{bdf}/sriov_numvfs"
-        if os.path.isfile(numvfs):
-            with open(numvfs) as f:
-                if f.read().strip() not in ("", "0"):
-                    _write(numvfs, "0\n")
+        if (_read(numvfs, tree) or "").strip() not in ("", "0"):
+            _write(numvfs, "0\n", tree)
 
 
 def main() -> None:
@@ -254,8 +262,10 @@ def main() -> None:
     mount(hw, "/run/railyard/hw", flags=MS_BIND)
     mount(f"{node_dir}/bin", "/run/railyard/bin", flags=MS_BIND)
     # The node's power button (node/power.py): the shim's reboot and poweroff write to its fifo.
-    if os.path.isdir(f"{node_dir}/power"):
-        mount(f"{node_dir}/power", "/run/railyard/power", flags=MS_BIND)
+    # Only the fifo's directory: the supervisor's own files (its pid, the hardware tree it boots
+    # the node with, its log) stay out of the node's reach.
+    if os.path.isdir(f"{node_dir}/power/door"):
+        mount(f"{node_dir}/power/door", "/run/railyard/power", flags=MS_BIND)
     with open("/run/railyard/boot_id", "w") as f:
         f.write(f"{uuid.uuid4()}\n")
     # /etc and /var are the host's, overlaid by the node's own layers: what the node writes lands

@@ -11,6 +11,6 @@ exec 3<>"$fifo"
 while read -r request <&3; do
   case "$request" in
     reboot|poweroff|poweron)
-      (cd "$checkout" && "$py" -m railyard.drivers.lab.node.power "$request" "$stack" "$node" "$root") ;;
+      (cd "$checkout" && "$py" -m railyard.drivers.lab.node.power "$request" "$stack" "$node" "$root" "$$") ;;
   esac
 done

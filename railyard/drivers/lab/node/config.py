@@ -30,6 +30,15 @@ SHIMMED = (
     "grubby", "update-initramfs", "dracut", "kernel-install",
 )
 
+# /etc/network/interfaces as ifupdown's package creates it on a Debian host (its postinst).
+IFUPDOWN_INTERFACES = """# interfaces(5) file used by ifup(8) and ifdown(8)
+# Include files from /etc/network/interfaces.d:
+source /etc/network/interfaces.d/*
+
+auto lo
+iface lo inet loopback
+"""
+
 # The node's private mounts would hide a runtime dir below them (see node_init.py for the order).
 _FORBIDDEN_DIRS = ("/run", "/etc", "/var", "/boot", "/mnt", "/proc", "/sys", "/dev")
 
@@ -37,7 +46,8 @@ _FORBIDDEN_DIRS = ("/run", "/etc", "/var", "/boot", "/mnt", "/proc", "/sys", "/d
 @dataclass(frozen=True)
 class Nic:
     """One NIC of a node: `name` is the node-side netdev name, `role` a rail number, "mgmt" or
-    "storage"; `address` an address with prefix; `gateway` (rails only) the rail's gateway.
+    "storage"; `address` an address with prefix, or None for a rail the node's own network files
+    address (as a server's are); `gateway` (rails only) the rail's gateway.
 
     `table` (rail NICs) numbers the NIC's routing rule and table (RULE_PREF_BASE+table,
     TABLE_BASE+table): the rail for a node's NICs, the VF's position for a VM, which may hold
@@ -46,7 +56,8 @@ class Nic:
 
     name: str
     role: int | str
-    address: str
+    address: str | None
+    """None (rails only): the node's own network configuration addresses it, never the lab."""
     gateway: str | None = None
     table: int | None = None
     veth: bool = True
@@ -73,6 +84,10 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
         name = names.check_ifname(spec["name"])
         if name == "lo":
             raise LabError(what, "'lo' is the loopback, not a NIC name")
+        if spec["address"] is None:
+            if not isinstance(role, int) or spec.get("gateway") is not None:
+                raise LabError(what, "only a rail may come without an address (and then without a gateway)")
+            return Nic(name, role, None, None, role)
         iface = net.lab_interface(spec["address"], what)
         gw = spec.get("gateway")
         if gw is not None:
@@ -101,7 +116,7 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
 def check_unique(ns: str, nics: list[Nic]) -> None:
     tables = [n.table for n in nics if n.table is not None]
     for kind_, values in (("NIC name", [n.name for n in nics]), ("rail", tables),
-                          ("address", [n.address.split("/")[0] for n in nics])):
+                          ("address", [n.address.split("/")[0] for n in nics if n.address])):
         dup = sorted({str(v) for v in values if values.count(v) > 1})
         if dup:
             raise LabError(f"node {ns}", f"{kind_} used twice: {', '.join(dup)}")
@@ -205,6 +220,12 @@ def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
     _write_if_changed(ssh_dir / "authorized_keys", "\n".join(keys) + "\n", 0o600)
 
     mgmt_ip = mgmt.address.split("/")[0]
+    # The node is a Debian server whose network stack is ifupdown, Debian's default: the file its
+    # installer leaves. Written once; what the node's own tuning adds under interfaces.d stays.
+    interfaces = etc / "network" / "interfaces"
+    if not interfaces.exists():
+        (etc / "network" / "interfaces.d").mkdir(parents=True, exist_ok=True)
+        _write_if_changed(interfaces, IFUPDOWN_INTERFACES, 0o644)
     _write_if_changed(etc / "hostname", node + "\n", 0o644)
     _write_if_changed(etc / "hosts", f"127.0.0.1\tlocalhost\n{mgmt_ip}\t{node}\n", 0o644)
     # The shim and its names, bound at /run/railyard/bin (first on the node's PATH).

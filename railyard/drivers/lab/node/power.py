@@ -39,7 +39,8 @@ def prepare(stack: str, node: str, hw: Path, root: Path | None = None) -> None:
     """The supervisor's fifo, and the hardware tree the node boots with."""
     d = power_dir(stack, node, root)
     d.mkdir(mode=0o700, exist_ok=True)
-    fifo = d / "fifo"
+    (d / "door").mkdir(mode=0o700, exist_ok=True)
+    fifo = fifo_path(stack, node, root)
     if not fifo.is_fifo():
         fifo.unlink(missing_ok=True)
         os.mkfifo(fifo, 0o600)
@@ -48,12 +49,17 @@ def prepare(stack: str, node: str, hw: Path, root: Path | None = None) -> None:
         src.write_text(str(hw))
 
 
+def fifo_path(stack: str, node: str, root: Path | None = None) -> Path:
+    """The fifo, alone in the directory the node sees at /run/railyard/power."""
+    return power_dir(stack, node, root) / "door" / "fifo"
+
+
 def supervisor_pid(stack: str, node: str, root: Path | None = None) -> int | None:
     try:
         pid = int((power_dir(stack, node, root) / "pid").read_text())
     except (OSError, ValueError):
         return None
-    fifo = str(power_dir(stack, node, root) / "fifo")
+    fifo = str(fifo_path(stack, node, root))
     return pid if proc.alive(pid) and fifo in proc.cmdline(pid) else None
 
 
@@ -66,7 +72,7 @@ def ensure_supervisor(stack: str, node: str, root: Path | None = None) -> int:
 
     d = power_dir(stack, node, root)
     log = open(d / "supervisor.log", "ab")
-    argv = [str(SUPERVISOR), str(d / "fifo"), sys.executable, str(paths.PROJECT_ROOT), stack, node,
+    argv = [str(SUPERVISOR), str(fifo_path(stack, node, root)), sys.executable, str(paths.PROJECT_ROOT), stack, node,
             str(root) if root else ""]
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                          env={**_clean_env(stack, node), "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
@@ -82,7 +88,7 @@ def request(stack: str, node: str, what: str, root: Path | None = None) -> None:
         raise ValueError(f"power request {what!r}: one of {', '.join(REQUESTS)}")
     if supervisor_pid(stack, node, root) is None:
         raise LabError(f"node {names.node_ns(stack, node)}", "has no power supervisor running")
-    fd = os.open(power_dir(stack, node, root) / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+    fd = os.open(fifo_path(stack, node, root), os.O_WRONLY | os.O_NONBLOCK)
     try:
         os.write(fd, f"{what}\n".encode())
     finally:
@@ -113,11 +119,12 @@ def boot_id(stack: str, node: str, root: Path | None = None) -> str | None:
         return None
 
 
-def power_off(stack: str, node: str, root: Path | None = None, why: str = "poweroff") -> None:
+def power_off(stack: str, node: str, root: Path | None = None, why: str = "poweroff",
+              supervisor: int | None = None) -> None:
     from railyard.drivers.lab.node.processes import _node_processes
 
     # This process and the supervisor that started it carry the node's marker too.
-    spare = {os.getpid(), os.getppid()}
+    spare = {os.getpid(), os.getppid(), supervisor or os.getppid()}
     proc.kill_all([p for p in _node_processes(stack, node) if p not in spare],
                   what=f"node {names.node_ns(stack, node)}")
     _record(stack, node, root, {"event": "off", "why": why})
@@ -135,11 +142,11 @@ def power_on(stack: str, node: str, root: Path | None = None, why: str = "powero
 
 
 def main(argv: list[str]) -> int:
-    what, stack, node, root_arg = argv
+    what, stack, node, root_arg, supervisor = argv
     root = Path(root_arg) if root_arg else None
     try:
         if what in ("reboot", "poweroff"):
-            power_off(stack, node, root, why=what)
+            power_off(stack, node, root, why=what, supervisor=int(supervisor))
         if what in ("reboot", "poweron"):
             power_on(stack, node, root, why=what)
     except Exception as exc:  # the supervisor keeps serving; the log says what went wrong

@@ -69,15 +69,18 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
     if "UP" not in links.get("lo", {}).get("flags", []):
         batch.add("link lo", "link", "set", "lo", "up")
     for nic in nics:
-        net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
+        if nic.address is not None:  # else the node's own network configuration owns it
+            net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
         if "UP" not in links.get(nic.name, {}).get("flags", []):
             batch.add(f"link {nic.name}", "link", "set", nic.name, "up")
 
-    rail_nics = {n.table: n for n in nics if n.table is not None}
+    # Rails the node addresses itself keep the rules and tables it gives them.
+    unmanaged = {n.table for n in nics if n.table is not None and n.address is None}
+    rail_nics = {n.table: n for n in nics if n.table is not None and n.address is not None}
     wanted_rules = {RULE_PREF_BASE + r: (n.address.split("/")[0], TABLE_BASE + r) for r, n in rail_nics.items()}
     for rule in net.rules(ns):
         pref = rule.get("priority")
-        if pref is None or not RULE_PREF_BASE <= pref < RULE_PREF_BASE + 100:
+        if pref is None or not RULE_PREF_BASE <= pref < RULE_PREF_BASE + 100 or pref - RULE_PREF_BASE in unmanaged:
             continue
         want = wanted_rules.get(pref)
         if want and (rule.get("src"), str(rule.get("table")), rule.get("srclen", 32)) == (want[0], str(want[1]), 32):
@@ -94,7 +97,7 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
         if isinstance(t, int) or (isinstance(t, str) and t.isdigit()):
             by_table.setdefault(int(t), set()).add((r.get("dst"), r.get("gateway"), r.get("dev")))
     for table in sorted(by_table):
-        if TABLE_BASE <= table < TABLE_BASE + 100 and table - TABLE_BASE not in rail_nics:
+        if TABLE_BASE <= table < TABLE_BASE + 100 and table - TABLE_BASE not in set(rail_nics) | unmanaged:
             batch.add(f"route table {table}", "route", "flush", "table", str(table))
     for rail, nic in sorted(rail_nics.items()):
         table = TABLE_BASE + rail  # "rail" here is the NIC's table slot (Nic.table)

@@ -115,3 +115,25 @@ def test_a_second_up_with_every_host_booted_as_wanted_changes_nothing():
 def test_what_makes_the_hosts_be_asked_again(change):
     news = {**{k: v for k, v in OLDS.items() if k != "booted"}, **change}
     assert resources.HostRebootsProvider().diff("id", OLDS, news).changes
+
+
+def test_a_batch_peer_that_came_back_is_tuned_again_when_another_does_not(fleet):
+    f = fleet(cmdlines={"gpu-0": "ro", "gpu-1": "ro", "gpu-2": "ro"}, dead={"gpu-1"})
+    tuned = []
+    with pytest.raises(rollout.RolloutError, match="gpu-1 did not come back"):
+        rollout.roll(targets(["gpu-0", "gpu-1", "gpu-2"]), budget=2, command="reboot", timeout=0.2,
+                     private_key=None, after_batch=tuned.append)
+    assert tuned == [["gpu-0"]] and f.boots["gpu-2"] == 0
+
+
+def test_a_refused_reboot_command_stops_at_once(fleet, monkeypatch):
+    f = fleet(cmdlines={"gpu-0": "ro", "gpu-1": "ro"})
+
+    def refuse(target, command, *, private_key, timeout=30, input=None):
+        if command == rollout.STATE_COMMAND:
+            return f.run(target, command, private_key=private_key)
+        return type("R", (), {"rc": 1, "stdout": "", "stderr": "Failed to reboot: Access denied\n"})()
+
+    monkeypatch.setattr(rollout, "run", refuse)
+    with pytest.raises(rollout.RolloutError, match="gpu-0: `systemctl reboot` exited 1: Failed to reboot: Access denied"):
+        rollout.roll(targets(["gpu-0", "gpu-1"]), budget=1, command="systemctl reboot", timeout=60, private_key=None)

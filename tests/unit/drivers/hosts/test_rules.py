@@ -145,8 +145,10 @@ def test_a_jump_host_without_a_pinned_key_is_refused_once_where_it_is_given():
     hosts_of(cfg)[1]["jumpHost"] = "203.0.113.11"
     (problem,) = problems(cfg)
     assert problem.path == f"{H}.pools.gpu.hosts[1].jumpHost"
-    tofu = hosts_config(config(jumpHost="admin@203.0.113.10", hostKeys="trust-on-first-use"))
-    assert tofu.host("gpu", 0).jump_host.host_keys == ()
+    # Trust on first use is for the hosts: a jump host is pinned even then (nothing would record
+    # a key learned for it).
+    (problem,) = problems(config(jumpHost="admin@203.0.113.10", hostKeys="trust-on-first-use"))
+    assert problem.path == f"{H}.jumpHost" and "always pinned" in problem.hint
 
 
 @pytest.mark.parametrize("value,count,hosts", [(3, 20, 3), ("25%", 8, 2), ("10%", 4, 1), ("100%", 5, 5),
@@ -375,6 +377,8 @@ ansible_user=dgxadmin
 
 def inventory_config(path: str, count: int = 4, group: str | None = "dgx", **section) -> dict:
     section.setdefault("hostKeys", "trust-on-first-use")
+    # The inventories' jump host; jump hosts are pinned whatever hostKeys says.
+    section.setdefault("knownHosts", [f"203.0.113.10 {key(9)}"])
     cfg = config(**section)
     cfg["railyard:nodePools"][0]["count"] = count
     cfg[H]["pools"]["gpu"] = {"inventory": path, **({"group": group} if group else {})}
