@@ -112,6 +112,7 @@ def _node_cpu_s(stack: str, node_name: str) -> float:
 
 
 def tuning_size(ctx: Context, hosts: int):
+    from railyard import drivers
     from railyard.drivers.lab import fabric, gc, hwtree, node
     from railyard.model.catalog import load_catalog
     from railyard.stack import from_config
@@ -135,12 +136,14 @@ def tuning_size(ctx: Context, hosts: int):
         for i, n in enumerate(plan.nodes):
             tree = base / "hw" / n.name
             hwtree.build_hwtree(sku, tree)
+            # Rails without addresses, as a server's before its network files (rail_network) exist.
             state = node.create_node(
                 stack, n.name, mgmt={"name": "eno3", "address": f"{addresses[i]}/{net.prefixlen}"},
-                rails=[{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}"} for nic in n.nics],
+                rails=[{"name": nic.netdev, "rail": nic.rail, "address": None} for nic in n.nics],
                 authorized_keys=pub, hw_tree_source=str(tree))
+            # The variables HostTuning hands a hosts stack's roles: the plan's and the driver's per host.
             machines.append(runner.Host(n.name, addresses[i], state["host_key"],
-                                        {**host_vars(spec, plan, n), "ansible_user": "root"}))
+                                        {**host_vars(spec, plan, n), **drivers.node_vars(spec, plan, n)}))
         first = runner.run(stack, machines, key)
         if not first.ok:
             raise RuntimeError(f"tuning {hosts} lab hosts failed: {'; '.join(map(str, first.failures[:5]))}")

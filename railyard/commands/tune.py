@@ -46,7 +46,8 @@ def handle(args) -> int:
     storage = outputs.get("storage") or {}
     hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
                               dataset_prefix=storage.get("dataset_prefix") or "",
-                              extra_vars=drivers.tuning_vars(spec.driver))
+                              extra_vars=drivers.tuning_vars(spec.driver),
+                              node_vars={n["name"]: drivers.node_vars(spec, plan, n["name"]) for n in inventory})
     result = runner.run(args.stack, hosts, key, check=args.check, limit=args.limit, tags=args.tags,
                         secret_vars=runner.object_store_vars(storage),
                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))

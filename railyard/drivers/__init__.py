@@ -63,7 +63,9 @@ class DriverEntry:
     rules: str | None = None
     """Pulumi-free module: KEYS and parse (model.spec.DriverRules), and preflight(spec, stack)."""
     tuning: str | None = None
-    """Pulumi-free module whose tuning_vars() adds role variables (the lab's sysfs and procfs)."""
+    """Pulumi-free module whose tuning_vars() adds role variables for every node (the lab's sysfs
+    and procfs), and whose node_vars(spec, plan, node) adds them per node (a host's user, port,
+    jump host and rails)."""
     cli: str | None = None
     """Module whose register(subparsers) adds `railyard <name> ...`."""
 
@@ -79,7 +81,8 @@ DRIVERS: dict[str, DriverEntry] = {
     "hosts": DriverEntry(
         "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
                               keeps_machines=True),
-        implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules"),
+        implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules",
+        tuning="railyard.drivers.hosts.tuning"),
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.
     "coreweave": DriverEntry(
@@ -133,7 +136,16 @@ def tuning_vars(driver: str) -> dict[str, Any]:
     components package, which only the Pulumi program has on its path.
     """
     name = entry(driver).tuning
-    return importlib.import_module(name).tuning_vars() if name else {}
+    hook = getattr(importlib.import_module(name), "tuning_vars", None) if name else None
+    return hook() if hook is not None else {}
+
+
+def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+    """Role and connection variables of one node that its driver adds (Pulumi-free, for `railyard
+    tune` and the Pulumi program alike); most drivers add none."""
+    name = entry(spec.driver).tuning
+    hook = getattr(importlib.import_module(name), "node_vars", None) if name else None
+    return hook(spec, plan, node) if hook is not None else {}
 
 
 def cli_modules() -> list[Any]:

@@ -134,8 +134,9 @@ class Driver(abc.ABC):
         return None
 
     def node_vars(self, node: NodePlan) -> dict[str, Any]:
-        """Per node, role or connection variables its machine needs (a host's user and port)."""
-        return {}
+        """Per node, role or connection variables its machine needs (a host's user and port):
+        the registry's, so `railyard tune` hands the roles the same (railyard.drivers.node_vars)."""
+        return drivers.node_vars(self.spec, self.plan, node)
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
         """What makes the boot-time settings the tuning wrote take effect (the hosts driver's

@@ -15,16 +15,11 @@ import pulumi
 
 from railyard.drivers.base import Access, Driver, NodeHandle
 from railyard.drivers.hosts import probe
-from railyard.drivers.hosts.config import DEFAULT_PORT, HostsConfig
+from railyard.drivers.hosts.tuning import jump
+from railyard.drivers.hosts.config import HostsConfig
 from railyard.drivers.hosts.resources import HostMachine, HostReboots
 from railyard.model.boot_args import kernel_args
 from railyard.model.plan import NodePlan
-from railyard.tuning.runner import JUMP_VAR
-
-
-def _jump(host) -> dict | None:
-    j = host.jump_host
-    return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
 
 
 class HostsDriver(Driver):
@@ -70,27 +65,11 @@ class HostsDriver(Driver):
         compute = self.spec.fabric.compute
         machine = HostMachine(
             name, stack=self.spec.stack, node=node.name, address=host.address, user=host.user, port=host.port,
-            jump=_jump(host), host_keys=list(host.host_keys), sku=node.sku, fabric=compute.kind,
+            jump=jump(host), host_keys=list(host.host_keys), sku=node.sku, fabric=compute.kind,
             speed_gbps=compute.speed_gbps,
             private_key=access.private_key, opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
         self.machines[node.name] = machine
         return NodeHandle(ready=[machine], management_ip=host.address, host_key=machine.host_key, name=node.name)
-
-    def node_vars(self, node: NodePlan) -> dict[str, Any]:
-        host = self.host(node)
-        out: dict[str, Any] = {"ansible_user": host.user}
-        if host.port != DEFAULT_PORT:
-            out["ansible_port"] = host.port
-        if host.jump_host is not None:
-            out[JUMP_VAR] = _jump(host)  # the tuning run makes its ProxyCommand
-        # The rails' addresses from the plan, written for the host's network stack (rail_network):
-        # on servers Railyard did not build, nothing else gives them.
-        out["rail_network_interfaces"] = [
-            {"name": nic.netdev or nic.name, "address": nic.ip, "prefixlen": nic.prefixlen, "rail": nic.rail,
-             "gateway": nic.gateway} for nic in node.nics]
-        if any(nic.gateway for nic in node.nics):
-            out["rail_network_compute_cidr"] = self.plan.networks.compute.cidr
-        return out
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
         """One rolling reboot per pool, after tuning wrote the boot-time settings."""
@@ -102,7 +81,7 @@ class HostsDriver(Driver):
             for n in nodes:
                 h = self.host(n)
                 hosts.append({"node": n.name, "address": h.address, "user": h.user, "port": h.port,
-                              "jump": _jump(h), "host_keys": list(h.host_keys),
+                              "jump": jump(h), "host_keys": list(h.host_keys),
                               "host_key": self.machines[n.name].host_key,
                               "wanted": list(kernel_args(self.spec, self.plan, n))})
             budget = self.config.pool(pool.name).reboot_budget

@@ -1,0 +1,36 @@
+"""Per-host role and connection variables of a hosts stack (Pulumi-free, so `railyard tune` and
+the Pulumi program hand the roles the same ones): how Ansible reaches the listed server (its user,
+port and jump host) and the rails' addresses from the plan, for rail_network."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
+from railyard.tuning.runner import JUMP_VAR
+
+
+def jump(host: Host) -> dict | None:
+    """The host's jump host as resources and the tuning run take it."""
+    j = host.jump_host
+    return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
+
+
+def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+    config: HostsConfig = spec.driver_config
+    if isinstance(node, str):
+        node = plan.node_named(node)
+    host = config.host(node.pool, node.index)
+    out: dict[str, Any] = {"ansible_user": host.user}
+    if host.port != DEFAULT_PORT:
+        out["ansible_port"] = host.port
+    if host.jump_host is not None:
+        out[JUMP_VAR] = jump(host)  # the tuning run makes its ProxyCommand
+    # The rails' addresses from the plan, written for the host's network stack (rail_network):
+    # on servers Railyard did not build, nothing else gives them.
+    out["rail_network_interfaces"] = [
+        {"name": nic.netdev or nic.name, "address": nic.ip, "prefixlen": nic.prefixlen, "rail": nic.rail,
+         "gateway": nic.gateway} for nic in node.nics]
+    if any(nic.gateway for nic in node.nics):
+        out["rail_network_compute_cidr"] = plan.networks.compute.cidr
+    return out

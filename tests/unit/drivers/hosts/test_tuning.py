@@ -1,0 +1,30 @@
+"""The hosts driver's per-host variables, which `railyard tune` and the Pulumi program both get
+from the registry: how Ansible reaches each listed server, and its rails' plan addresses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from railyard import drivers
+from railyard.stack import load
+from railyard.tuning.runner import JUMP_VAR
+
+EXAMPLE = Path(__file__).resolve().parents[4] / "stacks/Pulumi.onprem-dgx.yaml"
+
+
+def test_a_hosts_node_gets_its_user_jump_host_and_the_plans_rail_addresses():
+    spec, plan = load(EXAMPLE)
+    node = plan.nodes[3]
+    v = drivers.node_vars(spec, plan, node.name)
+    assert v["ansible_user"] == "root" and "ansible_port" not in v
+    assert v[JUMP_VAR]["address"] == "203.0.113.10" and v[JUMP_VAR]["user"] == "admin"
+    assert v[JUMP_VAR]["host_keys"] == [spec.driver_config.host("dgx", 3).jump_host.host_keys[0]]
+    assert [(i["name"], i["address"], i["prefixlen"], i["rail"]) for i in v["rail_network_interfaces"]] == \
+        [(n.netdev, n.ip, n.prefixlen, n.rail) for n in node.nics]
+    # InfiniBand rails have no router, so no compute network is routed through one.
+    assert all(i["gateway"] is None for i in v["rail_network_interfaces"]) and "rail_network_compute_cidr" not in v
+
+
+def test_the_lab_adds_nothing_per_node():
+    spec, plan = load(EXAMPLE.with_name("Pulumi.lab.yaml"))
+    assert drivers.node_vars(spec, plan, plan.nodes[0].name) == {}
