@@ -143,7 +143,7 @@ class HostRebootsProvider(ResourceProvider):
 
     serialize_as_secret_always = False
 
-    def _roll(self, props: dict) -> dict:
+    def _roll(self, props: dict, olds: dict | None = None) -> dict:
         from railyard.drivers.hosts import rollout
         from railyard.tuning import runner
 
@@ -164,8 +164,8 @@ class HostRebootsProvider(ResourceProvider):
 
         done = rollout.roll(_targets(props), budget=int(props["budget"]), command=props["command"],
                             timeout=float(props["timeout"]), private_key=props.get("private_key") or None,
-                            after_batch=verify)
-        return {"booted": done.booted, "reboots": done.reboots}
+                            after_batch=verify, known_boots=(olds or {}).get("boots"))
+        return {"booted": done.booted, "boots": done.boots, "reboots": done.reboots}
 
     def create(self, props):
         return CreateResult(id_=f"{props['stack']}/{props['pool']}/reboots", outs={**props, **self._roll(props)})
@@ -184,8 +184,8 @@ class HostRebootsProvider(ResourceProvider):
         return DiffResult(changes=stale or moved or any(olds.get(k) != news.get(k) for k in keys),
                           replaces=[], delete_before_replace=False)
 
-    def update(self, _id, _olds, news):
-        return UpdateResult(outs={**news, **self._roll(news)})
+    def update(self, _id, olds, news):
+        return UpdateResult(outs={**news, **self._roll(news, olds)})
 
     def read(self, id_, props):
         return ReadResult(id_=id_, outs=props)
@@ -195,8 +195,8 @@ class HostRebootsProvider(ResourceProvider):
 
 
 class HostReboots(Resource):
-    """Outputs: `booted` ({node: the command line it runs with}) and `reboots` (this run's
-    [{node, down_at, up_at}], Unix times)."""
+    """Outputs: `booted` ({node: the command line it runs with}), `boots` ({node: its boot id when
+    last tuned}) and `reboots` (this run's [{node, down_at, up_at}], Unix times)."""
 
     booted: pulumi.Output[dict]
     reboots: pulumi.Output[list]
@@ -212,5 +212,5 @@ class HostReboots(Resource):
             "private_key": pulumi.Output.secret(private_key) if private_key is not None else None,
             "tuning_hosts": tuning_hosts,
             "secret_vars": pulumi.Output.secret(secret_vars) if secret_vars is not None else None,
-            "booted": None, "reboots": None,
+            "booted": None, "boots": None, "reboots": None,
         }, opts)

@@ -37,6 +37,8 @@ class Rollout:
     """What a rollout did: the boots seen last per host, and each reboot's down and up times."""
 
     booted: dict[str, str] = field(default_factory=dict)
+    boots: dict[str, str] = field(default_factory=dict)
+    """Each host's boot id once its run-time settings were last put back (state keeps it)."""
     reboots: list[dict] = field(default_factory=list)
 
 
@@ -65,15 +67,26 @@ def _wait_back(target: Target, old: str, private_key: str | None, deadline: floa
 
 def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: str, timeout: float,
          private_key: str | None, after_batch: Callable[[list[str]], None] | None = None,
-         progress: Callable[[str], None] = lambda _: None) -> Rollout:
-    """Reboot the hosts whose kernel lacks their wanted arguments, `budget` at a time."""
+         progress: Callable[[str], None] = lambda _: None, known_boots: dict[str, str] | None = None) -> Rollout:
+    """Reboot the hosts whose kernel lacks their wanted arguments, `budget` at a time.
+
+    known_boots: the boot ids of the last rollout (state). A host that booted since without this
+    rollout's knowing (a rollout that failed after its reboot, a power cut) gets `after_batch` too:
+    its boot reset what the playbook set at run time."""
     out = Rollout()
     pending = []
+    rebooted_elsewhere = []
     for target, wanted in hosts:
         boot = boot_state(target, private_key)
         out.booted[target.name] = boot.cmdline
+        out.boots[target.name] = boot.boot_id
         if missing(wanted, boot.cmdline):
             pending.append((target, wanted, boot))
+        elif known_boots and target.name in known_boots and known_boots[target.name] != boot.boot_id:
+            rebooted_elsewhere.append(target.name)
+    if rebooted_elsewhere and after_batch is not None:
+        progress(f"{', '.join(rebooted_elsewhere)}: booted since the last rollout; tuning them again")
+        after_batch(rebooted_elsewhere)
     names = [t.name for t, _, _ in pending]
     for start in range(0, len(pending), budget):
         batch = pending[start:start + budget]
@@ -105,6 +118,7 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
                         + (f", and {', '.join(left)} were not rebooted" if left else "")) from None
                 out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time()})
                 out.booted[target.name] = now.cmdline
+                out.boots[target.name] = now.boot_id
                 lacks = missing(wanted, now.cmdline)
                 if lacks:
                     raise RolloutError(

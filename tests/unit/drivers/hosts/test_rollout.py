@@ -137,3 +137,19 @@ def test_a_refused_reboot_command_stops_at_once(fleet, monkeypatch):
     monkeypatch.setattr(rollout, "run", refuse)
     with pytest.raises(rollout.RolloutError, match="gpu-0: `systemctl reboot` exited 1: Failed to reboot: Access denied"):
         rollout.roll(targets(["gpu-0", "gpu-1"]), budget=1, command="systemctl reboot", timeout=60, private_key=None)
+
+
+def test_a_host_that_booted_since_the_last_rollout_is_tuned_again_without_a_reboot(fleet):
+    # gpu-1 was rebooted by a rollout whose post-reboot playbook failed: state still has its
+    # earlier boot id, and its kernel already has the arguments.
+    f = fleet(cmdlines={n: "ro " + " ".join(WANT) for n in ("gpu-0", "gpu-1")})
+    tuned = []
+    done = rollout.roll(targets(["gpu-0", "gpu-1"]), budget=1, command="reboot", timeout=5, private_key=None,
+                        after_batch=tuned.append, known_boots={"gpu-0": "boot-gpu-0-0", "gpu-1": "boot-gpu-1-earlier"})
+    assert tuned == [["gpu-1"]] and f.boots == {"gpu-0": 0, "gpu-1": 0}
+    assert done.boots == {"gpu-0": "boot-gpu-0-0", "gpu-1": "boot-gpu-1-0"}
+    # Nothing known (the first rollout): nobody is tuned again.
+    tuned.clear()
+    rollout.roll(targets(["gpu-0", "gpu-1"]), budget=1, command="reboot", timeout=5, private_key=None,
+                 after_batch=tuned.append)
+    assert tuned == []
