@@ -10,10 +10,13 @@ gives them. Boot-time settings are applied with a rolling reboot inside a budget
     rules      KEYS and parse(section, spec): the driver's DriverRules (Pulumi-free)
     ssh        one SSH connection to a host, its key pinned or trusted on first use
     remote     the model's own modules run on a host over SSH, nothing copied there
-    resources  HostMachine: one host reached, discovered and checked against its SKU
+    resources  HostMachine (one host reached, discovered and checked against its SKU) and
+               HostReboots (a pool's rolling reboot)
+    rollout    the rolling reboot's order, waits and stopping rules
+    probe      what preview says of a pool's hosts: which will reboot, which cannot be reached
+    tuning     per-host variables for the roles (user, port, jump host, rails), Pulumi-free
+    driver     HostsDriver: the contract's methods, on top of the above
 
 Validation never opens a network connection: a DNS name is checked for its form only, and a host
-key is pinned from the stack or trusted on first use, never fetched here. The driver is not yet
-in the registry's implementations (tuning, rolling reboots and a clean destroy come first), so
-`up` on a hosts stack stops before anything is touched.
+key is pinned from the stack or trusted on first use, never fetched here.
 """
