@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from railyard import drivers, paths
@@ -38,10 +39,14 @@ def handle(args) -> int:
         print(f"railyard tune: cannot read stack {args.stack}'s outputs (is it up?): {exc}", file=sys.stderr)
         return 1
     inventory = outputs.get("inventory") or []
-    key = (outputs.get("access") or {}).get("privateKey")
-    if not inventory or not key:
-        print(f"railyard tune: stack {args.stack} has no nodes or no access key; run `make up STACK={args.stack}`",
-              file=sys.stderr)
+    # A stack that exports no key logs in with ssh-agent's (a hosts stack with sshKey: agent).
+    key = (outputs.get("access") or {}).get("privateKey") or None
+    if not inventory:
+        print(f"railyard tune: stack {args.stack} has no nodes; run `make up STACK={args.stack}`", file=sys.stderr)
+        return 1
+    if key is None and not os.environ.get("SSH_AUTH_SOCK"):
+        print(f"railyard tune: stack {args.stack} exports no access key, so its key is ssh-agent's, and "
+              "SSH_AUTH_SOCK is not set here", file=sys.stderr)
         return 1
     storage = outputs.get("storage") or {}
     hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
