@@ -27,6 +27,27 @@ def host_pattern(address: str, port: int = DEFAULT_PORT) -> str:
     return address if int(port) == DEFAULT_PORT else f"[{address}]:{port}"
 
 
+def options(known_hosts: Path | str, key_file: Path | str | None = None, *, strict: bool = True,
+            connect_timeout: int | None = None) -> list[str]:
+    """The client's options: no config file, only `known_hosts` (strict: a key must be there;
+    else a new host's key is accepted and written there), and the key file alone when given
+    (no agent, no default identities); without one, ssh-agent's keys."""
+    out = ["-F", "/dev/null", "-o", "BatchMode=yes"]
+    if connect_timeout is not None:
+        out += ["-o", f"ConnectTimeout={connect_timeout}"]
+    out += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", f"StrictHostKeyChecking={'yes' if strict else 'accept-new'}", "-o", "LogLevel=ERROR",
+            "-o", "HashKnownHosts=no"]
+    if key_file is not None:
+        out += ["-i", str(key_file), "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none"]
+    return out
+
+
+def known_hosts_lines(address: str, port: int, keys: list[str] | tuple[str, ...]) -> str:
+    """known_hosts lines pinning `keys` (each `<type> <base64>`) for the host reached on `port`."""
+    return "".join(f"{host_pattern(address, port)} {key}\n" for key in keys)
+
+
 def proxy_command(options: list[str], jump_address: str, jump_user: str | None, jump_port: int,
                   target_address: str, target_port: int) -> str:
     """OpenSSH's ProxyCommand reaching the target through the jump host with `options` (the

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from railyard import paths
-from railyard.ssh_client import host_pattern, proxy_command, write_key
+from railyard import paths, ssh_client
+from railyard.ssh_client import DEFAULT_PORT, write_key
 from railyard.templates import render
 
 PLAYBOOKS = paths.PROJECT_ROOT / "playbooks"
@@ -109,10 +109,10 @@ JUMP_VAR = "railyard_jump_host"
 def known_hosts_lines(host: Host) -> str:
     """The host's known_hosts line, for the port Ansible reaches it on (ansible_port), and its
     jump host's."""
-    out = f"{host_pattern(host.address, host.vars.get('ansible_port') or 22)} {host.host_key}\n"
+    out = ssh_client.known_hosts_lines(host.address, host.vars.get("ansible_port") or DEFAULT_PORT, [host.host_key])
     jump = host.vars.get(JUMP_VAR)
-    for key in (jump or {}).get("host_keys") or ():
-        out += f"{host_pattern(jump['address'], jump['port'])} {key}\n"
+    if jump:
+        out += ssh_client.known_hosts_lines(jump["address"], jump["port"], jump.get("host_keys") or ())
     return out
 
 
@@ -122,12 +122,9 @@ def _through_jump(hosts: list[Host], known_hosts: Path, key_file: Path | None) -
     for h in hosts:
         jump = h.vars.get(JUMP_VAR)
         if jump:
-            options = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}",
-                       "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes"]
-            if key_file is not None:
-                options += ["-i", str(key_file), "-o", "IdentitiesOnly=yes"]
-            hop = proxy_command(options, jump["address"], jump.get("user"), int(jump["port"]), h.address,
-                                int(h.vars.get("ansible_port") or 22))
+            hop = ssh_client.proxy_command(ssh_client.options(known_hosts, key_file), jump["address"],
+                                           jump.get("user"), int(jump["port"]), h.address,
+                                           int(h.vars.get("ansible_port") or DEFAULT_PORT))
             h = Host(h.name, h.address, h.host_key, {**h.vars, "ansible_ssh_extra_args": f"-o ProxyCommand={shlex.quote(hop)}"})
         out.append(h)
     return out

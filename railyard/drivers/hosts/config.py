@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Literal
 
 from railyard.model.spec import Secret
+from railyard.ssh_client import DEFAULT_PORT
 
 HOST_KEY_MODES = ("pinned", "trust-on-first-use")
 DEFAULT_USER = "root"
-DEFAULT_PORT = 22
 DEFAULT_REBOOT_COMMAND = "systemctl reboot"
 DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
 

@@ -68,11 +68,11 @@ def drifted(olds: dict) -> bool:
     from railyard.model import hardware_check
     from railyard.model.catalog import load_catalog
 
-    facts = olds.get("facts")
-    if not facts or olds.get("sku") not in load_catalog().nodes:
+    facts, sku = olds.get("facts"), load_catalog().nodes.get(olds.get("sku"))
+    if not facts or sku is None:
         return False
-    return bool(hardware_check.check(olds.get("node", ""), facts, load_catalog().nodes[olds["sku"]],
-                                     fabric=olds.get("fabric"), speed_gbps=olds.get("speed_gbps")))
+    return bool(hardware_check.check(olds.get("node", ""), facts, sku, fabric=olds.get("fabric"),
+                                     speed_gbps=olds.get("speed_gbps")))
 
 
 class HostMachineProvider(ResourceProvider):

@@ -28,6 +28,7 @@ from railyard.drivers.hosts.config import (
 )
 from railyard.model.errors import Problem
 from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, show as _show
+from railyard.ssh_client import host_pattern
 
 P = "railyard:hosts"
 
@@ -140,7 +141,7 @@ class KnownHost:
 
     def matches(self, address: str, port: int) -> bool:
         name = canonical(address)
-        written = name if port == DEFAULT_PORT else f"[{name}]:{port}"
+        written = host_pattern(name, port)
         for pattern in self.patterns:
             if pattern.startswith("|1|"):
                 try:

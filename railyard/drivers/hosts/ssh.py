@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from railyard.drivers.hosts.config import JumpHost
-from railyard.ssh_client import host_pattern, proxy_command, write_key
+from railyard.ssh_client import host_pattern, known_hosts_lines, options, proxy_command, write_key
 
 CONNECT_TIMEOUT_S = 10
 
@@ -53,16 +53,6 @@ class Result:
     """The host's key as state records it: the first pinned key, or the one learned now."""
 
 
-def _options(known: Path, key_file: Path | None, strict: bool) -> list[str]:
-    out = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-           "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
-           "-o", f"StrictHostKeyChecking={'yes' if strict else 'accept-new'}", "-o", "LogLevel=ERROR",
-           "-o", "HashKnownHosts=no"]
-    if key_file is not None:
-        out += ["-i", str(key_file), "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none"]
-    return out
-
-
 def _learned(known: Path, pattern: str) -> str | None:
     for line in known.read_text().splitlines():
         fields = line.split()
@@ -86,15 +76,14 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
     pattern = host_pattern(target.address, target.port)
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         known = Path(d) / "known_hosts"
-        lines = [f"{pattern} {key}" for key in target.host_keys]
-        if target.jump is not None:
-            lines += [f"{host_pattern(target.jump.address, target.jump.port)} {key}" for key in target.jump.host_keys]
-        known.write_text("".join(f"{line}\n" for line in lines))
+        known.write_text(known_hosts_lines(target.address, target.port, target.host_keys)
+                         + (known_hosts_lines(target.jump.address, target.jump.port, target.jump.host_keys)
+                            if target.jump is not None else ""))
         key_file = write_key(d, private_key) if private_key is not None else None
-        argv = ["ssh", *_options(known, key_file, strict=bool(target.host_keys)), "-p", str(target.port)]
+        argv = ["ssh", *options(known, key_file, strict=bool(target.host_keys), connect_timeout=CONNECT_TIMEOUT_S), "-p", str(target.port)]
         if target.jump is not None:
             jump = target.jump
-            hop = proxy_command(_options(known, key_file, strict=bool(jump.host_keys)), jump.address, jump.user,
+            hop = proxy_command(options(known, key_file, strict=bool(jump.host_keys), connect_timeout=CONNECT_TIMEOUT_S), jump.address, jump.user,
                                 jump.port, target.address, target.port)
             argv += ["-o", f"ProxyCommand={hop}"]
         remote = command if isinstance(command, str) else shlex.join(command)

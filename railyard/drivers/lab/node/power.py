@@ -124,7 +124,7 @@ def power_off(stack: str, node: str, root: Path | None = None, why: str = "power
     from railyard.drivers.lab.node.processes import _node_processes
 
     # This process and the supervisor that started it carry the node's marker too.
-    spare = {os.getpid(), os.getppid(), supervisor or os.getppid()}
+    spare = {os.getpid(), supervisor if supervisor is not None else os.getppid()}
     proc.kill_all([p for p in _node_processes(stack, node) if p not in spare],
                   what=f"node {names.node_ns(stack, node)}")
     _record(stack, node, root, {"event": "off", "why": why})
