@@ -94,7 +94,7 @@ class Cluster(pulumi.ComponentResource):
             self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
                 lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
         # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
-        kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self) if caps.kubernetes else None
+        kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self) if caps.kubernetes != "none" else None
         self.kubeconfig = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
         outputs = {
             "inventory": self.inventory,

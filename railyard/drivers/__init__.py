@@ -18,6 +18,7 @@ Machines = Literal["node", "pool"]
 Addresses = Literal["plan", "provider"]
 TunedBy = Literal["railyard", "platform"]
 Vms = Literal["on-hypervisors", "are-nodes", "none"]
+Kubernetes = Literal["runs", "given", "platform", "none"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,11 @@ class Capabilities:
     """In the virtual layout: "on-hypervisors": VMs on the nodes, after Railyard tuned them (the
     lab); "are-nodes": the provider's VMs are the machines Railyard gets (OpenStack); "none": the
     driver has bare metal only, and a virtual stack on it is refused (CoreWeave)."""
-    kubernetes: bool = False
-    """Whether the driver hands back a Kubernetes cluster (Driver.kubeconfig, an Output)."""
+    kubernetes: Kubernetes = "none"
+    """Where the cluster of a stack with railyard:kubernetes comes from (Driver.kubeconfig, a
+    secret Output): "runs": the driver runs a control plane of its own (the lab); "given": the
+    stack names one, railyard:kubernetes.kubeconfig (hosts); "platform": the provider's cluster,
+    always there (CoreWeave); "none": a stack with railyard:kubernetes is refused."""
     playground: bool = False
     """Throwaway clusters: not protected unless railyard:protect says so (lifecycle.protected)."""
     keeps_machines: bool = False
@@ -73,21 +77,22 @@ class DriverEntry:
 DRIVERS: dict[str, DriverEntry] = {
     "lab": DriverEntry(
         "lab", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
-                            playground=True),
+                            playground=True,
+                            kubernetes="runs"),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
         tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
     # Existing servers over SSH (railyard:hosts): discovered, checked against their SKU, tuned and
     # rebooted in a rolling reboot per pool.
     "hosts": DriverEntry(
         "hosts", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
-                              keeps_machines=True),
+                              keeps_machines=True, kubernetes="given"),
         implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules",
         tuning="railyard.drivers.hosts.tuning"),
     # Validated so region stacks plan and review today; their implementations come with the
     # official providers' SDKs.
     "coreweave": DriverEntry(
         "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="none",
-                                  kubernetes=True), implementation=None),
+                                  kubernetes="platform"), implementation=None),
     "openstack": DriverEntry(
         "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
         implementation=None),
@@ -114,9 +119,22 @@ class _Rules:
         from railyard.model.errors import Problem
 
         problems = []
-        if spec.layout == "virtual" and self.entry.capabilities.vms == "none":
-            problems.append(Problem("railyard:layout", "'virtual'", f"'bare-metal' for driver {self.entry.name}",
-                                    f"{self.entry.name} has bare-metal machines only"))
+        caps, name = self.entry.capabilities, self.entry.name
+        if spec.layout == "virtual" and caps.vms == "none":
+            problems.append(Problem("railyard:layout", "'virtual'", f"'bare-metal' for driver {name}",
+                                    f"{name} has bare-metal machines only"))
+        k8s = spec.kubernetes
+        if k8s is not None and caps.kubernetes == "none":
+            problems.append(Problem("railyard:kubernetes", "a Kubernetes layer", f"no railyard:kubernetes for driver {name}",
+                                    f"driver {name} cannot provide a Kubernetes cluster yet"))
+        elif k8s is not None and caps.kubernetes == "given" and k8s.kubeconfig is None:
+            problems.append(Problem("railyard:kubernetes.kubeconfig", "nothing", "a Pulumi secret: the cluster's kubeconfig",
+                                    f"driver {name} has no control plane of its own: pulumi config set --secret "
+                                    "--path kubernetes.kubeconfig < kubeconfig"))
+        elif k8s is not None and caps.kubernetes != "given" and k8s.kubeconfig is not None:
+            where = "runs its own control plane" if caps.kubernetes == "runs" else "uses the provider's cluster"
+            problems.append(Problem("railyard:kubernetes.kubeconfig", "a kubeconfig", f"nothing for driver {name}",
+                                    f"driver {name} {where}; remove railyard:kubernetes.kubeconfig"))
         if self.module is None:
             return None, problems
         config, more = self.module.parse(section, spec)

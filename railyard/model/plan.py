@@ -272,8 +272,27 @@ class Plan:
         return Networks(nets["management"], nets["storage"], compute)
 
     def tenants(self) -> list[dict[str, Any]]:
-        return [{"name": t.name, "pkey": f"0x{addr.partition_key(i, t.pkey):04x}"}
-                for i, t in enumerate(self.spec.tenants)]
+        """Each tenant with its partition (InfiniBand) or VLAN (RoCE, when it has one)."""
+        out = []
+        for i, t in enumerate(self.spec.tenants):
+            entry: dict[str, Any] = {"name": t.name}
+            if self.spec.fabric.compute.kind == "infiniband":
+                entry["pkey"] = f"0x{addr.partition_key(i, t.pkey):04x}"
+            elif t.vlan is not None:
+                entry["vlan"] = t.vlan
+            entry.update(namespace=t.namespace, pools=list(t.pools), gpu_quota=self.tenant_gpus(t))
+            out.append(entry)
+        return out
+
+    def pool_gpus(self, pool_name: str) -> int:
+        pool = self.spec.pool(pool_name)
+        return pool.count * len(getattr(self.catalog.nodes[pool.sku], "gpus", ()))
+
+    def tenant_gpus(self, tenant: Any) -> int:
+        """The GPUs a tenant may hold at once: its quota, else every GPU of its pools."""
+        if tenant.gpu_quota is not None:
+            return tenant.gpu_quota
+        return sum(self.pool_gpus(p) for p in tenant.pools)
 
     # --- views ---------------------------------------------------------------------------------
 

@@ -25,15 +25,16 @@ from railyard.model.fabric import FabricPlan
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
-    AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS,
     RAID_LEVELS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
-    Ephemeral, Fabric, Hugepages, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, Spec,
+    Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SECRETS_HINT = "only railyard:storage.object.credentials and railyard:kubernetes.kubeconfig may be secrets"
 _PKEY = re.compile(r"^0[xX][0-9a-fA-F]{1,4}$")
 
 # Reading the catalog (railyard/model/catalog.py). A fact the catalog marks unknown (None) skips the
@@ -139,7 +140,7 @@ class _Parser(CrossFieldRules):
         if value is None or value is _ABSENT:
             return {}
         if _is_secret(value):
-            self.problem(path, _show(value), "a mapping", "only railyard:storage.object.credentials may be a secret")
+            self.problem(path, _show(value), "a mapping", _SECRETS_HINT)
             return None
         if not isinstance(value, dict):
             self.problem(path, _show(value), f"a mapping with keys {', '.join(known)}")
@@ -159,7 +160,7 @@ class _Parser(CrossFieldRules):
             self.problem(path, _show(_ABSENT), what, "this key is required")
         if _is_secret(value):
             self.problem(path, _show(value), what,
-                         "only railyard:storage.object.credentials may be a secret; set this one without --secret")
+                         f"{_SECRETS_HINT}; set this one without --secret")
             return None
         return value
 
@@ -326,7 +327,8 @@ class _Parser(CrossFieldRules):
         pools, facts = self.node_pools(ours, layout)
         fabric = self.fabric(ours)
         kind = fabric.compute.kind if fabric else None
-        tenants = self.tenants(ours, kind)
+        tenants = self.tenants(ours, kind, pools)
+        kubernetes = self.kubernetes(ours)
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
@@ -337,7 +339,7 @@ class _Parser(CrossFieldRules):
 
         spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
                     fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
-                    ephemeral=ephemeral, protect=protect)
+                    kubernetes=kubernetes, ephemeral=ephemeral, protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None:
             section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
@@ -526,21 +528,20 @@ class _Parser(CrossFieldRules):
 
     # --- tenants --------------------------------------------------------------------------------
 
-    def tenants(self, ours: Mapping, kind: str | None) -> list[Tenant]:
+    def tenants(self, ours: Mapping, kind: str | None, pools: list[NodePool]) -> list[Tenant]:
         path = f"{NAMESPACE}:tenants"
-        value = self.raw(ours, "tenants", path, required=False, what="a list of tenants {name, pkey}")
+        what = "a list of tenants {name, pkey (InfiniBand) or vlan (RoCE), pools, namespace, gpuQuota}"
+        value = self.raw(ours, "tenants", path, required=False, what=what)
         if value is _ABSENT or value is None:
             return []
         if not isinstance(value, list):
-            self.problem(path, _show(value), "a list of tenants {name, pkey}")
-            return []
-        if value and kind == "roce":
-            self.problem(path, f"{len(value)} tenant(s) with partition keys",
-                         "no tenants on a roce fabric", "pkeys partition InfiniBand; remove railyard:tenants")
+            self.problem(path, _show(value), what)
             return []
         out: list[Tenant] = []
         names: dict[str, str] = {}
+        namespaces: dict[str, str] = {}
         partitions: dict[int, str] = {}
+        vlans: dict[int, str] = {}
         for i, item in enumerate(value):
             ipath = f"{path}[{i}]"
             m = self.mapping(item, ipath, "tenants[]")
@@ -551,20 +552,128 @@ class _Parser(CrossFieldRules):
                 if name in names:
                     self.problem(ipath + ".name", _show(name), "a name no other tenant has", f"{names[name]} has it")
                 names.setdefault(name, ipath + ".name")
-            if m.get("pkey") is None:
-                pkey = addressing.partition_key(i)
+            pkey = vlan = None
+            if kind == "roce":
+                if m.get("pkey") is not None:
+                    self.problem(ipath + ".pkey", _show(m["pkey"]), "no pkey on a roce fabric",
+                                 "pkeys partition InfiniBand; on RoCE give the tenant a vlan (1-4094) instead")
+                vlan = self.integer(m, "vlan", ipath + ".vlan", default=None, minimum=1, maximum=4094)
+                if vlan is not None:
+                    if vlan in vlans:
+                        self.problem(ipath + ".vlan", _show(vlan), "a VLAN no other tenant has", f"{vlans[vlan]} has it")
+                    vlans.setdefault(vlan, ipath + ".vlan")
             else:
-                pkey = self.pkey(m, ipath + ".pkey")
-            if pkey is not None:
-                base = pkey & 0x7FFF
-                if base in partitions:
-                    self.problem(ipath + ".pkey", _show(m.get("pkey", f"0x{pkey:04x} (its default)")),
-                                 "a partition no other tenant has",
-                                 f"same partition 0x{base:04x} as {partitions[base]} "
-                                 "(the 0x8000 bit only marks full membership)")
-                partitions.setdefault(base, ipath + ".pkey")
-            out.append(Tenant(name=name, pkey=pkey))
+                if m.get("vlan") is not None:
+                    self.problem(ipath + ".vlan", _show(m["vlan"]), "no vlan on an infiniband fabric",
+                                 "InfiniBand separates tenants by partition: give it a pkey instead")
+                pkey = addressing.partition_key(i) if m.get("pkey") is None else self.pkey(m, ipath + ".pkey")
+                if pkey is not None:
+                    base = pkey & 0x7FFF
+                    if base in partitions:
+                        self.problem(ipath + ".pkey", _show(m.get("pkey", f"0x{pkey:04x} (its default)")),
+                                     "a partition no other tenant has",
+                                     f"same partition 0x{base:04x} as {partitions[base]} "
+                                     "(the 0x8000 bit only marks full membership)")
+                    partitions.setdefault(base, ipath + ".pkey")
+            tenant_pools = self.tenant_pools(m, ipath + ".pools", pools)
+            namespace = name or ""
+            if m.get("namespace") is not None:
+                namespace = self.dns_name(m, "namespace", ipath + ".namespace") or ""
+            if namespace:
+                if namespace in namespaces:
+                    self.problem(ipath + ".namespace", _show(namespace), "a namespace no other tenant has",
+                                 f"{namespaces[namespace]} has it")
+                namespaces.setdefault(namespace, ipath + ".namespace")
+            quota = self.integer(m, "gpuQuota", ipath + ".gpuQuota", default=None, minimum=0)
+            if quota is not None and tenant_pools is not None:
+                gpus = self.pool_gpus(pools, tenant_pools)
+                if gpus is not None and quota > gpus:
+                    self.problem(ipath + ".gpuQuota", _show(quota), f"at most {gpus}, the GPUs of its pools "
+                                 f"({', '.join(tenant_pools)})", "a quota cannot exceed what the pools hold")
+            out.append(Tenant(name=name, pkey=pkey, vlan=vlan, pools=tenant_pools or (),
+                              namespace=namespace, gpu_quota=quota))
         return out
+
+    def tenant_pools(self, m: Mapping, path: str, pools: list[NodePool]) -> tuple[str, ...] | None:
+        known = [p.name for p in pools if p.name is not None]
+        value = self.raw(m, "pools", path, required=False, what="a list of node pool names")
+        if value is _ABSENT:
+            return tuple(known)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            self.problem(path, _show(value), "a non-empty list of node pool names", f"pools: {', '.join(known)}")
+            return None
+        bad = [v for v in value if v not in known]
+        for v in bad:
+            self.problem(path, _show(v), _one_of(known), _did_you_mean(v, known))
+        if len(set(value)) != len(value):
+            self.problem(path, _show(value), "each pool once")
+        if bad or len(set(value)) != len(value):
+            return None
+        return tuple(p for p in known if p in value)
+
+    def pool_gpus(self, pools: list[NodePool], names: tuple[str, ...]) -> int | None:
+        """The GPUs of those pools (hosts x GPUs per host), None when a pool's SKU is not known."""
+        total = 0
+        for p in pools:
+            if p.name not in names:
+                continue
+            sku = self.catalog.nodes.get(p.sku) if isinstance(p.sku, str) else None
+            if sku is None or not isinstance(p.count, int):
+                return None
+            total += p.count * len(getattr(sku, "gpus", ()))
+        return total
+
+    # --- kubernetes -----------------------------------------------------------------------------
+
+    def kubernetes(self, ours: Mapping) -> KubernetesSpec | None:
+        path = f"{NAMESPACE}:kubernetes"
+        if ours.get("kubernetes") is None:
+            return None
+        km = self.mapping(ours["kubernetes"], path, "kubernetes")
+        if km is None:
+            return None
+        prefixes = {}
+        for key, default in (("labelPrefix", DEFAULT_LABEL_PREFIX), ("resourcePrefix", DEFAULT_RESOURCE_PREFIX)):
+            what = "a DNS subdomain of at most 253 characters, e.g. railyard.io (the part of a label key before '/')"
+            value = self.string(km, key, f"{path}.{key}", default=default, what=what)
+            if value is not None and (len(value) > 253 or not all(_DNS_LABEL.match(part) for part in value.split("."))):
+                hint = "Kubernetes refuses it as a label prefix" if key == "labelPrefix" else \
+                    "Kubernetes refuses it as an extended resource prefix"
+                if value.startswith(("kubernetes.io", "k8s.io")) or value.endswith((".kubernetes.io", ".k8s.io")):
+                    hint = "kubernetes.io and k8s.io are reserved for Kubernetes itself"
+                self.problem(f"{path}.{key}", _show(value), what, hint)
+                value = None
+            elif value is not None and key == "labelPrefix" and (
+                    value in ("kubernetes.io", "k8s.io") or value.endswith((".kubernetes.io", ".k8s.io"))):
+                self.problem(f"{path}.{key}", _show(value), "a prefix of your own",
+                             "kubernetes.io and k8s.io are reserved for Kubernetes itself")
+                value = None
+            prefixes[key] = value
+        kubeconfig = self.secret(ours["kubernetes"], "kubeconfig", f"{path}.kubeconfig",
+                                 "pulumi config set --secret --path kubernetes.kubeconfig < kubeconfig")
+        return KubernetesSpec(label_prefix=prefixes["labelPrefix"] or DEFAULT_LABEL_PREFIX,
+                              resource_prefix=prefixes["resourcePrefix"] or DEFAULT_RESOURCE_PREFIX,
+                              kubeconfig=kubeconfig)
+
+    def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
+        """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""
+        raw = m.get(key) if isinstance(m, dict) else None
+        if _is_secret(raw):
+            if not isinstance(raw["secure"], str) or not raw["secure"]:
+                self.problem(path, "a secret with no ciphertext", "a Pulumi secret", f"set it again: {how}")
+                return None
+            return Secret(raw["secure"])
+        if raw is None or raw == "":
+            return None
+        if isinstance(raw, str):
+            # Never echo it: a plain value here is a credential written in the clear.
+            self.problem(path, "a plain-text value (not shown)", "a Pulumi secret, or empty",
+                         f"set it with {how}, and rotate the credential: it was written in the clear")
+        else:
+            self.problem(path, f"a {_kind(raw)}", "a Pulumi secret, or empty", how)
+        return None
 
     def pkey(self, m: Mapping, path: str) -> int | None:
         what = 'a quoted hex pkey "0x0001".."0x7ffe", or "0x8001".."0xfffe" for full membership'
@@ -644,25 +753,8 @@ class _Parser(CrossFieldRules):
         endpoint = self.string(om, "endpoint", opath + ".endpoint", default="", what=what)
         if endpoint and not re.match(r"^https?://[^\s/]+(/\S*)?$", endpoint):
             self.problem(opath + ".endpoint", _show(endpoint), what)
-        cred_path = opath + ".credentials"
-        raw = om.get("credentials")
-        credentials = None
-        if _is_secret(raw):
-            if not isinstance(raw["secure"], str) or not raw["secure"]:
-                self.problem(cred_path, "a secret with no ciphertext", "a Pulumi secret",
-                             "set it again with pulumi config set --secret --path storage.object.credentials")
-            else:
-                credentials = Secret(raw["secure"])
-        elif raw is None or raw == "":
-            credentials = None
-        elif isinstance(raw, str):
-            # Never echo it: a plain value here is a credential written in the clear.
-            self.problem(cred_path, "a plain-text value (not shown)", "a Pulumi secret, or empty",
-                         "set it with pulumi config set --secret --path storage.object.credentials, "
-                         "and rotate the credential: it was written in the clear")
-        else:
-            self.problem(cred_path, f"a {_kind(raw)}", "a Pulumi secret, or empty",
-                         "pulumi config set --secret --path storage.object.credentials")
+        credentials = self.secret(om, "credentials", opath + ".credentials",
+                                  "pulumi config set --secret --path storage.object.credentials")
         return ObjectTier(bucket=bucket, endpoint=endpoint, credentials=credentials)
 
     # --- tuning ---------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 # The keys we know, by section: the single source for unknown-key errors, did-you-mean hints and the
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
-    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "ephemeral", "protect"),
+    "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
+         "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
@@ -63,7 +64,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     ),
     "fabric.storage": ("cidr",),
     "fabric.management": ("cidr",),
-    "tenants[]": ("name", "pkey"),
+    "tenants[]": ("name", "pkey", "vlan", "pools", "namespace", "gpuQuota"),
     "storage": ("object", "parallelFs", "localCache"),
     "storage.object": ("bucket", "endpoint", "credentials"),
     "storage.parallelFs": ("kind", "mount", "capacityTiB"),
@@ -72,8 +73,15 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tuning.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
     "tuning.sriov": ("vfsPerPf",),
     "tuning.affinity": ("policy",),
+    "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
     "ephemeral": ("ttl",),
 }
+
+# Kubernetes label keys Railyard sets are `<labelPrefix>/<name>`; device plugin resources are
+# `<resourcePrefix>/<name>`. The NVIDIA Network Operator names its RDMA and SR-IOV resources under
+# nvidia.com, beside the GPU operator's nvidia.com/gpu.
+DEFAULT_LABEL_PREFIX = "railyard.io"
+DEFAULT_RESOURCE_PREFIX = "nvidia.com"
 
 
 def documented_keys(drivers: Mapping[str, "DriverRules | None"] = {}) -> list[str]:
@@ -178,22 +186,41 @@ class Fabric:
 
 @dataclass(frozen=True)
 class Tenant:
-    """An InfiniBand partition. `pkey` is the value as written (0x8000 bit = full membership)."""
+    """A tenant: an InfiniBand partition (`pkey`, the value as written: 0x8000 bit = full
+    membership) or, on RoCE, an optional VLAN; and, where the stack has Kubernetes, a namespace
+    with a GPU quota over its pools."""
 
     name: str
-    pkey: int
+    pkey: int | None = None
+    """None on RoCE, which has no partitions."""
+    vlan: int | None = None
+    pools: tuple[str, ...] = ()
+    """The pools it may use, in stack order (every pool unless the stack says otherwise)."""
+    namespace: str = ""
+    gpu_quota: int | None = None
+    """GPUs it may hold at once; None: every GPU of its pools."""
 
     @property
     def partition(self) -> int:
-        return self.pkey & 0x7FFF
+        return (self.pkey or 0) & 0x7FFF
 
     @property
     def full_membership(self) -> bool:
-        return bool(self.pkey & 0x8000)
+        return bool((self.pkey or 0) & 0x8000)
 
     @property
     def pkey_hex(self) -> str:
-        return f"0x{self.pkey:04x}"
+        return f"0x{self.pkey:04x}" if self.pkey is not None else ""
+
+
+@dataclass(frozen=True)
+class KubernetesSpec:
+    """railyard:kubernetes: the Kubernetes layer made from the plan (railyard.model.kubernetes)."""
+
+    label_prefix: str = DEFAULT_LABEL_PREFIX
+    resource_prefix: str = DEFAULT_RESOURCE_PREFIX
+    kubeconfig: "Secret | None" = None
+    """The cluster's kubeconfig where the driver is given one (hosts); the lab runs its own."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +318,8 @@ class Spec:
     tenants: tuple[Tenant, ...] = ()
     storage: StorageSpec = StorageSpec()
     tuning: TuningSpec = TuningSpec()
+    kubernetes: KubernetesSpec | None = None
+    """None: the stack has no Kubernetes layer."""
     ephemeral: Ephemeral | None = None
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).

@@ -187,7 +187,7 @@ def _cloud_driver(tuned_by: str):
     class PoolDriver(Driver):
         name = "metal"
         capabilities = drivers.Capabilities(machines="pool", addresses="provider", tuned_by=tuned_by,
-                                            vms="are-nodes", kubernetes=True)
+                                            vms="are-nodes", kubernetes="platform")
         pools: list = []
 
         def access(self, name, parent):

@@ -66,7 +66,7 @@ def test_the_lab_stack_plans_two_dgx_h100_on_one_su():
     assert (s["nodes"], s["gpus"]) == (2, 16)
     c = s["fabrics"]["compute"]
     assert (c["tiers"], c["switches"]["leaf"], c["switches"]["spine"], c["links"]["node_leaf"]) == (2, 8, 4, 16)
-    assert s["tenants"] == [{"name": "research", "pkey": "0x8001"}]
+    assert s["tenants"] == [{"name": "research", "pkey": "0x8001", "namespace": "research", "pools": ["gpu"], "gpu_quota": 16}]
 
 
 def test_us_east_bm_is_the_448_node_worked_example():
