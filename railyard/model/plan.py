@@ -19,6 +19,7 @@ from railyard.model import addressing as addr
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric
 from railyard.model.host_tuning import TuningTargets, tuning_targets
+from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
@@ -294,6 +295,11 @@ class Plan:
             return tenant.gpu_quota
         return sum(self.pool_gpus(p) for p in tenant.pools)
 
+    @functools.cached_property
+    def kubernetes(self) -> Any:
+        """The Kubernetes layer (railyard.model.kubernetes.KubernetesPlan), None without railyard:kubernetes."""
+        return plan_kubernetes(self)
+
     # --- views ---------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -327,6 +333,7 @@ class Plan:
             "networks": self.networks.to_json(),
             "tenants": self.tenants(),
             "storage": self.storage.summary(),
+            **({"kubernetes": self.kubernetes.summary()} if self.kubernetes is not None else {}),
         }
 
     def detail(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ fabric imports addressing.py, never the reverse.
 from railyard.model.fabric.cabling import CSV_COLUMNS, Link, Switch
 from railyard.model.fabric.geometry import FabricError, SwitchGeometry, switch_geometry
 from railyard.model.fabric.names import (
-    LINK_TIERS, SWITCH_TIERS, core_name, group_spine_name, leaf_name, spine_name,
+    LINK_TIERS, SWITCH_TIERS, core_name, group_name, group_spine_name, leaf_name, spine_name, unit_name,
 )
 from railyard.model.fabric.planner import (
     FabricPlan, FabricPool, PoolLayout, fabric_pools, min_bisection_links, nic_name, plan_fabric,
@@ -39,6 +39,6 @@ from railyard.model.fabric.planner import (
 __all__ = [
     "CSV_COLUMNS", "LINK_TIERS", "SWITCH_TIERS",
     "FabricError", "FabricPlan", "FabricPool", "Link", "PoolLayout", "Switch", "SwitchGeometry",
-    "core_name", "fabric_pools", "group_spine_name", "leaf_name", "min_bisection_links",
+    "core_name", "fabric_pools", "group_name", "group_spine_name", "leaf_name", "min_bisection_links", "unit_name",
     "nic_name", "plan_fabric", "spine_name", "switch_geometry",
 ]

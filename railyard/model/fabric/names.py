@@ -8,8 +8,18 @@ LINK_TIERS = ("node_leaf", "leaf_spine", "spine_core")
 SWITCH_TIERS = ("leaf", "spine", "core")
 
 
+def unit_name(pool: str, unit: int) -> str:
+    """A scalable unit: the pool's nodes under one leaf per rail."""
+    return f"{pool}-su{unit}"
+
+
+def group_name(pool: str, group: int) -> str:
+    """A spine group of a three-tier fabric."""
+    return f"{pool}-sg{group}"
+
+
 def leaf_name(pool: str, unit: int, rail: int) -> str:
-    return f"{pool}-su{unit}-leaf{rail}"
+    return f"{unit_name(pool, unit)}-leaf{rail}"
 
 
 def spine_name(index: int) -> str:
@@ -19,7 +29,7 @@ def spine_name(index: int) -> str:
 
 def group_spine_name(pool: str, group: int, index: int) -> str:
     """Spine `index` of the pool's spine group `group` (three tiers)."""
-    return f"{pool}-sg{group}-spine{index}"
+    return f"{group_name(pool, group)}-spine{index}"
 
 
 def core_name(plane: int, index: int) -> str:

@@ -245,8 +245,19 @@ class FabricPlan(Cabling):
 
     def leaf_port(self, pool: str, index: int, rail: int) -> tuple[str, int]:
         """(leaf, 1-based port) of NIC `rail` of node `index` of `pool`."""
-        unit, slot = divmod(index, self.su_nodes)
+        unit, slot = self.scalable_unit(pool, index), index % self.su_nodes
         return leaf_name(pool, unit, rail), slot + 1
+
+    def scalable_unit(self, pool: str, index: int) -> int:
+        """The scalable unit of node `index` of `pool`: the leaves, one per rail, it plugs into."""
+        return index // self.su_nodes
+
+    def spine_group(self, pool: str, index: int) -> int | None:
+        """Its spine group in a three-tier fabric (the spines above its SU's leaves); None with
+        fewer tiers, where every leaf reaches every spine."""
+        if self.tiers != 3:
+            return None
+        return self.scalable_unit(pool, index) // self._by_name[pool].group_units
 
     def _leaf_uplink(self, pl: PoolLayout, unit: int, rail: int, u: int) -> tuple[str, int]:
         """(upper switch, its 1-based port) at the far end of uplink u of a leaf."""

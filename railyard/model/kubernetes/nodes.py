@@ -1,0 +1,98 @@
+"""The Kubernetes Nodes of a plan: which machines are nodes, the labels that carry each one's place
+in the fabric, and the capacity its SKU and tuning give it.
+
+Every label comes from a plan field (docs/kubernetes.md lists them): the scalable unit and spine
+group from the fabric planner, the SKU and pool from the node pool, the fabric's kind and speed
+from the compute fabric. In the virtual layout the nodes are the VMs, never their hypervisors, so
+no GPU is counted twice; a VM carries its hypervisor's place and, one level below it, the
+hypervisor itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from railyard.model.fabric import group_name, unit_name
+from railyard.model.spec import os_reserve_gib
+
+HOSTNAME = "kubernetes.io/hostname"
+GPU_RESOURCE = "nvidia.com/gpu"
+# The RDMA shared device plugin's prefix: without SR-IOV a pod takes a rail's whole HCA.
+RDMA_PREFIX = "rdma"
+PODS_PER_NODE = 110
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    name: str
+    pool: str
+    labels: dict[str, str]
+    capacity: dict[str, str]
+    """Kubernetes quantities, as a kubelet with the GPU, SR-IOV and RDMA device plugins reports."""
+    allocatable: dict[str, str]
+    hypervisor: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        return int(self.capacity.get(GPU_RESOURCE, "0"))
+
+
+def label_keys(prefix: str) -> dict[str, str]:
+    """Each Railyard label's key under `prefix`."""
+    return {name: f"{prefix}/{name}" for name in
+            ("pool", "sku", "su", "spine-group", "host", "fabric", "fabric-speed")}
+
+
+def rail_resource(resource_prefix: str, rail: int, sriov: bool) -> str:
+    """The device-plugin resource of a rail: its VFs (SR-IOV) or its whole HCA (RDMA)."""
+    return f"{resource_prefix}/rail{rail}" if sriov else f"{RDMA_PREFIX}/rail{rail}"
+
+
+def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[KubeNode, ...]:
+    """Every node of the cluster, pool by pool: hosts in bare metal, VMs in the virtual layout."""
+    spec, fabric = plan.spec, plan.fabric
+    keys = label_keys(label_prefix)
+    compute = spec.fabric.compute
+    out = []
+    for host in plan.nodes:
+        sku = plan.catalog.nodes[host.sku]
+        labels = {keys["pool"]: host.pool, keys["sku"]: host.sku, keys["fabric"]: compute.kind,
+                  keys["fabric-speed"]: compute.speed,
+                  keys["su"]: unit_name(host.pool, fabric.scalable_unit(host.pool, host.index))}
+        group = fabric.spine_group(host.pool, host.index)
+        if group is not None:
+            labels[keys["spine-group"]] = group_name(host.pool, group)
+        if not host.vms:
+            out.append(_host_node(plan, host, sku, labels, resource_prefix))
+            continue
+        for vm in host.vms:
+            vm_labels = {**labels, keys["host"]: host.name, HOSTNAME: vm.name}
+            pool = spec.pool(host.pool)
+            resources = {GPU_RESOURCE: len(vm.gpus)}
+            for vf in vm.vfs:
+                name = rail_resource(resource_prefix, vf.rail, True)
+                resources[name] = resources.get(name, 0) + 1
+            capacity = {"cpu": str(pool.vm.vcpus), "memory": f"{pool.vm.memory_gib}Gi",
+                        "pods": str(PODS_PER_NODE), **{k: str(v) for k, v in resources.items()}}
+            out.append(KubeNode(vm.name, host.pool, vm_labels, capacity, dict(capacity), hypervisor=host.name))
+    return tuple(out)
+
+
+def _host_node(plan: Any, host: Any, sku: Any, labels: dict[str, str], resource_prefix: str) -> KubeNode:
+    tuning = plan.tuning(host)
+    pages = tuning.hugepages_total + sum(tuning.hugepages_per_numa.values())
+    page_gib = 1 if tuning.hugepage_size == "1G" else None
+    hugepages_key = "hugepages-1Gi" if tuning.hugepage_size == "1G" else "hugepages-2Mi"
+    hugepages = f"{pages}Gi" if page_gib else f"{pages * 2}Mi"
+    memory_gib = sku.memory_gib or 0
+    sriov = tuning.vfs_per_pf > 0
+    capacity = {"cpu": str(sku.threads or 0), "memory": f"{memory_gib}Gi", "pods": str(PODS_PER_NODE),
+                GPU_RESOURCE: str(len(sku.gpus)), hugepages_key: hugepages}
+    for rail in range(len(host.nics)):
+        capacity[rail_resource(resource_prefix, rail, sriov)] = str(tuning.vfs_per_pf if sriov else 1)
+    # The kubelet takes hugepages out of allocatable memory; the OS reserve stays with the host.
+    hp_gib = pages if page_gib else pages * 2 / 1024
+    free_gib = max(0, int(memory_gib - hp_gib - os_reserve_gib(memory_gib)))
+    allocatable = {**capacity, "memory": f"{free_gib}Gi"}
+    return KubeNode(host.name, host.pool, {**labels, HOSTNAME: host.name}, capacity, allocatable)
