@@ -61,10 +61,12 @@ class Target:
     module_dir: Path
     files: tuple[str, ...]
     inputs: tuple[str, ...]
+    pins: tuple[str, ...] = (PULUMI_VERSION, KUBERNETES_VERSION)
+    """Versions that go into the binaries besides go.mod (their ldflags)."""
 
     def key(self, go_version: str) -> str:
         h = hashlib.sha256()
-        for part in (f"recipe={RECIPE}", go_version, PULUMI_VERSION, KUBERNETES_VERSION):
+        for part in (f"recipe={RECIPE}", go_version, *self.pins):
             h.update(part.encode() + b"\0")
         for rel in self.inputs:
             h.update(rel.encode() + b"\0" + (self.module_dir / rel).read_bytes() + b"\0")
@@ -85,7 +87,7 @@ class Toolchain:
     version: str
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"railyard: {msg}", file=sys.stderr, flush=True)
 
 
@@ -154,14 +156,14 @@ def verify(build_dir: Path, files: tuple[str, ...]) -> str | None:
     return None
 
 
-def _run_go(args: list[str], cwd: Path, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_go(args: list[str], cwd: Path, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a go command with a heartbeat (cold builds take minutes) and turn failures into advice."""
     start = time.monotonic()
     done = threading.Event()
 
     def heartbeat() -> None:
         while not done.wait(30):
-            _log(f"  still {what} ({time.monotonic() - start:.0f}s)")
+            log(f"  still {what} ({time.monotonic() - start:.0f}s)")
 
     t = threading.Thread(target=heartbeat, daemon=True)
     t.start()
@@ -206,7 +208,7 @@ def module_dir(main_module: Path, module: str) -> Path:
     against go.sum) and names the directory, or says in its Error field why it cannot.
     """
     what = f"locating {module}"
-    proc = _run_go(["mod", "download", "-json", module], main_module, what, check=False)
+    proc = run_go(["mod", "download", "-json", module], main_module, what, check=False)
     try:
         info = json.loads(proc.stdout)
     except ValueError:
@@ -227,8 +229,8 @@ def _build_cli(out: Path) -> None:
         ("github.com/pulumi/pulumi/pkg/v3/cmd/pulumi", "pulumi"),
         ("./pulumi-language-python", "pulumi-language-python"),
     ):
-        _log(f"  go build {name}")
-        _run_go(["build", "-tags", "osusergo,grpcnotrace", "-ldflags", ld, "-o", str(out / name), pkg],
+        log(f"  go build {name}")
+        run_go(["build", "-tags", "osusergo,grpcnotrace", "-ldflags", ld, "-o", str(out / name), pkg],
                 CLI.module_dir, f"building {name}")
     sdk = module_dir(CLI.module_dir, "github.com/pulumi/pulumi/sdk/v3")
     # The SDK module ships both Python shims; module-cache files are read-only, so copy with modes.
@@ -245,14 +247,14 @@ def _build_k8s(out: Path) -> None:
     (K8S.module_dir / "schema.json").write_text(json.dumps(schema, separators=(",", ":")))
     mapping = json.loads((provider / "terraform-mapping.json").read_text())
     (K8S.module_dir / "terraform-mapping.json").write_text(json.dumps(mapping, separators=(",", ":")))
-    _log("  go build pulumi-resource-kubernetes")
-    _run_go(["build", "-ldflags", f"-s -w -X {K8S_VERSION_VAR}={KUBERNETES_VERSION}",
+    log("  go build pulumi-resource-kubernetes")
+    run_go(["build", "-ldflags", f"-s -w -X {K8S_VERSION_VAR}={KUBERNETES_VERSION}",
              "-o", str(out / "pulumi-resource-kubernetes"), "."], K8S.module_dir, "building pulumi-resource-kubernetes")
 
 
 def _build_seaweedfs(out: Path) -> None:
-    _log("  go build weed (SeaweedFS)")
-    _run_go(["build", "-ldflags", "-s -w", "-o", str(out / "weed"), "github.com/seaweedfs/seaweedfs/weed"],
+    log("  go build weed (SeaweedFS)")
+    run_go(["build", "-ldflags", "-s -w", "-o", str(out / "weed"), "github.com/seaweedfs/seaweedfs/weed"],
             SEAWEEDFS.module_dir, "building weed")
 
 
@@ -261,19 +263,20 @@ _BUILDERS: dict[str, Callable[[Path], None]] = {
 }
 
 
-def ensure_built(target: Target, go: str) -> Path:
-    """The cache directory holding a verified build of `target`, building it if needed."""
+def ensure_built(target: Target, go: str, build: Callable[[Path], None] | None = None) -> Path:
+    """The cache directory holding a verified build of `target`, building it if needed (with
+    `build`, else the engine's own builder of that name)."""
     build_dir = paths.cache_root() / "bin" / f"{target.name}-{target.key(go)}"
     problem = verify(build_dir, target.files) if build_dir.exists() else "not built yet"
     if problem is None:
         return build_dir
-    _log(f"building {target.name} ({problem}); a cold build of it takes minutes on 2 cores (docs/engine.md)")
+    log(f"building {target.name} ({problem}); a cold build of it takes minutes on 2 cores (docs/engine.md)")
     start = time.monotonic()
     tmp = build_dir.with_name(f"{build_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _BUILDERS[target.name](tmp)
+        (build or _BUILDERS[target.name])(tmp)
         manifest = {
             "target": target.name,
             "files": {n: {"size": (tmp / n).stat().st_size, "sha256": _digest(tmp / n)} for n in target.files},
@@ -283,11 +286,11 @@ def ensure_built(target: Target, go: str) -> Path:
         tmp.rename(build_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _log(f"built {target.name} in {time.monotonic() - start:.0f}s -> {build_dir}")
+    log(f"built {target.name} in {time.monotonic() - start:.0f}s -> {build_dir}")
     return build_dir
 
 
-def _link(src: Path, dest: Path) -> None:
+def link(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.unlink(missing_ok=True)
@@ -315,7 +318,7 @@ def install_plugin(build_dir: Path, root: Path) -> None:
     """Put the provider in PULUMI_HOME's plugin cache, where the engine looks for an exact version."""
     plugin_dir = paths.pulumi_home(root) / "plugins" / f"resource-kubernetes-v{KUBERNETES_VERSION}"
     plugin_dir.mkdir(parents=True, exist_ok=True)
-    _link(build_dir / "pulumi-resource-kubernetes", plugin_dir / "pulumi-resource-kubernetes")
+    link(build_dir / "pulumi-resource-kubernetes", plugin_dir / "pulumi-resource-kubernetes")
 
 
 def ensure(root: Path | None = None, allow_ambient: bool = True) -> Toolchain:
@@ -324,19 +327,19 @@ def ensure(root: Path | None = None, allow_ambient: bool = True) -> Toolchain:
     ambient = ambient_pulumi(root) if allow_ambient else None
     go = go_version() if ambient is None or not _plugin_present(root) else ""
     if ambient is not None:
-        _link(ambient, bindir / "pulumi")
+        link(ambient, bindir / "pulumi")
         if go:
             install_plugin(ensure_built(K8S, go), root)
         source, pulumi = "path", ambient
     else:
         cli = ensure_built(CLI, go)
         for name in CLI_FILES:
-            _link(cli / name, bindir / name)
+            link(cli / name, bindir / name)
         k8s = ensure_built(K8S, go)
         install_plugin(k8s, root)
         source, pulumi = "built", cli / "pulumi"
     if go or not (bindir / "weed").exists():
-        _link(ensure_built(SEAWEEDFS, go or go_version()) / "weed", bindir / "weed")
+        link(ensure_built(SEAWEEDFS, go or go_version()) / "weed", bindir / "weed")
     # The project-local layout (all git-ignored); the file backend directory must exist for
     # Pulumi.yaml's relative backend URL to open.
     for d in (paths.state_dir(root), paths.local_dir(root) / "lab", paths.local_dir(root) / "runs", paths.bench_dir(root)):
@@ -401,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tc = ensure(allow_ambient=not args.no_ambient)
     except ToolchainError as exc:
-        _log(f"error: {exc}")
+        log(f"error: {exc}")
         return 1
-    _log(f"pulumi {tc.version} ({tc.source}: {tc.pulumi}); linked at {tc.bin_dir / 'pulumi'}")
+    log(f"pulumi {tc.version} ({tc.source}: {tc.pulumi}); linked at {tc.bin_dir / 'pulumi'}")
     return 0
 
 

@@ -61,16 +61,17 @@ def network_attachment(net: dict[str, Any], resource_prefix: str) -> dict[str, A
     spec = net["spec"]
     name = net["metadata"]["name"]
     namespace = spec.get("networkNamespace") or net["metadata"]["namespace"]
-    config: dict[str, Any] = {"cniVersion": "1.0.0", "name": name}
+    # Byte for byte what the template's folded YAML string gives, so a cluster whose operator
+    # renders them sees no difference.
     if net["kind"] == "SriovIBNetwork":
-        config["type"] = "ib-sriov"
+        body = '"type":"ib-sriov",'
     else:
         # The template always writes vlan, and vlanQoS when it is 0..7 (its zero value is).
-        config.update(type="sriov", vlan=spec.get("vlan", 0), vlanQoS=spec.get("vlanQoS", 0))
-    config["ipam"] = {}
+        body = f'"type":"sriov","vlan":{int(spec.get("vlan", 0))},"vlanQoS":{int(spec.get("vlanQoS", 0))},'
+    config = '{ "cniVersion":"1.0.0", "name":' + json.dumps(name) + "," + body + '"ipam":{} }'
     return {
         "apiVersion": NAD_API, "kind": "NetworkAttachmentDefinition",
         "metadata": {"name": name, "namespace": namespace,
                      "annotations": {"k8s.v1.cni.cncf.io/resourceName": f"{resource_prefix}/{spec['resourceName']}"}},
-        "spec": {"config": json.dumps(config, separators=(",", ":"))},
+        "spec": {"config": config},
     }
