@@ -47,3 +47,5 @@ if ssh_hint is not None:
 pulumi.export("access", access)
 if cluster.kubeconfig is not None:
     pulumi.export("kubeconfig", cluster.kubeconfig)  # secret: the Cluster made it so
+if cluster.kubernetes is not None:
+    pulumi.export("kubernetes", cluster.kubernetes.summary)

@@ -2,7 +2,8 @@
 
 What is made, and in which order, follows the driver's Capabilities (railyard/drivers/base.py):
 HostTuning only where Railyard tunes the machines, VMs after their hypervisors' tuning only where
-VMs sit on hypervisors, a kubeconfig output only where the driver has a Kubernetes cluster.
+VMs sit on hypervisors, a kubeconfig output only where the driver has a Kubernetes cluster, and
+the Kubernetes layer (components/kubernetes.py) on it where the stack has railyard:kubernetes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pulumi
 from railyard.drivers.base import Driver
 from components.fabric import Fabric, FabricArgs
 from components.host_tuning import HostTuning, HostTuningArgs
+from components.kubernetes import KubernetesLayer, KubernetesLayerArgs
 from components.node_pool import NodePool, NodePoolArgs
 from components.storage import StorageTiers, StorageTiersArgs
 from components.virtual_machine import VirtualMachine, VirtualMachineArgs
@@ -94,8 +96,19 @@ class Cluster(pulumi.ComponentResource):
             self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
                 lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
         # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
-        kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self) if caps.kubernetes != "none" else None
+        layer = args.plan.kubernetes
+        wants_cluster = layer is not None or caps.kubernetes == "platform"
+        kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self, list(self.fabric.ready)) if wants_cluster else None
         self.kubeconfig = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
+        self.kubernetes: KubernetesLayer | None = None
+        if layer is not None and self.kubeconfig is not None:
+            # Nodes are registered or labelled once they are what the plan says: tuned, rebooted
+            # into their boot settings, their VMs up.
+            own = caps.kubernetes == "runs"
+            self.kubernetes = KubernetesLayer(
+                f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
+                                                          renders_networks=own),
+                depends_on=[*after, *(v for _, v in self.vms)], opts=child)
         outputs = {
             "inventory": self.inventory,
             "fabric": self.fabric.summary,
@@ -106,4 +119,6 @@ class Cluster(pulumi.ComponentResource):
             outputs["tuning"] = {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed}
         if self.kubeconfig is not None:
             outputs["kubeconfig"] = self.kubeconfig
+        if self.kubernetes is not None:
+            outputs["kubernetes"] = self.kubernetes.summary
         self.register_outputs(outputs)

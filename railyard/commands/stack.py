@@ -70,6 +70,11 @@ def handle(args) -> int:
     from railyard.engine.lock import checkout_lock
 
     orphans.stop_all()
+    if args.action == "up":
+        why = drivers.prepare(spec)
+        if why is not None:
+            print(f"railyard: {why}", file=sys.stderr)
+            return 1
     try:
         # Shared with other engine commands; `lab gc --all` waits for none of them and they wait for it.
         with checkout_lock():

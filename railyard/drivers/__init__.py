@@ -179,6 +179,14 @@ def after_up(spec: Any) -> None:
         hook(spec)
 
 
+def prepare(spec: Any) -> str | None:
+    """Before an `up`: what the driver builds or fetches on this machine for `spec` (the lab's
+    control plane binaries, for a stack with railyard:kubernetes); why it could not, or None."""
+    name = entry(spec.driver).rules
+    hook = getattr(importlib.import_module(name), "prepare", None) if name else None
+    return hook(spec) if hook is not None else None
+
+
 def preflight(spec: Any) -> str | None:
     """Why the driver cannot act on this machine for `spec`, said before the engine starts (a
     sentence that says nothing was changed), or None."""

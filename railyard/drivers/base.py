@@ -6,8 +6,8 @@ the components. The shape covers the four substrates Railyard targets:
 
 | driver    | machines | addresses | tuned by | VMs (virtual layout)  | Kubernetes   |
 |-----------|----------|-----------|----------|-----------------------|--------------|
-| lab       | per node | the plan  | Railyard | on tuned hypervisors  | none         |
-| hosts     | per node | the stack file | Railyard | on tuned hypervisors | none    |
+| lab       | per node | the plan  | Railyard | on tuned hypervisors  | runs its own |
+| hosts     | per node | the stack file | Railyard | on tuned hypervisors | a kubeconfig given |
 | coreweave | per pool | provider  | platform | none: bare metal only | a kubeconfig |
 | openstack | per pool | provider  | Railyard | the VMs are the machines | none      |
 
@@ -125,8 +125,11 @@ class Driver(abc.ABC):
         """A VM of the virtual layout on `hypervisor`, after its tuning made the VFs (vms == "on-hypervisors")."""
         raise NotImplementedError(f"driver {self.name} puts no VMs on hypervisors ({self.capabilities.vms})")
 
-    def kubeconfig(self, name: str, parent: pulumi.Resource) -> pulumi.Output[str] | None:
-        """The cluster's kubeconfig, a secret Output, where Capabilities.kubernetes."""
+    def kubeconfig(self, name: str, parent: pulumi.Resource,
+                   depends_on: list[pulumi.Resource]) -> pulumi.Output[str] | None:
+        """The cluster's kubeconfig, a secret Output, for a stack with railyard:kubernetes (or
+        always, where Capabilities.kubernetes is "platform"): a control plane the driver runs
+        after `depends_on` (the networks), or the one it is given."""
         return None
 
     def ssh_hint(self) -> str | None:

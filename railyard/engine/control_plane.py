@@ -135,6 +135,11 @@ def sriov_render(root: Path | None = None) -> Path:
 
 # --- CRDs -----------------------------------------------------------------------------------------
 
+def kwok_module() -> Path:
+    """The kwok module: its kustomize/stage holds the stages the lab's kwok runs with."""
+    return module_dir(KWOK.module_dir, "sigs.k8s.io/kwok")
+
+
 def kueue_module() -> Path:
     return module_dir(KUEUE.module_dir, "sigs.k8s.io/kueue")
 

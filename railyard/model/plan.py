@@ -83,8 +83,9 @@ class NetworkPlan:
     (the lab's host end of the management bridge)."""
     services: dict[str, str]
     """Service -> its address; on the storage network, `object_store` where the stack has an
-    object tier (the last host address: node addresses count up from the bottom of their blocks,
-    so the top is never a node's)."""
+    object tier, on the management network `kubernetes` where it has railyard:kubernetes (the
+    last host address: node addresses count up from the bottom of their blocks, so the top is
+    never a node's)."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,9 @@ class Plan:
             services = {}
             if name == "storage" and self.spec.storage.object is not None:
                 services["object_store"] = str(cidr.broadcast_address - 1)
+            if name == "management" and self.spec.kubernetes is not None:
+                # Where a control plane the driver runs answers (the lab's); unused elsewhere.
+                services["kubernetes"] = str(cidr.broadcast_address - 1)
             nets[name] = NetworkPlan(name, str(cidr), cidr.prefixlen,
                                      {p.name: addr.pool_block(cidr, i) for i, p in enumerate(self.spec.node_pools)},
                                      str(cidr.network_address + 1), services)

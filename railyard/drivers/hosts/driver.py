@@ -49,6 +49,11 @@ class HostsDriver(Driver):
     def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
         return []  # the hosts' networks exist; tuning gives the rails their addresses
 
+    def kubeconfig(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> pulumi.Output[str]:
+        """The cluster the hosts belong to: railyard:kubernetes.kubeconfig (validation requires it)."""
+        return pulumi.Output.secret(
+            pulumi.Config("railyard").require_secret_object("kubernetes").apply(lambda k: k["kubeconfig"]))
+
     def storage(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         obj = self.spec.storage.object

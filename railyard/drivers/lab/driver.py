@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from railyard.drivers.base import Access, Driver, NodeHandle
-from railyard.drivers.lab import resources
+from railyard.drivers.lab import control_plane, resources
 from railyard.drivers.lab.storage.cache import MAX_DRIVES
 from railyard.model.plan import NodePlan, VmPlan
 
@@ -65,6 +65,17 @@ class LabDriver(Driver):
             out["parallel_fs"] = {"kind": pfs.kind, "mount": pfs.mount,
                                   "lab": "a directory shared by every node, standing in for Lustre or GPFS"}
         return out
+
+    def kubeconfig(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> pulumi.Output[str]:
+        """The lab's own control plane at the plan's `kubernetes` address on the management network."""
+        mgmt = self.plan.networks.management
+        nets = self.plan.networks
+        service_cidr, pod_cidr = control_plane.cluster_ranges([mgmt.cidr, nets.storage.cidr, nets.compute.cidr])
+        self.control_plane = resources.LabControlPlane(
+            name, stack=self.spec.stack, address=f"{mgmt.services['kubernetes']}/{mgmt.prefixlen}",
+            service_cidr=service_cidr, pod_cidr=pod_cidr,
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
+        return self.control_plane.kubeconfig
 
     def _links(self, management_ip: str, storage_ip: str) -> dict[str, Any]:
         nets = self.plan.networks

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from railyard import paths
-from railyard.drivers.lab import fabric, names, net, node, proc, storage, vm
+from railyard.drivers.lab import control_plane, fabric, names, net, node, proc, storage, vm
 from railyard.drivers.lab.errors import LabError, require_root
 from railyard.drivers.lab.node import power
 
@@ -53,6 +53,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     def owner_of(name: str | None) -> str | None:
         if name == names.STORAGE_MARKER:
             return names.storage_ns(stack)
+        if name == names.CONTROL_PLANE_MARKER:
+            return names.control_plane_ns(stack)
         return names.node_ns(stack, name) if name else None
 
     owners: dict[int, tuple[str, str | None]] = {}
@@ -72,7 +74,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     for p, value in proc.marked(names.ENV_MARKER, lambda v: v.startswith(tag + ":")):
         if p.pid not in procs:
             name = value.split(":", 1)[1]
-            procs[p.pid] = {**p.to_json(), "node": None if name == names.STORAGE_MARKER else name,
+            procs[p.pid] = {**p.to_json(),
+                            "node": None if name in (names.STORAGE_MARKER, names.CONTROL_PLANE_MARKER) else name,
                             "owner": owner_of(name)}
     # Processes sharing a namespace with a marked one whose handle is gone (an `ip netns del`
     # behind our back) belong to that node too.
@@ -88,7 +91,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     loops = [{"device": d, "backing_file": b} for d, b in proc.loops_backed_under(lab).items()]
     nodes_dir = _nodes_dir(stack, root)
     dirs = sorted(str(p) for p in nodes_dir.iterdir()) if nodes_dir.is_dir() else []
-    dirs += [str(d) for d in (storage.object_store_dir(stack, root), storage.pfs_dir(stack, root)) if d.exists()]
+    dirs += [str(d) for d in (storage.object_store_dir(stack, root), storage.pfs_dir(stack, root),
+                              control_plane.control_plane_dir(stack, root)) if d.exists()]
     if lab.exists():
         dirs.append(str(lab))
     return {
@@ -121,9 +125,9 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
         return parsed[0]
 
     # VMs first (their VFs go back to their hypervisors), then nodes (their NICs hang off the
-    # fabric), the object store, the spine, the fabric.
-    order = sorted(before["netns"], key=lambda ns: {"vm": 0, "node": 1, "storage": 2, "spine": 3, "fabric": 4}.get(
-        kind(ns), 5))
+    # fabric), the object store and control plane, the spine, the fabric.
+    order = sorted(before["netns"], key=lambda ns: {"vm": 0, "node": 1, "storage": 2, "k8s": 2, "spine": 3,
+                                                    "fabric": 4}.get(kind(ns), 5))
     for ns in order:
         if ns in known:
             continue
@@ -146,6 +150,12 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 removed["dirs"].append(str(d))
             if not dry_run:
                 storage.delete_object_store(stack, root)
+        elif parsed and parsed[0] == "k8s":
+            d = control_plane.control_plane_dir(stack, root)
+            if d.exists():
+                removed["dirs"].append(str(d))
+            if not dry_run:
+                control_plane.delete_control_plane(stack, root)
         elif dry_run:
             pass
         elif parsed and parsed[0] == "spine":
@@ -168,7 +178,8 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
 
     # Processes of unknown nodes (and of an unknown object store), and of known ones outside
     # their current netns (an earlier incarnation whose netns was removed behind our back).
-    current = {ns: net.netns_inode(ns) for ns in known if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage")}
+    current = {ns: net.netns_inode(ns) for ns in known
+               if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage", "k8s")}
     stray = []
     for p in (before if dry_run else inventory(stack, root))["processes"]:
         owner = p["owner"]
@@ -201,6 +212,12 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
         if d.exists():
             if not dry_run:
                 storage.delete_object_store(stack, root)
+            removed["dirs"].append(str(d))
+    if names.control_plane_ns(stack) not in known:
+        d = control_plane.control_plane_dir(stack, root)
+        if d.exists():
+            if not dry_run:
+                control_plane.delete_control_plane(stack, root)
             removed["dirs"].append(str(d))
     # The share is the nodes' that mount it as much as its own id's: a node's storage resource
     # creates it on first mount (storage.create_pfs_mount).

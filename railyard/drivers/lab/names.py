@@ -19,6 +19,7 @@ Layout of one stack with tag ``T``:
                               NICs carry the names the caller gives (the SKU's real netdev names
                               such as ibp24s0)
     netns  ry-T-storage       the object store (storage/object_store.py): link s3, fabric port s3 on storage
+    netns  ry-T-k8s           the Kubernetes control plane (control_plane/): link k8s, fabric port k8s on mgmt
     link   ry-T-mgmt          in the root namespace: the host's one veth into the stack
 """
 
@@ -48,6 +49,8 @@ HOST_PORT = "host"  # the fabric end of the host's veth, on the mgmt bridge
 # The object store's veth, both ends (its fabric end on the storage bridge). No node port ends
 # like this (they end -s, -m or -r<i>), and no bridge or spine port is called so.
 OBJECT_STORE_PORT = "s3"
+# The control plane's veth, both ends (its fabric end on the mgmt bridge); named like no node port.
+CONTROL_PLANE_PORT = "k8s"
 
 
 def _digest(text: str, n: int) -> str:
@@ -88,6 +91,11 @@ def spine_ns(stack: str) -> str:
 def storage_ns(stack: str) -> str:
     """The object store's namespace (storage/object_store.py); also the object store's id."""
     return stack_prefix(stack) + "storage"
+
+
+def control_plane_ns(stack: str) -> str:
+    """The Kubernetes control plane's namespace (control_plane/); also its id."""
+    return stack_prefix(stack) + "k8s"
 
 
 def pfs_id(stack: str) -> str:
@@ -185,14 +193,21 @@ def storage_env_marker(stack: str) -> str:
     return f"{stack_tag(stack)}:{STORAGE_MARKER}"
 
 
+CONTROL_PLANE_MARKER = "@k8s"  # the same for the control plane's processes
+
+
+def control_plane_env_marker(stack: str) -> str:
+    return f"{stack_tag(stack)}:{CONTROL_PLANE_MARKER}"
+
+
 def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
-    """("fabric"|"spine"|"storage", None) or ("node", name) for a netns of the stack (a VM's is a
-    node's), else None."""
+    """("fabric"|"spine"|"storage"|"k8s", None) or ("node", name) for a netns of the stack (a VM's
+    is a node's), else None."""
     prefix = stack_prefix(stack)
     if not netns.startswith(prefix):
         return None
     rest = netns[len(prefix):]
-    if rest in ("fabric", "spine", "storage"):
+    if rest in ("fabric", "spine", "storage", "k8s"):
         return rest, None
     if rest.startswith("n-") and _NODE.fullmatch(rest[2:]):
         return "node", rest[2:]

@@ -385,3 +385,50 @@ class LabVm(Resource):
         super().__init__(VmProvider(), name, {
             "stack": stack, "vm": vm, "hypervisor": hypervisor, "mgmt": mgmt, "vfs": vfs, "storage": storage,
             "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None}, opts)
+
+
+class ControlPlaneProvider(_LabProvider):
+    """The stack's Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+    kube-scheduler, Kueue, kwok) on the management network; its admin kubeconfig is a secret
+    output. A new address or range re-issues certificates and restarts what reads them."""
+
+    INPUTS = ("stack", "address", "service_cidr", "pod_cidr")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.control_plane_ns(props["stack"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import control_plane
+
+        state = control_plane.create_control_plane(props["stack"], address=props["address"],
+                                                   service_cidr=props["service_cidr"], pod_cidr=props["pod_cidr"])
+        return {"endpoint": state["endpoint"], "ca_certificate": state["ca_certificate"],
+                "kubeconfig": control_plane.admin_kubeconfig(props["stack"])}
+
+    def observe(self, props):
+        from railyard.drivers.lab import control_plane
+
+        state = control_plane.read_control_plane(props["stack"])
+        if state is None or not all(state["running"].values()):
+            return None
+        return {"endpoint": state["endpoint"], "ca_certificate": state["ca_certificate"]}
+
+    def remove(self, props):
+        from railyard.drivers.lab import control_plane
+
+        control_plane.delete_control_plane(props["stack"])
+
+
+class LabControlPlane(Resource):
+    endpoint: pulumi.Output[str]
+    ca_certificate: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, address: str, service_cidr: str, pod_cidr: str,
+                 opts: pulumi.ResourceOptions | None = None):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"]))
+        super().__init__(ControlPlaneProvider(), name, {
+            "stack": stack, "address": address, "service_cidr": service_cidr, "pod_cidr": pod_cidr,
+            "endpoint": None, "ca_certificate": None, "kubeconfig": None}, opts)

@@ -48,3 +48,18 @@ def preflight(spec: Any) -> str | None:
     except LabError as exc:
         return f"{exc}; nothing was changed"
     return None
+
+
+def prepare(spec: Any) -> str | None:
+    """A stack with railyard:kubernetes runs a control plane: its binaries are built (minutes,
+    once per pin) or found before the engine starts, never half-way through an up."""
+    if spec.kubernetes is None:
+        return None
+    from railyard.engine import control_plane
+    from railyard.engine.toolchain import ToolchainError
+
+    try:
+        control_plane.ensure()
+    except ToolchainError as exc:
+        return f"{exc}; nothing was changed"
+    return None
