@@ -22,6 +22,7 @@ FIELD_MANAGER = "railyard"
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 
 
+
 @dataclass
 class KubernetesLayerArgs:
     plan: KubernetesPlan
@@ -49,19 +50,31 @@ class KubernetesLayer(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or []))
         child = pulumi.ResourceOptions(parent=self, provider=self.provider)
 
-        self.namespaces = {ns: k8s.core.v1.Namespace(f"{name}-ns-{ns}", metadata={"name": ns}, opts=child)
-                           for ns in plan.namespaces}
         self.nodes = [self._node(name, n, args.registers_nodes, child) for n in plan.nodes]
 
+        # Kueue keeps a ClusterQueue, a ResourceFlavor and a Topology while anything uses them (a
+        # finalizer), so they are made in dependency order and deleted in reverse: each tenant's
+        # namespace after its ClusterQueue, so that destroy deletes the namespace first, which
+        # ends the jobs Kueue admitted, and then the queue, the flavors and the topology go.
         kueue: dict[str, pulumi.Resource] = {}
+        self.namespaces: dict[str, pulumi.Resource] = {}
+        cq_of_ns = {o["spec"]["clusterQueue"]: o["metadata"]["namespace"] for o in plan.kueue
+                    if o["kind"] == "LocalQueue"}
         for obj in plan.kueue:
             kind, meta = obj["kind"], obj["metadata"]
-            after = []
-            if kind == "ClusterQueue":
+            after: list[pulumi.Resource] = []
+            if kind == "ResourceFlavor":
+                after = [r for key, r in kueue.items() if key.startswith("Topology/")]
+            elif kind == "ClusterQueue":
                 after = [r for key, r in kueue.items() if key.startswith("ResourceFlavor/")]
             elif kind == "LocalQueue":
                 after = [kueue[f"ClusterQueue/{obj['spec']['clusterQueue']}"], *self._ns(meta)]
             kueue[f"{kind}/{meta['name']}"] = self._custom(name, obj, child, after)
+            if kind == "ClusterQueue":
+                ns = cq_of_ns[meta["name"]]
+                self.namespaces[ns] = k8s.core.v1.Namespace(
+                    f"{name}-ns-{ns}", metadata={"name": ns},
+                    opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kueue[f"{kind}/{meta['name']}"]])))
         self.kueue = list(kueue.values())
         self.sriov = [self._custom(name, obj, child, []) for obj in plan.sriov_policies + plan.sriov_networks]
         self.network_attachments = [self._custom(name, obj, child, self._ns(obj["metadata"]))

@@ -26,7 +26,8 @@ MAX_COMMENT = 60_000  # characters; GitHub takes at most 65,536 in a comment
 # Component kinds in the order a reader meets them, with their headings.
 KINDS = {
     "Cluster": "Cluster", "Fabric": "Fabric", "StorageTiers": "Storage tiers", "NodePool": "Node pools",
-    "HgxNode": "Nodes", "VirtualMachine": "VMs", "HostTuning": "Host tuning", "Stack": "Stack",
+    "HgxNode": "Nodes", "VirtualMachine": "VMs", "HostTuning": "Host tuning", "KubernetesLayer": "Kubernetes",
+    "Stack": "Stack",
 }
 PLURAL = {"HgxNode": "nodes", "VirtualMachine": "VMs"}
 SECTIONS = (("Replaced or deleted", ("replace", "delete")), ("Updated", ("update", "drift")), ("Created", ("create",)))

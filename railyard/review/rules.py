@@ -42,6 +42,9 @@ REBOOT_WORDS = re.compile(r"hugepage|iommu|kernel|cmdline|grub|isolcpus|reboot",
 # A new file system or RAID layout under data means reformatting it.
 FORMAT_WORDS = re.compile(r"(^|[._-])(fs|fstype|filesystem|raid|format)($|[._-])", re.I)
 NODE_IDENTITY = re.compile(r"(^|[._-])sku($|[._-])", re.I)
+# Kubernetes objects whose every change makes an operator drain and reconfigure nodes: the SR-IOV
+# Network Operator re-creates the VFs of the nodes a policy selects.
+DRAINING_TYPES = re.compile(r":SriovNetworkNodePolicy$")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ def classify_step(kind: str | None, step: Step, paths: Iterable[Path | str]) -> 
     """The disruption of one step of a unit of kind `kind` (HgxNode, HostTuning...), from its op and
     the names of the properties that change."""
     op = step.kind
+    if DRAINING_TYPES.search(step.urn.type) and op in ("create", "update", "replace", "delete"):
+        return Verdict(Disruption.NEEDS_REBOOT,
+                       f"{step.urn.name}: the SR-IOV operator drains and reconfigures the nodes it selects")
     if op in ("delete", "replace"):
         verb = "deletes" if op == "delete" else "replaces"
         if holds_data(kind, step):

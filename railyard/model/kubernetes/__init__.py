@@ -19,7 +19,6 @@ from railyard.model.kubernetes.nodes import (
     GPU_RESOURCE, HOSTNAME, KubeNode, kube_nodes, label_keys, rail_resource,
 )
 
-DEFAULT_NAMESPACE = "default"
 
 
 def object_prefix(stack: str) -> str:
@@ -30,7 +29,8 @@ def object_prefix(stack: str) -> str:
 
 @dataclass(frozen=True)
 class QueueTenant:
-    """Who gets a ClusterQueue and LocalQueue: a tenant, or everyone when the stack has none."""
+    """Who gets a ClusterQueue, a LocalQueue and a namespace: a tenant, or everyone when the stack
+    has none (a namespace named after the stack)."""
 
     name: str
     namespace: str
@@ -58,7 +58,7 @@ class KubernetesPlan:
         spec, plan = self.plan.spec, self.plan
         if not spec.tenants:
             pools = tuple(p.name for p in spec.node_pools)
-            return (QueueTenant(self.prefix, DEFAULT_NAMESPACE, pools, sum(plan.pool_gpus(p) for p in pools),
+            return (QueueTenant(self.prefix, self.prefix, pools, sum(plan.pool_gpus(p) for p in pools),
                                 None, None),)
         out = []
         for entry, tenant in zip(plan.tenants(), spec.tenants):
@@ -68,8 +68,9 @@ class KubernetesPlan:
 
     @property
     def namespaces(self) -> list[str]:
-        """The namespaces the layer creates (`default` always exists)."""
-        return [t.namespace for t in self.tenants if t.namespace != DEFAULT_NAMESPACE]
+        """The namespaces the layer creates, one per tenant: deleting them ends the jobs Kueue
+        admitted there, without which Kueue would never let their queue go."""
+        return [t.namespace for t in self.tenants]
 
     # --- Kueue -----------------------------------------------------------------------------------
 
@@ -163,5 +164,5 @@ def plan_kubernetes(plan: Any) -> KubernetesPlan | None:
     return KubernetesPlan(plan) if plan.spec.kubernetes is not None else None
 
 
-__all__ = ["DEFAULT_NAMESPACE", "GPU_RESOURCE", "HOSTNAME", "KubeNode", "KubernetesPlan", "QueueTenant",
+__all__ = ["GPU_RESOURCE", "HOSTNAME", "KubeNode", "KubernetesPlan", "QueueTenant",
            "object_prefix", "plan_kubernetes", "rail_resource"]

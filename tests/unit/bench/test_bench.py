@@ -120,3 +120,18 @@ def test_the_hosts_sections_stacks_validate_and_plan_448_hosts_on_their_own_netw
     assert ipaddress.ip_network(mgmt).subnet_of(bench_hosts.POOL)
     assert not bench_hosts.POOL.overlaps(ipaddress.ip_network("198.18.0.0/16"))
     assert not bench_hosts.POOL.overlaps(ipaddress.ip_network(bench_hosts.COMPUTE))
+
+
+def test_the_kubernetes_sections_stacks_plan_448_nodes_with_and_without_the_layer():
+    from railyard.bench import bench_kubernetes
+    from railyard.stack import from_config
+
+    mgmt, storage = "198.19.192.0/20", "198.19.208.0/20"
+    _, plain = from_config(bench_kubernetes.layer_config(448, mgmt, storage, False), "bench-k8s448")
+    _, layer = from_config(bench_kubernetes.layer_config(448, mgmt, storage, True), "bench-k8s448l")
+    assert plain.kubernetes is None and len(layer.kubernetes.nodes) == 448
+    result = {"steps": [{"urn": "urn:pulumi:s::railyard::railyard:index:Cluster$railyard:index:KubernetesLayer"
+                                "$kubernetes:core/v1:Node::s-kubernetes-node-gpu-0"},
+                        {"urn": "urn:pulumi:s::railyard::railyard:index:Cluster$railyard:index:KubernetesLayer"
+                                "$kubernetes:kueue.x-k8s.io/v1beta2:Topology::s-kubernetes-topology-s"}]}
+    assert (bench_kubernetes.node_objects(result), bench_kubernetes.layer_resources(result)) == (1, 2)

@@ -61,6 +61,29 @@ def test_a_hugepage_boot_reservation_needs_a_reboot():
     assert rules.classify_path("railyard:tuning.iommu").disruption == Disruption.NEEDS_REBOOT
 
 
+LAYER = "railyard:index:Cluster$railyard:index:KubernetesLayer"
+
+
+def test_an_sriov_policy_change_needs_a_reboot_and_a_label_or_quota_change_is_in_place():
+    parent = urn(LAYER, "c-kubernetes")
+    policy = f"{LAYER}$kubernetes:sriovnetwork.openshift.io/v1:SriovNetworkNodePolicy"
+    data = {"steps": [step("update", policy, "c-kubernetes-sriovnetworknodepolicy-c-gpu-rail0", parent,
+                           {"spec": {"numVfs": 2}}, {"spec": {"numVfs": 4}})]}
+    v = verdict_of(data)
+    assert v.disruption == Disruption.NEEDS_REBOOT and "drains" in v.why
+    node = f"{LAYER}$kubernetes:core/v1:Node"
+    queue = f"{LAYER}$kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
+    data = {"steps": [
+        step("update", node, "c-kubernetes-node-gpu-0", parent, {"metadata": {"labels": {"railyard.io/su": "gpu-su0"}}},
+             {"metadata": {"labels": {"railyard.io/su": "gpu-su1"}}}),
+        step("update", queue, "c-kubernetes-clusterqueue-c-vision", parent,
+             {"spec": {"resourceGroups": [{"flavors": [{"resources": [{"nominalQuota": "32"}]}]}]}},
+             {"spec": {"resourceGroups": [{"flavors": [{"resources": [{"nominalQuota": "16"}]}]}]}})]}
+    units = render.units_of(preview.load(data, "s"))
+    assert {u.kind for u in units} == {"KubernetesLayer"}
+    assert verdict_of(data).disruption == Disruption.IN_PLACE
+
+
 def test_a_drift_line_on_boot_settings_needs_a_reboot_and_others_do_not():
     assert rules.classify_line("gpu-0: node0 hugepages-1G 0 → 700").disruption == Disruption.NEEDS_REBOOT
     assert rules.classify_line("gpu-0: /etc/nccl.conf old content → new content").disruption == Disruption.IN_PLACE

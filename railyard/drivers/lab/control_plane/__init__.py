@@ -13,7 +13,7 @@ where Kueue serves them (there is no kube-proxy), with the CA as their bundle.
 kwok plays the kubelet for every Node that carries `kwok.x-k8s.io/node: fake` (the Kubernetes
 layer creates them, components/kubernetes.py): it keeps them Ready with leases and takes their
 pods to Running, with the stages of the pinned kwok module (node-initialize, heartbeat with
-lease, pod ready/complete/delete).
+lease, pod ready and delete: pods run until deleted).
 
 Everything lives in ``<lab dir>/kubernetes`` (0700; keys 0600); `delete_control_plane` stops
 every process, removes the namespace (its veth with it) and that directory. A component whose
@@ -58,8 +58,9 @@ KUEUE_WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}
 KUEUE_METRICS_CERTS = "kueue/metrics/certs"
 SERVICE_DOMAIN_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
                         "kubernetes.default.svc.cluster.local")
+# No pod-complete stage: a training pod runs until it is deleted, as it would on a real node.
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-               "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
+               "pod/fast/pod-ready.yaml", "pod/fast/pod-delete.yaml")
 
 # Client identities. The controller manager and scheduler have the roles Kubernetes bootstraps for
 # them; kwok and Kueue act for every node and every queue, so in the lab they are cluster admins.
@@ -174,6 +175,8 @@ def _argv(comp: str, d: Path, ip: str, service_cidr: str, pod_cidr: str, bindir:
                 f"--service-account-key-file={pk / 'service-account.pub'}",
                 f"--service-account-signing-key-file={pk / 'service-account.key'}",
                 f"--service-cluster-ip-range={service_cidr}", "--authorization-mode=Node,RBAC",
+                # Every client presents a certificate from the stack's CA; nobody is anonymous.
+                "--anonymous-auth=false",
                 "--profiling=false"]
     if comp == "kube-controller-manager":
         kc = str(d / "kube-controller-manager.kubeconfig")

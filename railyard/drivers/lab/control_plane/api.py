@@ -75,7 +75,7 @@ class Client:
         pending = list(names)
         while pending:
             crd = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{pending[0]}") or {}
-            conditions = {c.get("type"): c.get("status") for c in crd.get("status", {}).get("conditions", [])}
+            conditions = {c.get("type"): c.get("status") for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 pending.pop(0)
                 continue

@@ -1,0 +1,230 @@
+"""The Kubernetes layer end to end on the real Pulumi engine, a real API server and a real
+topology-aware scheduler: a 12-node lab in 3 scalable units (reservedLeafPorts 28 leaves 4 nodes
+per QM9700 leaf), its control plane with Kueue and kwok, and the layer applied through
+pulumi-kubernetes. The jobs are Kueue's own proof that the labels and the topology work.
+
+The control plane's binaries are built by the fixture (railyard.engine.control_plane.ensure), as
+`railyard up` builds them; on a fresh machine that is the cold build docs/kubernetes.md times.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import ssl
+import time
+
+import pytest
+import yaml
+
+from railyard import paths
+from railyard.drivers.lab import control_plane, gc, names, net
+from railyard.drivers.lab.control_plane.api import Client
+from railyard.engine import control_plane as binaries
+
+from .railyard_project import free_networks
+from .stack_project import StackProject
+
+ROOT = paths.PROJECT_ROOT
+STACK = "tk8s"
+SU = "railyard.io/su"
+
+
+def stack_config(mgmt: str, storage: str) -> dict:
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": 12}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "reservedLeafPorts": 28,
+                        "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": storage},
+            "management": {"cidr": mgmt},
+        },
+        "railyard:tenants": [{"name": "research", "pkey": "0x8001", "gpuQuota": 64},
+                             {"name": "vision", "pkey": "0x8002", "gpuQuota": 32}],
+        "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 25}, "sriov": {"vfsPerPf": 2}},
+        "railyard:kubernetes": {},
+        "railyard:ephemeral": {"ttl": "1h"},
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    binaries.ensure()
+    gc.destroy_all(STACK)
+    mgmt, storage = free_networks(2, prefix=20)
+    p = StackProject(tmp_path_factory.mktemp("k8s"), STACK, stack_config(mgmt, storage))
+    p.config = stack_config(mgmt, storage)
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    started = time.monotonic()
+    p.pulumi("up", "--yes", "--skip-preview")
+    p.up_seconds = time.monotonic() - started
+    yield p
+    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+    gc.destroy_all(STACK)
+
+
+@pytest.fixture(scope="module")
+def api(project, tmp_path_factory) -> Client:
+    """A client of the stack's API server, with the admin credential the stack outputs."""
+    kubeconfig = yaml.safe_load(project.outputs(secrets=True)["kubeconfig"])
+    d = tmp_path_factory.mktemp("kubeconfig")
+    cluster, user = kubeconfig["clusters"][0]["cluster"], kubeconfig["users"][0]["user"]
+    for name, data in (("ca.crt", cluster["certificate-authority-data"]),
+                       ("admin.crt", user["client-certificate-data"]), ("admin.key", user["client-key-data"])):
+        (d / name).write_bytes(base64.b64decode(data))
+    host, port = cluster["server"].removeprefix("https://").split(":")
+    client = Client(host, int(port), d)
+    client.pki = d
+    return client
+
+
+def job(name: str, pods: int, topology: str | None, queue: bool = True, namespace: str = "research") -> dict:
+    annotations = {f"kueue.x-k8s.io/podset-{topology}-topology": SU} if topology else {}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"kueue.x-k8s.io/queue-name": "gpu"} if queue else {}},
+        "spec": {"parallelism": pods, "completions": pods, "completionMode": "Indexed",
+                 "template": {"metadata": {"annotations": annotations}, "spec": {
+                     "restartPolicy": "Never",
+                     "containers": [{"name": "train", "image": "train:latest",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    }
+
+
+def submit(api: Client, obj: dict) -> dict:
+    status, body = api.request("POST", f"/apis/batch/v1/namespaces/{obj['metadata']['namespace']}/jobs", obj)
+    assert status == 201, body
+    return body
+
+
+def pods_of(api: Client, name: str, namespace: str = "research") -> list[dict]:
+    return api.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{name}")["items"]
+
+
+def placed(api: Client, name: str, pods: int, namespace: str = "research", timeout: float = 60) -> list[tuple[str, str]]:
+    """(node, phase) of the Job's pods once all `pods` are bound and Running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items = pods_of(api, name, namespace)
+        got = [(p["spec"].get("nodeName"), p["status"].get("phase")) for p in items]
+        if len(got) == pods and all(n and ph == "Running" for n, ph in got):
+            return got
+        assert time.monotonic() < deadline, f"{name}: pods {got}"
+        time.sleep(0.5)
+
+
+def workload(api: Client, job_name: str, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        for w in api.get("/apis/kueue.x-k8s.io/v1beta2/namespaces/research/workloads")["items"]:
+            owners = [o["name"] for o in w["metadata"].get("ownerReferences", [])]
+            if job_name in owners and w.get("status", {}).get("conditions"):
+                return w
+        assert time.monotonic() < deadline, f"no workload for {job_name}"
+        time.sleep(0.3)
+
+
+def su_of(api: Client) -> dict[str, str]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"][SU] for n in api.get("/api/v1/nodes")["items"]}
+
+
+def test_every_node_is_registered_ready_with_its_place_and_capacity(project, api):
+    nodes = {n["metadata"]["name"]: n for n in api.get("/api/v1/nodes")["items"]}
+    assert sorted(nodes) == sorted(f"gpu-{i}" for i in range(12))
+    assert {n: nodes[n]["metadata"]["labels"][SU] for n in ("gpu-0", "gpu-3", "gpu-4", "gpu-11")} == \
+        {"gpu-0": "gpu-su0", "gpu-3": "gpu-su0", "gpu-4": "gpu-su1", "gpu-11": "gpu-su2"}
+    node = nodes["gpu-5"]
+    assert node["metadata"]["labels"]["railyard.io/sku"] == "dgx-h100"
+    assert node["metadata"]["labels"]["railyard.io/fabric-speed"] == "ndr"
+    cap = node["status"]["capacity"]
+    # 8 GPUs; 25% of 2 TiB in 1 GiB pages; 2 VFs per rail on 8 rails
+    assert cap["nvidia.com/gpu"] == "8" and cap["hugepages-1Gi"] == "512Gi"
+    assert [cap[f"nvidia.com/rail{r}"] for r in range(8)] == ["2"] * 8
+    for n in nodes.values():
+        ready = {c["type"]: c["status"] for c in n["status"]["conditions"]}
+        assert ready["Ready"] == "True", n["metadata"]["name"]
+
+
+def test_the_kubeconfig_is_a_secret_and_the_api_wants_a_client_certificate(project, api):
+    assert "client-key-data" not in project.checkpoint().read_text()  # in state only as ciphertext
+    assert "[secret]" in project.pulumi("stack", "output", "kubeconfig").stdout
+    assert api.ready()
+    # TLS with the stack's CA, but no client certificate: the API server does not know who asks.
+    context = ssl.create_default_context(cafile=str(api.pki / "ca.crt"))
+    conn = http.client.HTTPSConnection(api.host, api.port, context=context, timeout=10)
+    conn.request("GET", "/api/v1/nodes")
+    assert conn.getresponse().status == 401
+    conn.close()
+
+
+def test_kueue_suspends_a_queued_job_and_leaves_an_unqueued_one_alone(project, api):
+    queued = submit(api, job("queued", 1, None, namespace="vision"))
+    plain = submit(api, job("plain", 1, None, queue=False))
+    assert queued["spec"]["suspend"] is True  # Kueue's webhook, reached by URL, suspended it
+    assert plain["spec"].get("suspend") in (None, False)
+    assert placed(api, "plain", 1)
+    assert placed(api, "queued", 1, namespace="vision")  # then admitted into vision's queue
+    # Out of the way of the topology tests, which count whole scalable units.
+    for ns, name in (("vision", "queued"), ("research", "plain")):
+        status, _ = api.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+                                {"propagationPolicy": "Foreground"})
+        assert status == 200
+    deadline = time.monotonic() + 60
+    while pods_of(api, "queued", "vision") or pods_of(api, "plain"):
+        assert time.monotonic() < deadline, "the jobs' pods were not deleted"
+        time.sleep(0.5)
+
+
+def test_four_pods_that_require_one_su_land_in_one_su(project, api):
+    submit(api, job("su4", 4, "required"))
+    pods = placed(api, "su4", 4)
+    units = {su_of(api)[n] for n, _ in pods}
+    assert len(units) == 1, pods
+    project.su4_unit = units.pop()
+
+
+def test_five_pods_that_require_one_su_stay_pending_with_kueues_reason(project, api):
+    submit(api, job("su5", 5, "required"))
+    w = workload(api, "su5")
+    cond = {c["type"]: c for c in w["status"]["conditions"]}
+    assert cond["QuotaReserved"]["status"] == "False"
+    assert "allows to fit only 4 out of 5 pod(s)" in cond["QuotaReserved"]["message"], cond
+    assert not api.get("/api/v1/namespaces/research/pods?labelSelector=job-name%3Dsu5")["items"]
+
+
+def test_five_pods_that_prefer_one_su_span_exactly_two(project, api):
+    submit(api, job("pref5", 5, "preferred"))
+    pods = placed(api, "pref5", 5)
+    units = {su_of(api)[n] for n, _ in pods}
+    assert len(units) == 2, pods
+    assert project.su4_unit not in units  # su4 holds its unit's every GPU
+
+
+def test_second_up_changes_nothing_and_a_quota_change_is_one_update_in_place(project):
+    assert project.pulumi("preview", "--diff", "--expect-no-changes").returncode == 0
+    config = copy.deepcopy(project.config)
+    config["railyard:tenants"][1]["gpuQuota"] = 16
+    project.write(config)
+    try:
+        steps = json.loads(project.pulumi("preview", "--json").stdout)["steps"]
+    finally:
+        project.write(project.config)
+    changed = {(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps
+               if s["op"] != "same" and "$kubernetes:" in s["urn"]}
+    assert changed == {("update", "tk8s-kubernetes-clusterqueue-tk8s-vision")}
+
+
+def test_destroy_stops_the_control_plane_and_leaves_nothing(project):
+    project.pulumi("destroy", "--yes", "--skip-preview")
+    assert not net.netns_exists(names.control_plane_ns(STACK))
+    assert not control_plane.control_plane_dir(STACK).exists()
+    left = gc.inventory(STACK)
+    assert {k: v for k, v in left.items() if v and k != "stack"} == {}, left
