@@ -1,12 +1,20 @@
 """The virtual layout on the real engine (Vela's pattern): hypervisor nodes, host tuning making
-the VFs, then VMs given those VFs; VMs reachable over SSH and to each other over their VFs."""
+the VFs, then VMs given those VFs; VMs reachable over SSH and to each other over their VFs; with
+railyard:kubernetes, the VMs registered as the cluster's nodes."""
 
 from __future__ import annotations
 
+import base64
+import tempfile
+from pathlib import Path
+
 import pytest
+import yaml
 
 from railyard import paths
 from railyard.drivers.lab import gc
+from railyard.drivers.lab.control_plane.api import Client
+from railyard.engine import control_plane
 
 from .stack_project import StackProject
 
@@ -64,6 +72,33 @@ def test_vms_reach_each_other_over_their_vfs(project):
 
 def test_second_up_changes_nothing(project):
     project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes")
+
+
+def test_with_kubernetes_the_vms_are_the_nodes_and_their_hypervisors_are_not(project):
+    control_plane.ensure()
+    project.write({**CONFIG, "railyard:kubernetes": {}})
+    project.pulumi("up", "--yes", "--skip-preview")
+    kubeconfig = project.outputs(secrets=True)["kubeconfig"]
+    nodes = _api_get(project, kubeconfig, "/api/v1/nodes")["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["vela-0-vm0", "vela-1-vm0"]
+    vm = next(n for n in nodes if n["metadata"]["name"] == "vela-1-vm0")
+    assert vm["metadata"]["labels"]["railyard.io/host"] == "vela-1"
+    cap = vm["status"]["capacity"]
+    # the VM's 8 GPUs and its 2 VFs, one on each of the host's two rails
+    assert cap["nvidia.com/gpu"] == "8"
+    assert sorted((k, v) for k, v in cap.items() if "/rail" in k) == [("nvidia.com/rail0", "1"), ("nvidia.com/rail1", "1")]
+    assert sum(int(n["status"]["capacity"]["nvidia.com/gpu"]) for n in nodes) == 16  # no GPU counted twice
+
+
+def _api_get(project, kubeconfig: str, path: str) -> dict:
+    doc = yaml.safe_load(kubeconfig)
+    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+    with tempfile.TemporaryDirectory() as d:
+        for name, data in (("ca.crt", cluster["certificate-authority-data"]),
+                           ("admin.crt", user["client-certificate-data"]), ("admin.key", user["client-key-data"])):
+            (Path(d) / name).write_bytes(base64.b64decode(data))
+        host, port = cluster["server"].removeprefix("https://").split(":")
+        return Client(host, int(port), Path(d)).get(path)
 
 
 def test_destroy_leaves_nothing(project):

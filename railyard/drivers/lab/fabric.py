@@ -215,6 +215,41 @@ def delete_fabric(stack: str) -> dict:
 
 # --- spine ------------------------------------------------------------------------------------
 
+def attach_service(stack: str, netns: str, port: str, bridge: str, address: str) -> None:
+    """A service namespace's veth `port` (the same name at both ends) on the fabric's `bridge`,
+    holding `address` in `netns`: the object store's on storage, the control plane's on mgmt.
+    A pair that is not each other's peer any more (one end deleted behind our back) is made again."""
+    fab = names.fabric_ns(stack)
+    inner = net.links(netns).get(port)
+    outer = net.links(fab, with_addresses=False).get(port)
+    paired = inner is not None and outer is not None and inner.get("link_index") == outer.get("ifindex")
+    batch = net.Batch(fab)
+    if not paired:
+        if inner is not None:
+            net.link_delete(port, netns)
+        if outer is not None:
+            net.link_delete(port, fab)
+        batch.add(f"link {port}", "link", "add", port, "address", names.mac(stack, fab, port), "type", "veth",
+                  "peer", "name", port, "address", names.mac(stack, netns, port), "netns", netns)
+    batch.add(f"link {port}", "link", "set", port, "master", bridge, "up")
+    batch.run()
+    inner = net.links(netns).get(port)
+    nbatch = net.Batch(netns)
+    net.queue_addresses(nbatch, port, inner, [address])
+    nbatch.add(f"link {port}", "link", "set", port, "up")
+    nbatch.add("link lo", "link", "set", "lo", "up")
+    nbatch.run()
+
+
+def detach_service(stack: str, port: str) -> None:
+    """The fabric's end of a service's veth, once its namespace is gone (the kernel removes the
+    pair with it, a moment later)."""
+    fab = names.fabric_ns(stack)
+    if net.netns_exists(fab):
+        for name in net.wait_links_gone(fab, lambda links: {port} & set(links), with_addresses=False):
+            net.link_delete(name, fab)
+
+
 def create_spine(stack: str, *, gateways: list[str]) -> dict:
     """Ensure the spine namespace routing between rails: gateways[i] (``198.19.0.1/24``) is rail
     i's gateway, held by the spine's link to rail i's bridge. Links to rails beyond the list are

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from railyard import paths
-from railyard.drivers.lab import names, net, node, proc
+from railyard.drivers.lab import fabric, names, net, node, proc
 from railyard.engine import control_plane as binaries
 from railyard.engine.toolchain import ToolchainError
 from railyard.model.kubernetes import sriov
@@ -356,7 +356,7 @@ def create_control_plane(stack: str, *, address: str, service_cidr: str, pod_cid
 
     net.claim_netns(ns, names.owner(stack, root))
     net.sysctls(ns, LAB_NETNS_SYSCTLS)
-    _ensure_port(stack, ns, fab, str(iface))
+    fabric.attach_service(stack, ns, names.CONTROL_PLANE_PORT, names.MGMT_BRIDGE, str(iface))
     client = Client(ip, API_PORT, d / "pki")
 
     for comp in ORDER:
@@ -410,29 +410,6 @@ def _install(client: Client, ip: str, d: Path) -> None:
         raise LabError(f"control plane at {ip}", f"installing CRDs: {exc}") from exc
 
 
-def _ensure_port(stack: str, ns: str, fab: str, address: str) -> None:
-    port = names.CONTROL_PLANE_PORT
-    inner = net.links(ns).get(port)
-    outer = net.links(fab, with_addresses=False).get(port)
-    paired = inner is not None and outer is not None and inner.get("link_index") == outer.get("ifindex")
-    batch = net.Batch(fab)
-    if not paired:
-        if inner is not None:
-            net.link_delete(port, ns)
-        if outer is not None:
-            net.link_delete(port, fab)
-        batch.add(f"link {port}", "link", "add", port, "address", names.mac(stack, fab, port), "type", "veth",
-                  "peer", "name", port, "address", names.mac(stack, ns, port), "netns", ns)
-    batch.add(f"link {port}", "link", "set", port, "master", names.MGMT_BRIDGE, "up")
-    batch.run()
-    inner = net.links(ns).get(port)
-    nbatch = net.Batch(ns)
-    net.queue_addresses(nbatch, port, inner, [address])
-    nbatch.add(f"link {port}", "link", "set", port, "up")
-    nbatch.add("link lo", "link", "set", "lo", "up")
-    nbatch.run()
-
-
 def read_control_plane(stack: str, root: Path | None = None) -> dict | None:
     """The control plane as it is now, or None when its netns is gone:
 
@@ -471,14 +448,11 @@ def control_plane_exists(stack: str) -> bool:
 def delete_control_plane(stack: str, root: Path | None = None) -> dict:
     """Stop every component, remove the namespace (its veth with it) and the directory, data included."""
     require_root()
-    ns, fab = names.control_plane_ns(stack), names.fabric_ns(stack)
+    ns = names.control_plane_ns(stack)
     d = control_plane_dir(stack, root)
     existed = net.netns_exists(ns) or d.exists()
     proc.kill_all(_processes(stack), what=f"control plane {ns}")
     net.netns_delete(ns)
-    if net.netns_exists(fab):
-        port = names.CONTROL_PLANE_PORT
-        for name in net.wait_links_gone(fab, lambda links: {port} & set(links), with_addresses=False):
-            net.link_delete(name, fab)
+    fabric.detach_service(stack, names.CONTROL_PLANE_PORT)
     proc.remove_tree(d)
     return {"id": ns, "deleted": existed}

@@ -28,6 +28,7 @@ from pathlib import Path
 from railyard import paths
 from railyard.drivers.lab import names, net, node, proc
 from railyard.drivers.lab.errors import LabError, require_root
+from railyard.drivers.lab import fabric
 from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
 
 S3_PORT = 8333
@@ -135,7 +136,7 @@ def create_object_store(
 
     net.claim_netns(sns, names.owner(stack, root))
     net.sysctls(sns, LAB_NETNS_SYSCTLS)
-    _ensure_port(stack, sns, fab, str(iface))
+    fabric.attach_service(stack, sns, names.OBJECT_STORE_PORT, names.STORAGE_BRIDGE, str(iface))
 
     pid = _weed_pid(stack, root)
     if pid is not None and changed:
@@ -195,29 +196,6 @@ def _weed_argv(d: Path, ip: str, port: int) -> list[str]:
         "-master.volumeSizeLimitMB=64", "-volume.max=16", "-master.defaultReplication=000",
         "-volume.preStopSeconds=0", "-metricsPort=0",
     ]
-
-
-def _ensure_port(stack: str, sns: str, fab: str, address: str) -> None:
-    port = names.OBJECT_STORE_PORT
-    inner = net.links(sns).get(port)
-    outer = net.links(fab, with_addresses=False).get(port)
-    paired = (inner is not None and outer is not None and inner.get("link_index") == outer.get("ifindex"))
-    batch = net.Batch(fab)
-    if not paired:
-        if inner is not None:
-            net.link_delete(port, sns)
-        if outer is not None:
-            net.link_delete(port, fab)
-        batch.add(f"link {port}", "link", "add", port, "address", names.mac(stack, fab, port), "type", "veth",
-                  "peer", "name", port, "address", names.mac(stack, sns, port), "netns", sns)
-    batch.add(f"link {port}", "link", "set", port, "master", names.STORAGE_BRIDGE, "up")
-    batch.run()
-    inner = net.links(sns).get(port)
-    sbatch = net.Batch(sns)
-    net.queue_addresses(sbatch, port, inner, [address])
-    sbatch.add(f"link {port}", "link", "set", port, "up")
-    sbatch.add("link lo", "link", "set", "lo", "up")
-    sbatch.run()
 
 
 def _weed_pid(stack: str, root: Path | None = None) -> int | None:
@@ -349,15 +327,12 @@ def object_store_exists(stack: str) -> bool:
 def delete_object_store(stack: str, root: Path | None = None) -> dict:
     """Stop weed, remove the store's namespace (its veth with it) and its directory, data included."""
     require_root()
-    sns, fab = names.storage_ns(stack), names.fabric_ns(stack)
+    sns = names.storage_ns(stack)
     d = object_store_dir(stack, root)
     existed = net.netns_exists(sns) or d.exists()
     _kill_store_processes(stack)
     net.netns_delete(sns)
-    if net.netns_exists(fab):
-        port = names.OBJECT_STORE_PORT
-        for name in net.wait_links_gone(fab, lambda links: {port} & set(links), with_addresses=False):
-            net.link_delete(name, fab)
+    fabric.detach_service(stack, names.OBJECT_STORE_PORT)
     proc.remove_tree(d)
     return {"id": sns, "deleted": existed}
 
