@@ -107,7 +107,8 @@ class Cluster(pulumi.ComponentResource):
             own = caps.kubernetes == "runs"
             self.kubernetes = KubernetesLayer(
                 f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
-                                                          renders_networks=own),
+                                                          renders_networks=own,
+                                                          node_names=driver.kubernetes_node_names()),
                 depends_on=[*after, *(v for _, v in self.vms)], opts=child)
         outputs = {
             "inventory": self.inventory,

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from railyard.model.kubernetes import KubernetesPlan
+from railyard.model.kubernetes import HOSTNAME, KubernetesPlan
 
 FIELD_MANAGER = "railyard"
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
@@ -32,6 +32,8 @@ class KubernetesLayerArgs:
     """Create each Node (a cluster of Railyard's own, with kwok); else patch the kubelets' Nodes."""
     renders_networks: bool
     """Create the NetworkAttachmentDefinitions the SR-IOV operator would render (no operator there)."""
+    node_names: dict[str, str] | None = None
+    """Plan node -> its Node's name where the cluster's differs (Driver.kubernetes_node_names)."""
 
 
 class KubernetesLayer(pulumi.ComponentResource):
@@ -50,7 +52,8 @@ class KubernetesLayer(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or []))
         child = pulumi.ResourceOptions(parent=self, provider=self.provider)
 
-        self.nodes = [self._node(name, n, args.registers_nodes, child) for n in plan.nodes]
+        names = args.node_names or {}
+        self.nodes = [self._node(name, n, names.get(n.name, n.name), args.registers_nodes, child) for n in plan.nodes]
 
         # Kueue keeps a ClusterQueue, a ResourceFlavor and a Topology while anything uses them (a
         # finalizer), so they are made in dependency order and deleted in reverse: each tenant's
@@ -96,11 +99,14 @@ class KubernetesLayer(pulumi.ComponentResource):
             {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta, "spec": obj.get("spec"), **extra},
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after)))
 
-    def _node(self, name: str, node: Any, registers: bool, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    def _node(self, name: str, node: Any, node_name: str, registers: bool,
+              opts: pulumi.ResourceOptions) -> pulumi.Resource:
         if not registers:
+            # The kubelet owns kubernetes.io/hostname (and everything else of its Node).
+            labels = {k: v for k, v in node.labels.items() if k != HOSTNAME}
             return k8s.core.v1.NodePatch(
                 f"{name}-node-{node.name}",
-                metadata={"name": node.name, "labels": node.labels,
+                metadata={"name": node_name, "labels": labels,
                           "annotations": {"pulumi.com/patchFieldManager": FIELD_MANAGER}},
                 opts=opts)
         # A Node as a kubelet registers it: the API server keeps the status of a Node that is

@@ -132,6 +132,11 @@ class Driver(abc.ABC):
         after `depends_on` (the networks), or the one it is given."""
         return None
 
+    def kubernetes_node_names(self) -> dict[str, str]:
+        """Plan node -> the name its Node has in the driver's cluster, where that is not the plan's
+        (a kubelet registers under its server's hostname); empty: the plan's names."""
+        return {}
+
     def ssh_hint(self) -> str | None:
         """How a person reaches a node, for the stack's `access` output (None: plain ssh to its address)."""
         return None

@@ -44,8 +44,9 @@ def stack_config(mgmt: str, storage: str) -> dict:
             "storage": {"cidr": storage},
             "management": {"cidr": mgmt},
         },
-        "railyard:tenants": [{"name": "research", "pkey": "0x8001", "gpuQuota": 64},
-                             {"name": "vision", "pkey": "0x8002", "gpuQuota": 32}],
+        # Quotas are caps: research holds su4 (32 GPUs) and pref5 (40) at once.
+        "railyard:tenants": [{"name": "research", "pkey": "0x8001", "gpuQuota": 80},
+                             {"name": "vision", "pkey": "0x8002", "gpuQuota": 16}],
         "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 25}, "sriov": {"vfsPerPf": 2}},
         "railyard:kubernetes": {},
         "railyard:ephemeral": {"ttl": "1h"},
@@ -121,10 +122,10 @@ def placed(api: Client, name: str, pods: int, namespace: str = "research", timeo
         time.sleep(0.5)
 
 
-def workload(api: Client, job_name: str, timeout: float = 30) -> dict:
+def workload(api: Client, job_name: str, namespace: str = "research", timeout: float = 30) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        for w in api.get("/apis/kueue.x-k8s.io/v1beta2/namespaces/research/workloads")["items"]:
+        for w in api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads")["items"]:
             owners = [o["name"] for o in w["metadata"].get("ownerReferences", [])]
             if job_name in owners and w.get("status", {}).get("conditions"):
                 return w
@@ -183,6 +184,17 @@ def test_kueue_suspends_a_queued_job_and_leaves_an_unqueued_one_alone(project, a
         time.sleep(0.5)
 
 
+def test_a_tenants_gpu_quota_is_a_cap(project, api):
+    submit(api, job("over", 3, None, namespace="vision"))  # 24 GPUs; vision may hold 16
+    w = workload(api, "over", namespace="vision")
+    cond = {c["type"]: c for c in w["status"]["conditions"]}
+    assert cond["QuotaReserved"]["status"] == "False"
+    assert "insufficient quota" in cond["QuotaReserved"]["message"], cond
+    assert not pods_of(api, "over", "vision")
+    status, _ = api.request("DELETE", "/apis/batch/v1/namespaces/vision/jobs/over", {"propagationPolicy": "Foreground"})
+    assert status == 200
+
+
 def test_four_pods_that_require_one_su_land_in_one_su(project, api):
     submit(api, job("su4", 4, "required"))
     pods = placed(api, "su4", 4)
@@ -211,7 +223,7 @@ def test_five_pods_that_prefer_one_su_span_exactly_two(project, api):
 def test_second_up_changes_nothing_and_a_quota_change_is_one_update_in_place(project):
     assert project.pulumi("preview", "--diff", "--expect-no-changes").returncode == 0
     config = copy.deepcopy(project.config)
-    config["railyard:tenants"][1]["gpuQuota"] = 16
+    config["railyard:tenants"][1]["gpuQuota"] = 8
     project.write(config)
     try:
         steps = json.loads(project.pulumi("preview", "--json").stdout)["steps"]

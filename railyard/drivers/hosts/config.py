@@ -55,12 +55,19 @@ class Host:
     comment). Empty: trusted on first use (only where hostKeys is trust-on-first-use)."""
     name: str | None = None
     """Its name in the Ansible inventory it came from (inventory_hostname); None when listed."""
+    node_name: str | None = None
+    """The name its kubelet registers (`nodeName`); None: its inventory name, else the plan's."""
     where: str = ""
     """Where it was given, for messages: a config path, or `<inventory file>:<line>`."""
 
     @property
     def pinned(self) -> bool:
         return bool(self.host_keys)
+
+    def kube_node_name(self, plan_name: str) -> str:
+        """Its Node in the cluster the stack names: `nodeName`, else its inventory name, else the
+        plan's node name (a server whose hostname is `<pool>-<i>`)."""
+        return self.node_name or self.name or plan_name
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,14 @@ class HostsDriver(Driver):
     def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
         return []  # the hosts' networks exist; tuning gives the rails their addresses
 
+    def kubernetes_node_names(self) -> dict[str, str]:
+        out = {}
+        for node in self.plan.nodes:
+            name = self.config.host(node.pool, node.index).kube_node_name(node.name)
+            if name != node.name:
+                out[node.name] = name
+        return out
+
     def kubeconfig(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> pulumi.Output[str]:
         """The cluster the hosts belong to: railyard:kubernetes.kubeconfig (validation requires it)."""
         return pulumi.Output.secret(

@@ -36,7 +36,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "": ("user", "port", "jumpHost", "sshKey", "hostKeys", "knownHosts", "reboot", "pools"),
     "reboot": ("command", "timeoutSeconds", "maxUnavailable"),
     "pools.<pool>": ("inventory", "group", "hosts", "maxUnavailable"),
-    "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey"),
+    "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey", "nodeName"),
 }
 
 # Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
@@ -551,10 +551,16 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults) -> lis
                           why + "; give a key line of ssh-keyscan's output without its host name")
             else:
                 key = " ".join(own.split()[:2])
+        node_name = r.plain(m, "nodeName", f"{ipath}.nodeName", "a Kubernetes node name")
+        if node_name is not None and (not isinstance(node_name, str) or address_kind(node_name) != "dns"
+                                      or node_name != node_name.lower()):
+            r.problem(f"{ipath}.nodeName", _show(node_name), "a Kubernetes node name: a lowercase DNS name",
+                      "the name its kubelet registers, usually its hostname")
+            node_name = None
         if address is None:
             continue
         host = Host(address=canonical(address), user=user, port=port, jump_host=jump,
-                    host_keys=_pins(d, address, port, key), where=ipath)
+                    host_keys=_pins(d, address, port, key), node_name=node_name, where=ipath)
         out.append(_Entry(host, pool, ipath, ipath, key_refused=refused,
                           jump_path=f"{ipath}.jumpHost" if own_jump else f"{P}.jumpHost"))
     return out

@@ -415,6 +415,15 @@ class ControlPlaneProvider(_LabProvider):
             return None
         return {"endpoint": state["endpoint"], "ca_certificate": state["ca_certificate"]}
 
+    def diff(self, _id, olds, news):
+        from railyard.drivers.lab import control_plane
+
+        result = super().diff(_id, olds, news)
+        if not result.changes and control_plane.needs_renewal(news["stack"]):
+            # Certificates near expiry: an up renews them although no input changed.
+            return DiffResult(changes=True, replaces=[], delete_before_replace=True)
+        return result
+
     def remove(self, props):
         from railyard.drivers.lab import control_plane
 

@@ -60,6 +60,10 @@ def prepare(spec: Any) -> str | None:
 
     try:
         control_plane.ensure()
+        # The CRDs, kwok's stages and Kueue's webhooks come from the pinned modules: fetched now,
+        # not by the control plane's create half-way through the up.
+        control_plane.crd_files()
+        control_plane.kwok_module()
     except ToolchainError as exc:
         return f"{exc}; nothing was changed"
     return None

@@ -9,6 +9,7 @@ adds one resource per node at most.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,9 +23,13 @@ from railyard.model.kubernetes.nodes import (
 
 
 def object_prefix(stack: str) -> str:
-    """Cluster-scoped objects are named after the stack, so stacks sharing a cluster never collide."""
-    name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")[:40].strip("-")
-    return name or "railyard"
+    """Cluster-scoped objects are named after the stack, so stacks sharing a cluster do not
+    collide: the stack name itself where it is a short DNS label, else a readable part and a digest
+    of the whole name."""
+    name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")
+    if name == stack and 0 < len(name) <= 40:
+        return name
+    return f"{name[:32].strip('-') or 'railyard'}-{hashlib.sha256(stack.encode()).hexdigest()[:6]}"
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,10 @@ class KubernetesPlan:
         by_pool: dict[str, list[KubeNode]] = {p: [] for p in pools}
         for node in self.nodes:
             by_pool[node.pool].append(node)
+        covered = kueue.covered_resources(list(self.nodes))
         for tenant in self.tenants:
             share = kueue.share_gpus(tenant.gpus, [(p, sum(n.gpus for n in by_pool[p])) for p in tenant.pools])
-            out.append(kueue.cluster_queue(self.cluster_queue_name(tenant), self.prefix, tenant.namespace,
+            out.append(kueue.cluster_queue(self.cluster_queue_name(tenant), self.prefix, tenant.namespace, covered,
                                            [(self.flavor_name(p), by_pool[p], share[p]) for p in tenant.pools]))
         for tenant in self.tenants:
             out.append(kueue.local_queue(tenant.namespace, self.cluster_queue_name(tenant)))

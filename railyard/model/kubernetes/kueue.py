@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railyard.model.kubernetes.nodes import GPU_RESOURCE, HOSTNAME, KubeNode, label_keys
+from railyard.model.kubernetes.nodes import GPU_RESOURCE, HOSTNAME, KubeNode, binary_quantity, label_keys
 
 API = "kueue.x-k8s.io/v1beta2"
 LOCAL_QUEUE = "gpu"
@@ -40,27 +40,53 @@ def resource_flavor(name: str, pool: str, topology_name: str, label_prefix: str)
             "spec": {"nodeLabels": {label_keys(label_prefix)["pool"]: pool}, "topologyName": topology_name}}
 
 
+_SHIFT = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+
+
+def _count(value: str) -> tuple[int, bool]:
+    """(the number, whether it is bytes) of a quantity the model wrote."""
+    if value[-2:] in _SHIFT:
+        return int(value[:-2]) << _SHIFT[value[-2:]], True
+    return int(value), False
+
+
 def _quantity_sum(nodes: list[KubeNode], resource: str) -> str:
-    """Allocatable `resource` summed over nodes (cpu in cores, memory in Gi)."""
-    if resource == "memory":
-        return f"{sum(int(n.allocatable['memory'].removesuffix('Gi')) for n in nodes)}Gi"
-    return str(sum(int(n.allocatable.get(resource, "0")) for n in nodes))
+    """Allocatable `resource` summed over nodes, in the form the API server writes back."""
+    counted = [_count(n.allocatable.get(resource, "0")) for n in nodes]
+    total = sum(c for c, _ in counted)
+    return binary_quantity(total) if any(b for _, b in counted) else str(total)
 
 
-def cluster_queue(name: str, cohort: str, namespace: str, flavors: list[tuple[str, list[KubeNode], int]]) -> dict[str, Any]:
-    """flavors: (flavor, its nodes, the GPUs this queue may hold on them)."""
+def covered_resources(nodes: list[KubeNode]) -> list[str]:
+    """What the queues account for: every resource the nodes offer but pods (Kueue refuses a job
+    that asks for a resource its queue does not cover, such as hugepages or a rail's VFs)."""
+    seen = dict.fromkeys(["cpu", "memory", GPU_RESOURCE])
+    for n in nodes:
+        seen.update(dict.fromkeys(k for k in n.allocatable if k != "pods"))
+    return list(seen)
+
+
+def cluster_queue(name: str, cohort: str, namespace: str, covered: list[str],
+                  flavors: list[tuple[str, list[KubeNode], int]]) -> dict[str, Any]:
+    """flavors: (flavor, its nodes, the GPUs this queue may hold on them). The GPU quota is a cap
+    (no borrowing from the cohort); the rest is whatever the nodes have."""
+    def resources(nodes: list[KubeNode], gpus: int) -> list[dict[str, Any]]:
+        out = []
+        for r in covered:
+            if r == GPU_RESOURCE:
+                out.append({"name": r, "nominalQuota": str(gpus), "borrowingLimit": "0"})
+            else:
+                out.append({"name": r, "nominalQuota": _quantity_sum(nodes, r)})
+        return out
+
     return {
         "apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
         "spec": {
             "cohortName": cohort,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
             "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", GPU_RESOURCE],
-                "flavors": [{"name": flavor, "resources": [
-                    {"name": "cpu", "nominalQuota": _quantity_sum(nodes, "cpu")},
-                    {"name": "memory", "nominalQuota": _quantity_sum(nodes, "memory")},
-                    {"name": GPU_RESOURCE, "nominalQuota": str(gpus)},
-                ]} for flavor, nodes, gpus in flavors],
+                "coveredResources": covered,
+                "flavors": [{"name": flavor, "resources": resources(nodes, gpus)} for flavor, nodes, gpus in flavors],
             }],
         },
     }

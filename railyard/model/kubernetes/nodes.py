@@ -38,6 +38,22 @@ class KubeNode:
         return int(self.capacity.get(GPU_RESOURCE, "0"))
 
 
+_BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+
+
+def binary_quantity(n_bytes: int) -> str:
+    """A byte count as Kubernetes writes it back (the largest binary suffix that divides it), so
+    the API server's canonical form is what the plan says and a second up shows no diff."""
+    for suffix, shift in _BINARY:
+        if n_bytes and n_bytes % (1 << shift) == 0:
+            return f"{n_bytes >> shift}{suffix}"
+    return str(n_bytes)
+
+
+def gib(n: float) -> str:
+    return binary_quantity(int(n * (1 << 30)))
+
+
 def label_keys(prefix: str) -> dict[str, str]:
     """Each Railyard label's key under `prefix`."""
     return {name: f"{prefix}/{name}" for name in
@@ -73,7 +89,7 @@ def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[Kube
             for vf in vm.vfs:
                 name = rail_resource(resource_prefix, vf.rail, True)
                 resources[name] = resources.get(name, 0) + 1
-            capacity = {"cpu": str(pool.vm.vcpus), "memory": f"{pool.vm.memory_gib}Gi",
+            capacity = {"cpu": str(pool.vm.vcpus), "memory": gib(pool.vm.memory_gib),
                         "pods": str(PODS_PER_NODE), **{k: str(v) for k, v in resources.items()}}
             out.append(KubeNode(vm.name, host.pool, vm_labels, capacity, dict(capacity), hypervisor=host.name))
     return tuple(out)
@@ -84,15 +100,15 @@ def _host_node(plan: Any, host: Any, sku: Any, labels: dict[str, str], resource_
     pages = tuning.hugepages_total + sum(tuning.hugepages_per_numa.values())
     page_gib = 1 if tuning.hugepage_size == "1G" else None
     hugepages_key = "hugepages-1Gi" if tuning.hugepage_size == "1G" else "hugepages-2Mi"
-    hugepages = f"{pages}Gi" if page_gib else f"{pages * 2}Mi"
+    hugepages = gib(pages if page_gib else pages * 2 / 1024)
     memory_gib = sku.memory_gib or 0
     sriov = tuning.vfs_per_pf > 0
-    capacity = {"cpu": str(sku.threads or 0), "memory": f"{memory_gib}Gi", "pods": str(PODS_PER_NODE),
+    capacity = {"cpu": str(sku.threads or 0), "memory": gib(memory_gib), "pods": str(PODS_PER_NODE),
                 GPU_RESOURCE: str(len(sku.gpus)), hugepages_key: hugepages}
     for rail in range(len(host.nics)):
         capacity[rail_resource(resource_prefix, rail, sriov)] = str(tuning.vfs_per_pf if sriov else 1)
     # The kubelet takes hugepages out of allocatable memory; the OS reserve stays with the host.
     hp_gib = pages if page_gib else pages * 2 / 1024
     free_gib = max(0, int(memory_gib - hp_gib - os_reserve_gib(memory_gib)))
-    allocatable = {**capacity, "memory": f"{free_gib}Gi"}
+    allocatable = {**capacity, "memory": gib(free_gib)}
     return KubeNode(host.name, host.pool, {**labels, HOSTNAME: host.name}, capacity, allocatable)

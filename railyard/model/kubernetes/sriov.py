@@ -9,7 +9,7 @@ hypervisor's tuning makes them and hands them to the VMs.
 
 `network_attachment` renders what the operator's controller does (api/v1/helper.go RenderNetAttDef
 with bindata/manifests/cni-config/sriov/sriov-cni-config.yaml, v1.6.0), for clusters where that
-controller does not run (the lab); tests/unit/model/test_kubernetes_sriov.py compares the two.
+controller does not run (the lab); tests/unit/model/test_kubernetes.py compares the two.
 The operator's SriovIBNetwork has no partition key field (v1.6.0's CRD), so the tenant's pkey is
 an annotation here and the subnet manager's partitions enforce it.
 """

@@ -34,6 +34,8 @@ from railyard.model.spec.types import (
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Namespaces a tenant may not take: the layer deletes its tenants' namespaces at destroy.
+RESERVED_NAMESPACES = ("default", "kueue-system", "sriov-network-operator")
 _SECRETS_HINT = "only railyard:storage.object.credentials and railyard:kubernetes.kubeconfig may be secrets"
 _PKEY = re.compile(r"^0[xX][0-9a-fA-F]{1,4}$")
 
@@ -345,10 +347,15 @@ class _Parser(CrossFieldRules):
             section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
             if section is not None or not rules.KEYS:
                 driver_config, problems = rules.parse(section or None, spec)
-                self.problems.extend(problems)
+                # A key the model refused already (a plain-text kubeconfig) is not the driver's to
+                # report again as missing.
+                seen = {q.path for q in self.problems}
+                self.problems.extend(p for p in problems if p.path not in seen)
                 spec = dataclasses.replace(spec, driver_config=driver_config)
         if pools and fabric is not None and not any(_feeds_plan(p.path) for p in self.problems):
             self.check_plan(spec)
+            if kubernetes is not None and self.fabric_plan is not None:
+                self.check_topology_labels(pools, facts)
         if self.problems:
             raise SpecError(self.problems)
         return spec
@@ -577,8 +584,14 @@ class _Parser(CrossFieldRules):
                     partitions.setdefault(base, ipath + ".pkey")
             tenant_pools = self.tenant_pools(m, ipath + ".pools", pools)
             namespace = name or ""
+            npath = ipath + (".namespace" if m.get("namespace") is not None else ".name")
             if m.get("namespace") is not None:
                 namespace = self.dns_name(m, "namespace", ipath + ".namespace") or ""
+            if namespace in RESERVED_NAMESPACES or namespace.startswith("kube-"):
+                # The layer owns its tenants' namespaces and deletes them at destroy.
+                self.problem(npath, _show(namespace), "a namespace of the tenant's own",
+                             f"{namespace} is Kubernetes' or an operator's; give the tenant a namespace: key")
+                namespace = ""
             if namespace:
                 if namespace in namespaces:
                     self.problem(ipath + ".namespace", _show(namespace), "a namespace no other tenant has",
@@ -600,7 +613,7 @@ class _Parser(CrossFieldRules):
         if value is _ABSENT:
             return tuple(known)
         if value is None:
-            return None
+            return None  # raw() said why
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self.problem(path, _show(value), "a non-empty list of node pool names", f"pools: {', '.join(known)}")
             return None
@@ -645,7 +658,7 @@ class _Parser(CrossFieldRules):
                     hint = "kubernetes.io and k8s.io are reserved for Kubernetes itself"
                 self.problem(f"{path}.{key}", _show(value), what, hint)
                 value = None
-            elif value is not None and key == "labelPrefix" and (
+            elif value is not None and (
                     value in ("kubernetes.io", "k8s.io") or value.endswith((".kubernetes.io", ".k8s.io"))):
                 self.problem(f"{path}.{key}", _show(value), "a prefix of your own",
                              "kubernetes.io and k8s.io are reserved for Kubernetes itself")

@@ -16,7 +16,7 @@ from typing import Any
 
 from railyard.model import addressing
 from railyard.model.errors import Problem
-from railyard.model.fabric import FabricError, FabricPlan, plan_fabric
+from railyard.model.fabric import FabricError, FabricPlan, group_name, plan_fabric, unit_name
 from railyard.model.spec.show import _fmt, _one_of, _show
 from railyard.model.spec.types import (
     NAMESPACE, ComputeFabric, Fabric, Hugepages, NodePool, Spec, Sriov, TuningSpec, host_reserve_threads,
@@ -223,3 +223,21 @@ class CrossFieldRules:
             fabric_problems = exc.problems
         self.problems.extend(addressing.address_problems(spec, self.catalog, self.fabric_plan))
         self.problems.extend(p for p in fabric_problems if p not in self.problems)
+
+    def check_topology_labels(self, pools: list[NodePool], facts: list[_PoolFacts]) -> None:
+        """With railyard:kubernetes, a node's scalable unit and spine group are label values,
+        which Kubernetes caps at 63 characters (the node names themselves are checked above)."""
+        fabric = self.fabric_plan
+        for pool, fact in zip(pools, facts):
+            if pool.name is None or not pool.count:
+                continue
+            last = pool.count - 1
+            values = [unit_name(pool.name, fabric.scalable_unit(pool.name, last))]
+            group = fabric.spine_group(pool.name, last) if fabric.tiers == 3 else None
+            if group is not None:
+                values.append(group_name(pool.name, group))
+            longest = max(values, key=len)
+            if len(longest) > 63:
+                self.problem(fact.path + ".name", _show(pool.name),
+                             f"at most {63 - (len(longest) - len(pool.name))} characters with railyard:kubernetes",
+                             f"the label value {longest!r} (its scalable unit or spine group) would exceed 63 characters")

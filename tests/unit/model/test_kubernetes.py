@@ -82,7 +82,10 @@ def test_capacity_is_what_the_sku_and_the_tuning_give():
     assert node.capacity["cpu"] == str(CATALOG.nodes["dgx-h100"].threads)
     assert {k: v for k, v in node.capacity.items() if "/rail" in k} == {f"nvidia.com/rail{r}": "2" for r in range(8)}
     # hugepages come out of allocatable memory
-    assert int(node.allocatable["memory"][:-2]) < int(node.capacity["memory"][:-2]) - pages
+    gib = {"Ti": 1024, "Gi": 1}
+    assert int(node.allocatable["memory"][:-2]) * gib[node.allocatable["memory"][-2:]] < \
+        int(node.capacity["memory"][:-2]) * gib[node.capacity["memory"][-2:]] - pages
+    assert node.capacity["memory"] == "2Ti"  # as the API server writes 2048Gi back
     # no VFs: a rail is its whole HCA, through the RDMA device plugin
     plain = plan_of(config(vfs=0)).kubernetes.nodes[0]
     assert {k: v for k, v in plain.capacity.items() if "/rail" in k} == {f"rdma/rail{r}": "1" for r in range(8)}
@@ -127,6 +130,15 @@ def test_kueue_gets_a_flavor_per_pool_a_queue_per_tenant_and_quotas_that_add_up(
     assert gpus(cqs["t-vision"]) == {"t-big": "16"}
     assert cqs["t-vision"]["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "cv"}}
     assert {cq["spec"]["cohortName"] for cq in cqs.values()} == {"t"}
+    research = cqs["t-research"]["spec"]["resourceGroups"][0]
+    # the quota is a cap: nothing borrowed from the cohort
+    assert {r["borrowingLimit"] for f in research["flavors"] for r in f["resources"] if r["name"] == "nvidia.com/gpu"} \
+        == {"0"}
+    # a job asking for hugepages or a rail's VFs is accounted, not refused as uncovered
+    assert {"hugepages-1Gi", "nvidia.com/rail0", "nvidia.com/rail7"} <= set(research["coveredResources"])
+    hp = {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == "hugepages-1Gi")
+          for f in research["flavors"]}
+    assert hp == {"t-gpu": "2Ti", "t-big": "1Ti"}  # 4 and 2 nodes x 512 GiB, in canonical form
     lqs = [(o["metadata"]["namespace"], o["spec"]["clusterQueue"]) for o in k8s.kueue if o["kind"] == "LocalQueue"]
     assert lqs == [("research", "t-research"), ("cv", "t-vision")]
     assert k8s.namespaces == ["research", "cv"]
@@ -189,10 +201,32 @@ def test_bad_kubernetes_settings_name_the_key(kubernetes, path):
     assert path in [p.path for p in exc.value.problems]
 
 
-def test_a_plain_kubeconfig_is_refused_without_being_shown():
+@pytest.mark.parametrize("tenant, path", [
+    ({"name": "default"}, "railyard:tenants[0].name"),
+    ({"name": "ops", "namespace": "kube-system"}, "railyard:tenants[0].namespace"),
+    ({"name": "ops", "namespace": "kueue-system"}, "railyard:tenants[0].namespace"),
+])
+def test_a_tenant_may_not_take_a_namespace_the_layer_would_delete_that_is_not_its_own(tenant, path):
     with pytest.raises(SpecError) as exc:
-        plan_of(config(count=2, driver="hosts", kubernetes={"kubeconfig": "client-key-data: c2VjcmV0"}))
-    assert "c2VjcmV0" not in str(exc.value)
+        plan_of(config(count=2, tenants=[tenant]))
+    assert path in [p.path for p in exc.value.problems]
+
+
+def test_a_pool_name_too_long_for_its_scalable_unit_label_is_refused():
+    name = "p" * 60  # node names p...p-0 and p...p-1 fit 63 characters; the unit label p...p-su0 does not
+    with pytest.raises(SpecError) as exc:
+        plan_of(config(count=2, pools=[{"name": name, "sku": "dgx-h100", "count": 2}]))
+    assert [p.path for p in exc.value.problems] == ["railyard:nodePools[0].name"]
+    plan_of({**config(count=2, pools=[{"name": name, "sku": "dgx-h100", "count": 2}]), "railyard:kubernetes": None})
+
+
+def test_stack_names_that_are_not_dns_labels_still_give_distinct_object_names():
+    from railyard.model.kubernetes import object_prefix
+
+    assert object_prefix("lab-k8s") == "lab-k8s"
+    assert object_prefix("a_b") != object_prefix("a-b")
+    long = "x" * 60
+    assert object_prefix(long) != object_prefix(long + "y") and len(object_prefix(long)) <= 40
 
 
 def _operator_render(objs: list[dict], resource_prefix: str) -> list[dict]:

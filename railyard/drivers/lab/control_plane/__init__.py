@@ -212,7 +212,8 @@ def _files_of(comp: str) -> tuple[str, ...]:
 
 
 def _digest(d: Path, comp: str, argv: list[str]) -> str:
-    h = hashlib.sha256(json.dumps(argv).encode())
+    # The binary the link points at too: a new build or a user's own restarts the component.
+    h = hashlib.sha256(json.dumps([os.path.realpath(argv[0]), *argv]).encode())
     for rel in _files_of(comp):
         h.update(rel.encode() + b"\0" + (d / rel).read_bytes())
     return h.hexdigest()
@@ -245,7 +246,7 @@ def _processes(stack: str) -> list[int]:
     return sorted(found)
 
 
-def _start(stack: str, d: Path, comp: str, argv: list[str]) -> None:
+def _start(stack: str, d: Path, comp: str, argv: list[str], root: Path | None) -> None:
     ns = names.control_plane_ns(stack)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(d), "LANG": "C.UTF-8",
            names.ENV_MARKER: names.control_plane_env_marker(stack)}
@@ -260,7 +261,7 @@ def _start(stack: str, d: Path, comp: str, argv: list[str]) -> None:
         prefix += ["unshare", "--mount", "--propagation", "private", "--"]
     net.run([*prefix, "sh", "-c", run, comp, *argv], obj=f"control plane {ns} {comp}", env=env)
     deadline = time.monotonic() + 10
-    while _pid(stack, comp) is None:
+    while _pid(stack, comp, root) is None:
         if time.monotonic() > deadline:
             raise LabError(f"control plane {ns}", f"{comp} did not start: {log_tail(d, comp)}")
         time.sleep(0.02)
@@ -273,10 +274,10 @@ def log_tail(d: Path, comp: str, lines: int = 12) -> str:
         return "(no log)"
 
 
-def _wait(what: str, ready, timeout: float, d: Path, comp: str, stack: str) -> None:
+def _wait(what: str, ready, timeout: float, d: Path, comp: str, stack: str, root: Path | None) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
-        if _pid(stack, comp) is None:
+        if _pid(stack, comp, root) is None:
             raise LabError(f"control plane {names.control_plane_ns(stack)}", f"{comp} exited: {log_tail(d, comp)}")
         if time.monotonic() > deadline:
             raise LabError(f"control plane {names.control_plane_ns(stack)}",
@@ -348,7 +349,11 @@ def create_control_plane(stack: str, *, address: str, service_cidr: str, pod_cid
     os.chmod(d, 0o700)
     service_ip = str(next(ipaddress.ip_network(service_cidr).hosts()))
     _write_pki(d, stack, ip, service_ip)
-    node._write_if_changed(d / "kwok.yaml", _kwok_stages(), 0o600)
+    try:
+        stages, crds, hooks = _kwok_stages(), _crds(), kueue_webhooks(ip, (d / "pki" / "ca.crt").read_bytes())
+    except ToolchainError as exc:  # the pinned modules' files, from the Go module cache
+        raise LabError(what, str(exc)) from exc
+    node._write_if_changed(d / "kwok.yaml", stages, 0o600)
     node._write_if_changed(d / "kueue.yaml", _kueue_config(ip, d), 0o600)
     node._write_if_changed(d / "config.json", json.dumps(
         {"address": str(iface), "service_cidr": service_cidr, "pod_cidr": pod_cidr}, indent=1, sort_keys=True) + "\n",
@@ -368,14 +373,14 @@ def create_control_plane(stack: str, *, address: str, service_cidr: str, pod_cid
             proc.kill_all([pid], what=f"{what} {comp}")  # its flags or files changed: start over
             pid = None
         if pid is None:
-            _start(stack, d, comp, argv)
+            _start(stack, d, comp, argv, root)
             node._write_if_changed(stamp, digest, 0o600)
         if comp == "kube-apiserver":
-            _wait("the API server", client.ready, START_TIMEOUT_S, d, comp, stack)
-            _install(client, ip, d)
+            _wait("the API server", client.ready, START_TIMEOUT_S, d, comp, stack, root)
+            _install(client, ip, crds)
         elif comp == "kueue":
-            _wait("Kueue", lambda: _kueue_ready(ip), START_TIMEOUT_S, d, comp, stack)
-            for hook in kueue_webhooks(ip, (d / "pki" / "ca.crt").read_bytes()):
+            _wait("Kueue", lambda: _kueue_ready(ip), START_TIMEOUT_S, d, comp, stack, root)
+            for hook in hooks:
                 client.apply(hook)
     state = read_control_plane(stack, root)
     if state is None or not all(state["running"].values()):
@@ -394,11 +399,10 @@ def _kueue_ready(ip: str) -> bool:
     return ok and serving(ip, WEBHOOK_PORT)
 
 
-def _install(client: Client, ip: str, d: Path) -> None:
+def _install(client: Client, ip: str, crds: list[dict[str, Any]]) -> None:
     """CRDs (Kueue's, the SR-IOV operator's, NetworkAttachmentDefinition) and their namespaces:
     what a cluster has before Railyard's layer or Kueue itself asks for them."""
     try:
-        crds = _crds()
         for crd in crds:
             client.apply(crd)
         # The namespaces Kueue and the SR-IOV operator are installed in: the layer's policies and
@@ -431,6 +435,12 @@ def read_control_plane(stack: str, root: Path | None = None) -> dict | None:
         "running": {comp: _pid(stack, comp, root) for comp in ORDER},
         "ca_certificate": ca, "data_dir": str(d),
     }
+
+
+def needs_renewal(stack: str, root: Path | None = None) -> list[str]:
+    """Certificates close to expiry, which the next create issues again (and restarts what reads them)."""
+    d = control_plane_dir(stack, root) / "pki"
+    return pki.expiring(d) if d.is_dir() else []
 
 
 def admin_kubeconfig(stack: str, root: Path | None = None) -> str:

@@ -89,8 +89,15 @@ def ensure_ca(d: Path, name: str) -> tuple[x509.Certificate, ec.EllipticCurvePri
     return cert, key, True
 
 
+def _subject(leaf: Leaf) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, leaf.common_name)]
+    if leaf.organization:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, leaf.organization))
+    return x509.Name(attrs)
+
+
 def _matches(cert: x509.Certificate, ca: x509.Certificate, leaf: Leaf) -> bool:
-    if cert.issuer != ca.subject:
+    if cert.issuer != ca.subject or cert.subject != _subject(leaf):
         return False
     try:
         cert.verify_directly_issued_by(ca)
@@ -114,12 +121,9 @@ def ensure_leaf(d: Path, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKe
     if not renew and _fresh(cert, now) and _matches(cert, ca, leaf) and (d / f"{leaf.name}.key").is_file():
         return False
     key = ec.generate_private_key(ec.SECP256R1())
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, leaf.common_name)]
-    if leaf.organization:
-        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, leaf.organization))
     usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if leaf.server else []) + \
         ([ExtendedKeyUsageOID.CLIENT_AUTH] if leaf.client else [])
-    builder = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(ca.subject)
+    builder = (x509.CertificateBuilder().subject_name(_subject(leaf)).issuer_name(ca.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -148,3 +152,9 @@ def ensure_signing_key(d: Path, name: str) -> bool:
     _write(d / f"{name}.pub", key.public_key().public_bytes(serialization.Encoding.PEM,
                                                             serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
     return True
+
+
+def expiring(d: Path) -> list[str]:
+    """The certificates in `d` that the next ensure would issue again for their age."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return sorted(p.name for p in d.glob("*.crt") if not _fresh(_load(p), now))

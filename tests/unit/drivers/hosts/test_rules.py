@@ -18,7 +18,7 @@ from railyard.drivers.hosts import inventory, rules
 from railyard.drivers.hosts.config import Budget, HostsConfig
 from railyard.model.errors import SpecError
 from railyard.model.spec import Secret
-from railyard.stack import load, parse_config
+from railyard.stack import from_config, load, parse_config
 
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLE = ROOT / "stacks" / "Pulumi.onprem-dgx.yaml"
@@ -586,3 +586,29 @@ def test_inventory_values_read_as_ansible_reads_them(tmp_path):
                    "  hosts:\n    node1:\n      ansible_host: 192.0.2.11\n")
     (host,) = inventory.read(yml)
     assert host.vars["ansible_host"] == "192.0.2.11"
+
+
+# --- Kubernetes ------------------------------------------------------------------------------------
+
+
+def test_a_kubernetes_layer_needs_the_clusters_kubeconfig_as_a_secret():
+    cfg = config()
+    cfg["railyard:kubernetes"] = {}
+    assert [p.path for p in problems(cfg)] == ["railyard:kubernetes.kubeconfig"]
+    cfg["railyard:kubernetes"] = {"kubeconfig": "client-key-data: c2VjcmV0"}
+    found = problems(cfg)
+    assert [p.path for p in found] == ["railyard:kubernetes.kubeconfig"]
+    assert "c2VjcmV0" not in str(found)  # a credential in the clear is refused, never shown
+    cfg["railyard:kubernetes"] = {"kubeconfig": {"secure": "v1:ciphertext"}}
+    assert parse_config(cfg, "t").kubernetes.kubeconfig is not None
+
+
+def test_each_host_is_labelled_under_the_node_name_its_kubelet_registers():
+    from railyard.drivers.base import load_driver
+
+    cfg = edited(lambda c: hosts_of(c)[1].update(nodeName="dgx-b07.pod1.example"))
+    cfg["railyard:kubernetes"] = {"kubeconfig": {"secure": "v1:ciphertext"}}
+    spec, plan = from_config(cfg, "t")
+    assert load_driver(spec, plan).kubernetes_node_names() == {"gpu-1": "dgx-b07.pod1.example"}
+    bad = edited(lambda c: hosts_of(c)[0].update(nodeName="DGX_07"))
+    assert [p.path for p in problems(bad)] == ["railyard:hosts.pools.gpu.hosts[0].nodeName"]

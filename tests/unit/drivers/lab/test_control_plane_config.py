@@ -56,3 +56,22 @@ def test_certificates_are_kept_and_issued_again_for_a_new_address(tmp_path):
     (tmp_path / "ca.key").unlink()
     ca2, key2, made2 = pki.ensure_ca(tmp_path, "test CA")
     assert made2 and pki.ensure_leaf(tmp_path, ca2, key2, moved)
+
+
+def test_a_new_identity_is_issued_again_and_an_old_certificate_is_due_for_renewal(tmp_path):
+    import datetime
+
+    ca, key, _ = pki.ensure_ca(tmp_path, "test CA")
+    admin = pki.Leaf("kwok", "railyard:kwok", "system:masters", client=True)
+    assert pki.ensure_leaf(tmp_path, ca, key, admin)
+    assert not pki.ensure_leaf(tmp_path, ca, key, admin)
+    # the same name with another group (less privilege): a new certificate, not the old one kept
+    assert pki.ensure_leaf(tmp_path, ca, key, pki.Leaf("kwok", "railyard:kwok", None, client=True))
+    assert pki.expiring(tmp_path) == []
+    pki_validity = pki.VALIDITY
+    try:
+        pki.VALIDITY = datetime.timedelta(days=10)  # inside the renewal window from the start
+        pki.ensure_leaf(tmp_path, ca, key, admin, renew=True)
+    finally:
+        pki.VALIDITY = pki_validity
+    assert pki.expiring(tmp_path) == ["kwok.crt"]
