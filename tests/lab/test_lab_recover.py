@@ -19,7 +19,9 @@ import pytest
 
 from railyard import paths
 from railyard.bench import proctree
-from railyard.drivers.lab import names, net
+from railyard.drivers.lab import control_plane, names, net
+from railyard.drivers.lab import proc as lab_proc
+from railyard.engine import control_plane as binaries
 from railyard.engine import orphans
 from railyard.procfs import cmdline
 from tests.lab.railyard_project import RailyardProject, free_networks, lab_config
@@ -77,3 +79,36 @@ def test_killed_up_recovers_with_the_documented_steps_and_leaves_no_plugin_runni
              | {names.node_ns(STACK, f"gpu-{i}") for i in range(4)}]
     assert stray == []
     assert orphans.find(project.dir) == [], "no plugin process outlives a killed up once it is recovered"
+
+
+def test_an_up_killed_while_the_control_plane_starts_converges_after_recover(project):
+    binaries.ensure()
+    project.config["railyard:kubernetes"] = {}
+    project.write_stack(STACK, project.config)
+    proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "railyard"), "up", "--stack", STACK], cwd=project.dir,
+                            env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    cp_ns = names.control_plane_ns(STACK)
+    while time.time() < deadline and not net.netns_exists(cp_ns):
+        time.sleep(0.05)
+    assert net.netns_exists(cp_ns), "the up never reached the control plane"
+    time.sleep(1.5)  # some components up, the layer not yet applied
+    plugins = [shim for shim in proctree.tree(proc.pid)[1:] if any("pulumi-" in a for a in cmdline(shim)[:2])]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid in plugins:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+
+    project.railyard("recover", "--stack", STACK)
+    project.railyard("up", "--stack", STACK)
+    project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes", stack=STACK)
+    state = control_plane.read_control_plane(STACK, project.dir)
+    assert state is not None and all(state["running"].values()), state
+    # one process per component: the killed create's were adopted or replaced, none doubled
+    procs = {p.pid: cmdline(p.pid)[0].rsplit("/", 1)[-1] for p in lab_proc.in_namespaces({net.netns_inode(cp_ns)})}
+    assert sorted(v for v in procs.values() if v in control_plane.ORDER) == sorted(control_plane.ORDER), procs
+    outputs = json.loads(project.pulumi("stack", "output", "--json", stack=STACK).stdout)
+    assert outputs["kubernetes"]["nodes"] == 4
