@@ -218,6 +218,63 @@ def test_a_host_that_does_not_come_back_stops_the_rollout(servers, project):
     assert [e["event"] for e in again[0]] == ["off", "on", "off", "on"] and all(again[i] == [] for i in (1, 2, 3))
 
 
+def test_with_kubernetes_each_host_is_labelled_in_the_cluster_the_stack_names(servers, project):
+    """A cluster the servers belong to (a lab control plane of its own, its Nodes registered
+    under the servers' names as kubelets would): the layer patches their labels and nothing else."""
+    import ipaddress
+
+    from railyard.drivers.lab import control_plane, fabric
+    from railyard.drivers.lab.control_plane.api import Client
+    from railyard.engine import control_plane as binaries
+
+    from .railyard_project import free_networks
+
+    binaries.ensure()
+    cluster = f"{servers.stack}-k8s"
+    mgmt = ipaddress.ip_network(free_networks(1)[0])
+    fabric.create_fabric(cluster, rails=0, mgmt_cidr=str(mgmt), host_address=str(mgmt.network_address + 1))
+    try:
+        ranges = control_plane.cluster_ranges([str(mgmt), "198.18.96.0/20", servers.mgmt_cidr, "198.19.0.0/16"])
+        state = control_plane.create_control_plane(cluster, address=f"{mgmt.broadcast_address - 1}/{mgmt.prefixlen}",
+                                                   service_cidr=ranges[0], pod_cidr=ranges[1])
+        api = Client(state["endpoint"].split("//")[1].split(":")[0], control_plane.API_PORT,
+                     control_plane.control_plane_dir(cluster) / "pki")
+        for i in range(NODES):  # as each server's kubelet registers itself
+            api.apply({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": f"srv-{i}", "labels": {"kubernetes.io/hostname": f"srv-{i}"},
+                "annotations": {"kwok.x-k8s.io/node": "fake"}}})
+        subprocess.run(project.argv("config", "set", "--secret", "--path", "railyard:kubernetes.kubeconfig"),
+                       cwd=project.dir, env=project.env, input=control_plane.admin_kubeconfig(cluster), text=True,
+                       check=True, capture_output=True)
+        config = yaml.safe_load(paths.stack_file(STACK, project.dir).read_text())["config"]
+        for i, host in enumerate(config["railyard:hosts"]["pools"]["gpu"]["hosts"]):
+            host["nodeName"] = f"srv-{i}"
+        project.write(config)
+        proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
+        assert proc.returncode == 0, "\n".join(ln for ln in proc.stdout.splitlines() if "error" in ln)[-5000:]
+        node1 = api.get("/api/v1/nodes/srv-1")
+        labels = node1["metadata"]["labels"]
+        assert labels["railyard.io/su"] == "gpu-su0" and labels["railyard.io/pool"] == "gpu"
+        assert labels["kubernetes.io/hostname"] == "srv-1"  # the kubelet's, left alone
+        managers = {f["manager"] for f in node1["metadata"]["managedFields"]}
+        assert "railyard" in managers, managers
+        assert api.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues")["items"]
+        # Without the layer again: the patch is withdrawn, the kubelet's Node stays. The stack is
+        # long-lived, so its resources are protected: unprotected first, deliberately.
+        project.write({**config, "railyard:protect": False})
+        project.pulumi("up", "--yes", "--skip-preview")
+        project.write({**project.config, "railyard:protect": False})
+        proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
+        assert proc.returncode == 0, "\n".join(ln for ln in proc.stdout.splitlines() if "error" in ln)[-5000:]
+        after = api.get("/api/v1/nodes/srv-1")["metadata"]["labels"]
+        assert "railyard.io/su" not in after and after["kubernetes.io/hostname"] == "srv-1"
+    finally:
+        project.write(project.config)
+        project.pulumi("up", "--yes", "--skip-preview", check=False)  # protected again, as the next test expects
+        control_plane.delete_control_plane(cluster)
+        fabric.delete_fabric(cluster)
+
+
 def test_destroy_of_a_protected_stack_is_refused_and_otherwise_leaves_the_hosts_as_they_were(servers, project):
     vfs = node.run_in_node(servers.stack, "srv-0", ["ip", "-o", "link", "show", "type", "macvlan"], check=True).stdout
     assert len(vfs.splitlines()) == 16  # 2 per compute PF: the tuning is there to remove
