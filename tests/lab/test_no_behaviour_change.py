@@ -51,6 +51,11 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     # has its own known_hosts file (runs of two pools may overlap). Same hosts, same keys checked.
     "tuning/*/all/ansible_ssh_common_args": "a bug fix: -F /dev/null, GlobalKnownHostsFile=/dev/null, "
                                             "the run's own known_hosts",
+    # Issue 13: a tenant is also a Kubernetes namespace with its pools and GPU quota (their
+    # defaults shown); its name and pkey are as they were.
+    "plan/*/*/tenants*.namespace": "added: the tenant's namespace (default: its name)",
+    "plan/*/*/tenants*.pools": "added: the pools the tenant covers (default: all)",
+    "plan/*/*/tenants*.gpu_quota": "added: the tenant's GPU quota (default: its pools' GPUs)",
 }
 
 # The one update a first preview may show: the tuning run, when the code the playbook runs changed
