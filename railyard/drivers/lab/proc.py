@@ -83,6 +83,30 @@ def by_mount_source(mountpoint: str, match) -> list[tuple[Proc, str]]:
     return found
 
 
+def service_pid(pidfile: Path, netns_inode: int | None, name: str) -> int | None:
+    """The process a service's pid file names, if it is alive, runs the program `name` and lives
+    in the service's current network namespace (not a reused pid, nor an earlier incarnation's)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    argv = cmdline(pid)
+    if netns_inode is None or not alive(pid) or ns_inode(pid) != netns_inode or not argv or \
+            os.path.basename(argv[0]) != name:
+        return None
+    return pid
+
+
+def service_processes(netns_inode: int | None, key: str, marker: str) -> list[int]:
+    """Every process of a service: those in its namespace, and those its environment marks (an
+    earlier incarnation whose namespace went away)."""
+    found = set()
+    if netns_inode is not None:
+        found.update(p.pid for p in in_namespaces({netns_inode}))
+    found.update(p.pid for p, _ in marked(key, lambda v: v == marker))
+    return sorted(found)
+
+
 def kill_all(procs: list[int], *, what: str, timeout: float = 5.0) -> None:
     """SIGKILL every pid and wait until none is running; lab processes hold no state worth a
     graceful stop, and a lingering one would keep its namespace (and links) alive."""

@@ -223,27 +223,13 @@ def _digest(d: Path, comp: str, argv: list[str]) -> str:
 
 def _pid(stack: str, comp: str, root: Path | None = None) -> int | None:
     """The component's process, if it runs in the control plane's current netns."""
-    d = control_plane_dir(stack, root)
-    try:
-        pid = int((d / f"{comp}.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    ino = net.netns_inode(names.control_plane_ns(stack))
-    argv = proc.cmdline(pid)
-    if ino is None or not proc.alive(pid) or proc.ns_inode(pid) != ino or not argv or \
-            os.path.basename(argv[0]) != comp:
-        return None
-    return pid
+    return proc.service_pid(control_plane_dir(stack, root) / f"{comp}.pid",
+                            net.netns_inode(names.control_plane_ns(stack)), comp)
 
 
 def _processes(stack: str) -> list[int]:
-    found = set()
-    ino = net.netns_inode(names.control_plane_ns(stack))
-    if ino is not None:
-        found.update(p.pid for p in proc.in_namespaces({ino}))
-    marker = names.control_plane_env_marker(stack)
-    found.update(p.pid for p, _ in proc.marked(names.ENV_MARKER, lambda v: v == marker))
-    return sorted(found)
+    return proc.service_processes(net.netns_inode(names.control_plane_ns(stack)), names.ENV_MARKER,
+                                  names.control_plane_env_marker(stack))
 
 
 def _start(stack: str, d: Path, comp: str, argv: list[str], root: Path | None) -> None:

@@ -200,25 +200,12 @@ def _weed_argv(d: Path, ip: str, port: int) -> list[str]:
 
 def _weed_pid(stack: str, root: Path | None = None) -> int | None:
     """weed, if it runs in the store's current netns."""
-    try:
-        pid = int((object_store_dir(stack, root) / "weed.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    ino = net.netns_inode(names.storage_ns(stack))
-    argv = proc.cmdline(pid)
-    if ino is None or not proc.alive(pid) or proc.ns_inode(pid) != ino or not argv or not argv[0].endswith("weed"):
-        return None
-    return pid
+    return proc.service_pid(object_store_dir(stack, root) / "weed.pid", net.netns_inode(names.storage_ns(stack)), "weed")
 
 
 def _store_processes(stack: str) -> list[int]:
-    found = set()
-    ino = net.netns_inode(names.storage_ns(stack))
-    if ino is not None:
-        found.update(p.pid for p in proc.in_namespaces({ino}))
-    marker = names.storage_env_marker(stack)
-    found.update(p.pid for p, _ in proc.marked(names.ENV_MARKER, lambda v: v == marker))
-    return sorted(found)
+    return proc.service_processes(net.netns_inode(names.storage_ns(stack)), names.ENV_MARKER,
+                                  names.storage_env_marker(stack))
 
 
 def _kill_store_processes(stack: str) -> None:
