@@ -128,7 +128,7 @@ def binary(name: str, root: Path | None = None) -> Path:
     return path
 
 
-def sriov_render(root: Path | None = None) -> Path:
+def sriov_render() -> Path:
     """The operator's renderer (tests only)."""
     return ensure_built(SRIOV_RENDER, go_version(), BUILDERS[SRIOV_RENDER.name]) / "sriov-render"
 

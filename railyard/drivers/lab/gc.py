@@ -144,18 +144,8 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 vm.delete_vm(stack, parsed[1], root)
             else:
                 node.delete_node(stack, parsed[1], root)
-        elif parsed and parsed[0] == "storage":
-            d = storage.object_store_dir(stack, root)
-            if d.exists():
-                removed["dirs"].append(str(d))
-            if not dry_run:
-                storage.delete_object_store(stack, root)
-        elif parsed and parsed[0] == "k8s":
-            d = control_plane.control_plane_dir(stack, root)
-            if d.exists():
-                removed["dirs"].append(str(d))
-            if not dry_run:
-                control_plane.delete_control_plane(stack, root)
+        elif parsed and parsed[0] in SERVICES:
+            _remove_service(stack, parsed[0], root, dry_run, removed)
         elif dry_run:
             pass
         elif parsed and parsed[0] == "spine":
@@ -207,18 +197,10 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 removed["mounts"].extend(proc.unmount_under(d))
                 proc.remove_tree(d)
             removed["dirs"].append(str(d))
-    if names.storage_ns(stack) not in known:
-        d = storage.object_store_dir(stack, root)
-        if d.exists():
-            if not dry_run:
-                storage.delete_object_store(stack, root)
-            removed["dirs"].append(str(d))
-    if names.control_plane_ns(stack) not in known:
-        d = control_plane.control_plane_dir(stack, root)
-        if d.exists():
-            if not dry_run:
-                control_plane.delete_control_plane(stack, root)
-            removed["dirs"].append(str(d))
+    # A service's directory outlives its namespace when a create was killed before the netns.
+    for kind_, (ns_of, _dir, _delete) in SERVICES.items():
+        if ns_of(stack) not in known:
+            _remove_service(stack, kind_, root, dry_run, removed)
     # The share is the nodes' that mount it as much as its own id's: a node's storage resource
     # creates it on first mount (storage.create_pfs_mount).
     mounted_by_known = any(storage.pfs_mount_exists(stack, n, root) for n in known_nodes)
@@ -229,6 +211,24 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 storage.delete_pfs(stack, root)
             removed["dirs"].append(str(d))
     return _unique(removed)
+
+
+# The lab's services, each a namespace of its own with a directory: kind -> (its netns name, its
+# directory, its delete).
+SERVICES = {
+    "storage": (names.storage_ns, storage.object_store_dir, storage.delete_object_store),
+    "k8s": (names.control_plane_ns, control_plane.control_plane_dir, control_plane.delete_control_plane),
+}
+
+
+def _remove_service(stack: str, kind_: str, root: Path | None, dry_run: bool, removed: dict) -> None:
+    ns_of, directory, delete = SERVICES[kind_]
+    d = directory(stack, root)
+    existed = d.exists()
+    if not dry_run and (existed or net.netns_exists(ns_of(stack))):
+        delete(stack, root)
+    if existed:
+        removed["dirs"].append(str(d))
 
 
 def _unique(removed: dict) -> dict:

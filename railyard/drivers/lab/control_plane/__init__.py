@@ -437,10 +437,6 @@ def admin_kubeconfig(stack: str, root: Path | None = None) -> str:
         raise LabError(f"control plane {names.control_plane_ns(stack)}", f"no admin kubeconfig: {exc}") from exc
 
 
-def control_plane_exists(stack: str) -> bool:
-    return net.netns_exists(names.control_plane_ns(stack))
-
-
 def delete_control_plane(stack: str, root: Path | None = None) -> dict:
     """Stop every component, remove the namespace (its veth with it) and the directory, data included."""
     require_root()
