@@ -339,6 +339,27 @@ class FabricPlan(Cabling):
         return min_bisection_links(pools, self.su_nodes, self.uplinks)
 
     @property
+    def pure_fat_tree(self) -> bool:
+        """Whether every switch of a tier has the same port groups (what OpenSM's ftree checks when
+        it is not told the roots). Two tiers always are: every leaf has the same uplinks to every
+        spine, and missing nodes are allowed. Three tiers are when every spine group is full and
+        all pools group alike; a partial last group has spines with fewer leaves below."""
+        if self.tiers != 3:
+            return True
+        shapes = {(pl.group_units, pl.pool.rails) for pl in self.layouts}
+        return len(shapes) == 1 and all(pl.last_group_units == pl.group_units for pl in self.layouts)
+
+    def switch_hops(self, a: tuple[str, int, int], b: tuple[str, int, int]) -> int:
+        """Switches on the shortest path between two compute NICs, each (pool, node index, rail):
+        one through a shared leaf, three through a spine, five through a core."""
+        (pa, ia, ra), (pb, ib, rb) = a, b
+        if pa == pb and ra == rb and self.scalable_unit(pa, ia) == self.scalable_unit(pb, ib):
+            return 1
+        if self.tiers == 2 or (pa == pb and self.spine_group(pa, ia) == self.spine_group(pb, ib)):
+            return 3
+        return 5
+
+    @property
     def worst_case_hops(self) -> int:
         """Switches on the longest shortest path between two GPUs' NICs (rail to other rail)."""
         return {0: 0, 2: 3, 3: 5}[self.tiers]

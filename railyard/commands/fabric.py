@@ -1,0 +1,88 @@
+"""`railyard fabric sweep [--json] [--roots auto|yes|no] [--no-pkeys] [--keep DIR] STACKFILE`:
+the stack's InfiniBand fabric simulated by ibsim and swept by OpenSM (railyard.sweep).
+
+Prints the routing engine OpenSM used (ftree, or what it fell back to and why), the sweep's
+time and the simulator's memory, then the checks against the plan: cabling, hops and partitions.
+Exit 0 when every check passes, 1 when one fails or the stack is refused, 2 on an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from railyard.model.errors import SpecError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fabric", help="check a stack's fabric with its own software (ibsim, OpenSM)",
+                       description="Check a stack's compute fabric with the software that runs it.")
+    fsub = p.add_subparsers(dest="fabric_command", metavar="SUBCOMMAND")
+    fsub.required = True
+    s = fsub.add_parser(
+        "sweep", help="simulate the InfiniBand fabric with ibsim and sweep it with OpenSM",
+        description="Simulate the stack's InfiniBand fabric with ibsim (every switch, HCA and planned "
+                    "cable), sweep it once with OpenSM and the options Railyard chose, and check the "
+                    "routing engine, the cabling, the hops and the partitions against the plan.")
+    s.add_argument("stackfile", metavar="STACKFILE")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--roots", choices=("auto", "yes", "no"), default="auto",
+                   help="tell OpenSM the root switches' GUIDs: auto (where the tree is not pure), yes, no")
+    s.add_argument("--no-pkeys", action="store_true", help="skip reading every HCA's P_Key table")
+    s.add_argument("--keep", metavar="DIR", help="keep the simulation's files (topology, OpenSM's files and log) in DIR")
+    s.set_defaults(func=handle_sweep)
+
+
+def handle_sweep(args) -> int:
+    from railyard.stack import load
+    from railyard.sweep import SimulatorError, sweep
+
+    try:
+        spec, plan = load(args.stackfile)
+    except SpecError as exc:
+        print(f"railyard fabric sweep: {args.stackfile}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    if plan.fabric.kind != "infiniband":
+        print(f"railyard fabric sweep: {args.stackfile}: the compute fabric is {plan.fabric.kind}; "
+              "OpenSM sweeps InfiniBand fabrics only", file=sys.stderr)
+        return 1
+    roots = {"auto": None, "yes": True, "no": False}[args.roots]
+    progress = None if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    try:
+        report = sweep(plan.fabric, spec.tenants, workdir=Path(args.keep) if args.keep else None, roots=roots,
+                       check_pkeys=not args.no_pkeys, progress=progress)
+    except (SimulatorError, ValueError) as exc:
+        print(f"railyard fabric sweep: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render(report))
+    return 0 if report.ok else 1
+
+
+def render(report) -> str:
+    r = report
+    rss = f"{r.ibsim_rss_kib / 1024:.0f} MiB" if r.ibsim_rss_kib else "unknown"
+    lines = [
+        f"subnet      {r.nodes} nodes: {r.hcas} HCAs, {r.switches} switches, {r.tiers} tiers",
+        f"routing     {r.engine or 'none'}" + (" (root GUIDs given)" if r.root_guids else " (roots found by ftree)"),
+    ]
+    if r.refusals:
+        lines.append("  ftree refused: " + "; ".join(r.refusals))
+    lines += [
+        f"sweep       {r.seconds:.2f} s (all steps {r.total_seconds:.2f} s), ibsim peak memory {rss}",
+        f"cabling     {'as planned' if r.cabling.ok else f'{len(r.cabling.missing)} missing, {len(r.cabling.extra)} not planned'}",
+    ]
+    lines += [f"  {line}" for line in r.cabling.lines()[:20]]
+    for h in r.hops:
+        mark = "ok" if h.ok else "WRONG"
+        lines.append(f"hops        {h.label}: {h.a} -> {h.b}: {h.traced} switches (planned {h.planned}) {mark}")
+    if r.pkeys_checked:
+        bad = len(r.pkey_mismatches)
+        lines.append(f"partitions  {r.pkeys_checked} HCAs' P_Key tables read, {bad} wrong")
+    lines.append("result      " + ("every check passed" if r.ok else "FAILED: " + "; ".join(r.problems()[:5])))
+    return "\n".join(lines)
