@@ -18,6 +18,10 @@ declare -A want=(
   [blkid]=util-linux
   [findmnt]=util-linux
   [curl]=curl
+  # The fabric sweep (railyard fabric sweep): ibsim-utils brings libumad2sim0, the preload library.
+  [ibsim]=ibsim-utils
+  [opensm]=opensm
+  [ibnetdiscover]=infiniband-diags
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
@@ -39,5 +43,16 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "railyard: installing host packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# opensm's package would start a subnet manager on any real HCA of this machine; Railyard runs it
+# only against ibsim. No service starts during the install (policy-rc.d), and systemd's is disabled.
+policy=/usr/sbin/policy-rc.d
+own_policy=
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1
+fi
+trap 'if [ -n "$own_policy" ]; then rm -f "$policy"; fi' EXIT
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ -d /run/systemd/system ] && systemctl list-unit-files opensm.service >/dev/null 2>&1; then
+  systemctl disable --now opensm.service >/dev/null 2>&1 || true
+fi

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from railyard.bench import bench_engine, bench_hosts, bench_kubernetes, bench_lab, bench_planner
+from railyard.bench import bench_engine, bench_hosts, bench_kubernetes, bench_lab, bench_opensm, bench_planner
 from railyard.bench.harness import Section
 
-_MODULES = (bench_planner, bench_engine, bench_lab, bench_hosts, bench_kubernetes)
+_MODULES = (bench_planner, bench_engine, bench_lab, bench_hosts, bench_kubernetes, bench_opensm)
 
 
 def all_sections() -> dict[str, Section]:

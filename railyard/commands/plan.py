@@ -1,8 +1,12 @@
-"""`railyard plan [--json] [--detail] [--cabling FILE.csv] STACKFILE`: what a stack needs.
+"""`railyard plan [--json] [--detail] [--cabling FILE.csv] [--opensm DIR [--subnet FILE]] STACKFILE`:
+what a stack needs.
 
 Switches, links, cables and optics per tier, oversubscription and bisection bandwidth of the
 compute fabric, the GPU->NIC pairing of each pool, the address plan and the storage tiers. The
 summary is arithmetic (fast at any size); `--detail` and `--cabling` list every switch and link.
+`--opensm DIR` writes what an InfiniBand subnet manager is given (railyard.sweep.write_opensm_files)
+and the planned subnet in ibnetdiscover's format; `--subnet` is the real subnet's ibnetdiscover
+output, for the GUIDs that partitions of some pools and root switches are named by.
 A stack the model rejects exits 1 with its problems, never a traceback.
 """
 
@@ -26,6 +30,10 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--detail", action="store_true", help="also list every node, switch and link")
     p.add_argument("--cabling", metavar="FILE.csv", help="write the cabling plan (one row per cable) to FILE.csv")
+    p.add_argument("--opensm", metavar="DIR",
+                   help="write OpenSM's partitions.conf, root GUIDs and options, and the planned subnet, to DIR")
+    p.add_argument("--subnet", metavar="FILE",
+                   help="with --opensm: the subnet's ibnetdiscover output, for the GUIDs of its ports and switches")
     p.set_defaults(func=handle)
 
 
@@ -43,6 +51,8 @@ def handle(args) -> int:
                 print(f"railyard plan: cannot write {args.cabling}: {exc.strerror or exc}", file=sys.stderr)
                 return 1
             print(f"wrote {rows} cables to {args.cabling}", file=sys.stderr)
+        if args.opensm and write_opensm(plan, args.opensm, args.subnet):
+            return 1
         if args.json:
             # The detail of a large cluster is hundreds of thousands of objects: compact JSON goes
             # through the C encoder, indented JSON would not.
@@ -67,6 +77,37 @@ def handle(args) -> int:
         print(f"railyard plan: {path}: internal error ({type(exc).__name__}: {exc}); "
               "please report it with the stack file", file=sys.stderr)
         return 2
+    return 0
+
+
+OPENSM_ETC = "/etc/opensm"  # where Debian's and MLNX_OFED's opensm read their files
+
+
+def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
+    """`--opensm`: 0 when written, 1 (with one line on stderr) when it cannot be."""
+    from pathlib import Path
+
+    from railyard.model.fabric import subnet as sn
+    from railyard.sweep import write_opensm_files
+
+    if plan.fabric.kind != "infiniband":
+        print(f"railyard plan: --opensm is for InfiniBand fabrics; this one is {plan.fabric.kind}", file=sys.stderr)
+        return 1
+    try:
+        subnet = None
+        if subnet_file:
+            with open(subnet_file, encoding="utf-8") as f:
+                subnet = sn.parse_ibnetdiscover(f.read())
+        out = Path(out_dir)
+        write_opensm_files(plan.fabric, plan.spec.tenants, subnet, out, installed_in=OPENSM_ETC)
+        (out / "topology.net").write_text(sn.topology_text(plan.fabric), encoding="utf-8")
+    except OSError as exc:
+        print(f"railyard plan: cannot write {out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"railyard plan: --opensm: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote OpenSM's files and the planned subnet to {out_dir}", file=sys.stderr)
     return 0
 
 

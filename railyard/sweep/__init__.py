@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from railyard.model.fabric import subnet as sn
 from railyard.sweep.simulator import Simulator, SimulatorError, tools
 
-__all__ = ["SweepReport", "Simulator", "SimulatorError", "sweep", "tools"]
+__all__ = ["SweepReport", "Simulator", "SimulatorError", "sweep", "tools", "write_opensm_files"]
 
 _CONFIGURED = re.compile(r"osm_ucast_mgr_process: (\S+) tables configured on all switches")
 _FTREE_REFUSAL = re.compile(r"(fabric_validate_topology: ERR \w+: .*|Fabric topology is not a fat-tree"
@@ -115,22 +115,30 @@ def pkey_table(smpquery_output: str) -> set[int]:
     return keys
 
 
-def write_opensm_files(fabric: Any, tenants: Sequence[Any], subnet: sn.Subnet, out: Path, *,
-                       roots: bool | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """partitions.conf, root_guids.conf (where the tree needs it, or `roots` says) and opensm.conf
-    in `out`; returns the options written."""
-    out.mkdir(parents=True, exist_ok=True)
-    partitions = out / "partitions.conf"
-    partitions.write_text(sn.partitions_conf(tenants, fabric, subnet), encoding="utf-8")
+def write_opensm_files(fabric: Any, tenants: Sequence[Any], subnet: sn.Subnet | None, out: Path, *,
+                       roots: bool | None = None, installed_in: str | None = None,
+                       extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write OpenSM's files for this fabric into `out` and return the options chosen:
+    partitions.conf, root_guids.conf (where the tree needs it, or `roots` says), root-switches.txt
+    (their names, for reference) and opensm.conf, which names the other files where they will be
+    installed (`installed_in`, else `out`). GUIDs come from `subnet` (ibnetdiscover of the subnet);
+    a file that needs them without it is refused with ValueError before anything is written."""
+    where = Path(installed_in) if installed_in else out
+    files = {"partitions.conf": sn.partitions_conf(tenants, fabric, subnet),
+             "root-switches.txt": "".join(f"{n}\n" for n in sn.root_switches(fabric))}
     use_roots = sn.needs_root_guids(fabric) if roots is None else roots
-    root_file = None
     if use_roots:
-        root_file = out / "root_guids.conf"
-        root_file.write_text(sn.guid_lines(sn.root_guids(fabric, subnet)), encoding="utf-8")
-    options = sn.opensm_options(fabric, partition_file=str(partitions),
-                                root_guid_file=str(root_file) if root_file else None)
+        if subnet is None:
+            raise ValueError("this fabric is not a pure fat tree (a partial spine group), so OpenSM's ftree needs "
+                             "the root switches' GUIDs: pass the subnet's ibnetdiscover output")
+        files["root_guids.conf"] = sn.guid_lines(sn.root_guids(fabric, subnet))
+    options = sn.opensm_options(fabric, partition_file=str(where / "partitions.conf"),
+                                root_guid_file=str(where / "root_guids.conf") if use_roots else None)
     options.update(extra or {})
-    (out / "opensm.conf").write_text(sn.opensm_conf(options), encoding="utf-8")
+    files["opensm.conf"] = sn.opensm_conf(options)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
     return options
 
 

@@ -84,6 +84,8 @@ class Simulator:
         self.stop()
 
     def start(self) -> None:
+        if self.proc is not None:
+            raise SimulatorError("this simulator is already running")
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "cache").mkdir(exist_ok=True)
         log = open(self.workdir / "ibsim.log", "wb")
@@ -97,8 +99,9 @@ class Simulator:
         deadline = time.monotonic() + self.start_timeout
         while not _socket_ready(self.sockname):
             if self.proc.poll() is not None:
-                raise SimulatorError(f"ibsim exited with {self.proc.returncode} while loading {self.topology}: "
-                                     f"{self.log_tail()}")
+                code = self.proc.returncode
+                self.stop()
+                raise SimulatorError(f"ibsim exited with {code} while loading {self.topology}: {self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise SimulatorError(f"ibsim did not come up within {self.start_timeout:.0f} s")

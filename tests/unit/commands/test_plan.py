@@ -62,3 +62,57 @@ def test_a_missing_stack_exits_1(tmp_path, capsys):
 def test_an_unwritable_cabling_path_exits_1(tmp_path, capsys):
     assert main(["plan", "--cabling", str(tmp_path / "missing" / "c.csv"), LAB]) == 1
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_plan_opensm_writes_what_a_subnet_manager_is_given(tmp_path, capsys):
+    out = tmp_path / "osm"
+    assert main(["plan", "--opensm", str(out), LAB]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["opensm.conf", "partitions.conf", "root-switches.txt",
+                                                     "topology.net"]
+    conf = (out / "opensm.conf").read_text()
+    # Named where the subnet manager reads them; a pure fat tree needs no root GUIDs.
+    assert "routing_engine ftree\n" in conf and "partition_config_file /etc/opensm/partitions.conf\n" in conf
+    assert "root_guid_file" not in conf
+    assert "research=0x0001 : ALL_CAS=full ;" in (out / "partitions.conf").read_text()
+    assert (out / "root-switches.txt").read_text().split() == ["spine0", "spine1", "spine2", "spine3"]
+    from railyard.model.fabric import subnet as sn
+    from railyard.stack import load
+
+    _, plan = load(LAB)
+    assert sn.compare(plan.fabric, sn.parse_ibnetdiscover((out / "topology.net").read_text())).ok
+
+
+def test_plan_opensm_without_the_subnet_refuses_a_tree_that_needs_root_guids(tmp_path, capsys):
+    out = tmp_path / "osm"
+    assert main(["plan", "--opensm", str(out), "stacks/Pulumi.us-east-bm.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "not a pure fat tree" in err and "ibnetdiscover" in err
+    assert not out.exists()  # refused before anything was written
+
+
+def test_plan_opensm_with_the_subnet_names_the_root_guids(tmp_path, capsys):
+    from railyard.model.fabric import subnet as sn
+    from railyard.stack import load
+
+    _, plan = load("stacks/Pulumi.us-east-bm.yaml")
+    # The planned subnet, with GUIDs given as a discovery would print them.
+    text, guid = [], 0x200000
+    for line in sn.topology_text(plan.fabric).splitlines():
+        if line.startswith("Switch"):
+            text.append(f"switchguid=0x{guid:x}")
+            guid += 1
+        text.append(line)
+    subnet = tmp_path / "subnet.txt"
+    subnet.write_text("\n".join(text) + "\n")
+    out = tmp_path / "osm"
+    assert main(["plan", "--opensm", str(out), "--subnet", str(subnet), "stacks/Pulumi.us-east-bm.yaml"]) == 0
+    assert "root_guid_file /etc/opensm/root_guids.conf\n" in (out / "opensm.conf").read_text()
+    roots = (out / "root_guids.conf").read_text().split()
+    cores = (out / "root-switches.txt").read_text().split()
+    assert len(roots) == len(cores) == 64 and all(c.startswith("plane") for c in cores)
+    assert roots[0] == f"0x{0x200000 + 304 - 64:016x}"  # the cores are the last 64 switches of the file
+
+
+def test_plan_opensm_refuses_a_roce_stack(tmp_path, capsys):
+    assert main(["plan", "--opensm", str(tmp_path / "o"), "stacks/Pulumi.us-south-vela.yaml"]) == 1
+    assert "InfiniBand" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""The planned InfiniBand fabric judged by OpenSM: ibsim serves the plan, OpenSM sweeps it once
+with the options Railyard chose, and infiniband-diags check the result (railyard.sweep).
+
+Simulated only: no lab node is created. Each simulation has its own abstract socket name and work
+directory, so these run beside a lab stack and beside each other.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from railyard.model.fabric import subnet as sn
+from railyard.stack import load
+from railyard.sweep import Simulator, SimulatorError, sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stack(tmp_path: Path, nodes: int | list[int], reserved: int = 0, tenants: list[dict] | None = None):
+    """The default lab stack resized: one pool per count, every pool dgx-h100."""
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())
+    cfg = doc["config"]
+    counts = [nodes] if isinstance(nodes, int) else nodes
+    cfg["railyard:nodePools"] = [{"name": name, "sku": "dgx-h100", "count": n}
+                                 for name, n in zip(("gpu", "b"), counts)]
+    cfg["railyard:fabric"]["compute"]["reservedLeafPorts"] = reserved
+    if tenants is not None:
+        cfg["railyard:tenants"] = tenants
+    path = tmp_path / f"Pulumi.t-sweep-{'-'.join(map(str, counts))}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load(str(path))
+
+
+def leftovers() -> dict[str, list[str]]:
+    """What a simulation of this process could leave: ibsim processes, abstract sockets, OpenSM's
+    default state files."""
+    mine = f"railyard-{os.getpid()}-"
+    procs = []
+    for stat in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if mine.encode() in Path(stat).read_bytes():
+                procs.append(stat.split("/")[2])
+        except OSError:
+            continue
+    sockets = [line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines() if f"@{mine}" in line]
+    state = sorted(glob.glob("/var/cache/opensm/*") + glob.glob("/var/log/opensm*"))
+    return {"processes": procs, "sockets": sockets, "opensm_state": state}
+
+
+@pytest.fixture
+def clean():
+    before = leftovers()
+    assert not before["processes"] and not before["sockets"]
+    yield
+    after = leftovers()
+    assert after["processes"] == [] and after["sockets"] == []
+    assert after["opensm_state"] == before["opensm_state"], "OpenSM wrote to /var/cache/opensm or /var/log"
+
+
+@pytest.mark.parametrize("nodes, reserved, tiers, roots", [
+    (2, 0, 2, False),     # the default lab stack: 8 leaves, 4 spines
+    (12, 28, 2, False),   # 3 scalable units of 4
+    (36, 28, 3, True),    # 9 SUs in spine groups of 4, 4 and 1: three tiers, not a pure fat tree
+])
+def test_ftree_routes_the_planned_fabric_and_it_is_the_plan(tmp_path, clean, nodes, reserved, tiers, roots):
+    spec, plan = stack(tmp_path, nodes, reserved)
+    report = sweep(plan.fabric, spec.tenants, workdir=tmp_path / "sim")
+    assert report.problems() == []
+    assert report.engine == "ftree" and report.refusals == []
+    assert report.tiers == tiers and report.root_guids is roots
+    assert (report.hcas, report.switches) == (nodes * 8, plan.fabric.summary()["switches"]["total"])
+    assert report.cabling.ok
+    traced = {h.label: h.traced for h in report.hops}
+    want = {"same rail and leaf": 1, "another rail, same node": 3}
+    if nodes > 4 and reserved:
+        want["same rail, another scalable unit"] = 3
+    if tiers == 3:
+        want["same rail, another spine group"] = 5
+        want["another rail, another spine group"] = 5
+    assert traced == want
+    # Every compute port holds exactly its tenants' keys (the default lab stack: research, 0x8001).
+    assert report.pkeys_checked == nodes * 8 and report.pkey_mismatches == {}
+    log = (tmp_path / "sim" / "opensm.log").read_text()
+    assert "ftree tables configured on all switches" in log and "minhop" not in log
+
+
+def test_without_root_guids_ftree_falls_back_on_a_partial_spine_group(tmp_path, clean):
+    # The finding of docs/fabric.md: the last group's spines have 8 leaves below, the others 32;
+    # ftree refuses the tree as not pure and OpenSM quietly routes min-hop instead.
+    spec, plan = stack(tmp_path, 36, 28)
+    report = sweep(plan.fabric, spec.tenants, roots=False, check_pkeys=False)
+    assert report.engine == "minhop" and not report.ok
+    assert any("Different number of downward port groups" in r for r in report.refusals)
+    assert report.problems()[0].startswith("OpenSM routed with minhop, not ftree")
+    assert report.cabling.ok  # the cabling is still the plan; only the routing engine changed
+
+
+def test_partitions_land_on_exactly_their_tenants_ports(tmp_path, clean):
+    tenants = [{"name": "alpha", "pkey": "0x8005", "pools": ["gpu"]},       # full member, one pool
+               {"name": "beta", "pkey": "0x0006", "pools": ["gpu", "b"]}]   # limited, every pool
+    spec, plan = stack(tmp_path, [2, 2], tenants=tenants)
+    report = sweep(plan.fabric, spec.tenants, workdir=tmp_path / "sim")
+    assert report.problems() == [] and report.pkeys_checked == 32
+    conf = (tmp_path / "sim" / "opensm" / "partitions.conf").read_text().splitlines()
+    alpha = next(line for line in conf if line.startswith("alpha="))
+    assert alpha.count("=full") == 16 and "beta=0x0006 : ALL_CAS=limited ;" in conf
+    # The keys themselves, read from two HCAs' P_Key tables by smpquery after the sweep.
+    expected = sn.expected_pkeys(spec.tenants, plan.fabric, sn.sm_port(plan.fabric))
+    assert expected["gpu-1 mlx5_3"] == {0x7FFF, 0x8005, 0x0006}
+    assert expected["b-0 mlx5_3"] == {0x7FFF, 0x0006}
+
+
+def test_swapped_cables_are_caught_and_named(tmp_path, clean):
+    spec, plan = stack(tmp_path, 2)
+    text = sn.topology_text(plan.fabric)
+    a, b = "gpu-0 mlx5_4", "gpu-1 mlx5_5"  # rail 2 on leaf 2 port 1, rail 3 on leaf 3 port 2
+    damaged = text.replace(f'"{a}"', "\0").replace(f'"{b}"', f'"{a}"').replace("\0", f'"{b}"')
+    report = sweep(plan.fabric, spec.tenants, topology=damaged, check_pkeys=False)
+    assert report.engine == "ftree"  # still a fat tree: only the rails are crossed
+    assert report.cabling.lines() == [
+        "planned cable gpu-0 mlx5_4 port 1 <-> gpu-su0-leaf2 port 1 is not there",
+        "planned cable gpu-1 mlx5_5 port 1 <-> gpu-su0-leaf3 port 2 is not there",
+        "cable gpu-0 mlx5_4 port 1 <-> gpu-su0-leaf3 port 2 is not in the plan",
+        "cable gpu-1 mlx5_5 port 1 <-> gpu-su0-leaf2 port 1 is not in the plan",
+    ]
+    assert not report.ok
+
+
+def test_a_simulator_that_dies_leaves_nothing(tmp_path, clean):
+    spec, plan = stack(tmp_path, 2)
+    topo = tmp_path / "t.net"
+    topo.write_text(sn.topology_text(plan.fabric))
+    # Too few ports for the fabric: ibsim panics while loading it.
+    with pytest.raises(SimulatorError, match="ibsim exited"):
+        Simulator(topo, tmp_path / "w", {"nodes": 64, "switches": 16, "ports": 100}).start()
+    sim = Simulator(topo, tmp_path / "w2", sn.simulator_limits(plan.fabric))
+    with pytest.raises(RuntimeError, match="a failed check"):
+        with sim:
+            pid = sim.proc.pid
+            assert Path(f"/proc/{pid}").exists()
+            with pytest.raises(SimulatorError, match="already running"):
+                sim.start()
+            raise RuntimeError("a failed check")
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_the_command_prints_the_report_and_exits_by_its_result(tmp_path, clean, capsys):
+    from railyard.cli import main
+
+    assert main(["fabric", "sweep", str(ROOT / "stacks" / "Pulumi.lab.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "routing     ftree (roots found by ftree)" in out and "cabling     as planned" in out
+    assert "partitions  16 HCAs' P_Key tables read, 0 wrong" in out and out.rstrip().endswith("every check passed")
+    stack(tmp_path, 36, 28)  # writes Pulumi.t-sweep-36.yaml
+    spec_path = tmp_path / "Pulumi.t-sweep-36.yaml"
+    assert main(["fabric", "sweep", "--roots", "no", "--no-pkeys", "--json", str(spec_path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["engine"] == "minhop" and report["ok"] is False and report["cabling"]["ok"] is True
+    assert main(["fabric", "sweep", str(ROOT / "stacks" / "Pulumi.us-south-vela.yaml")]) == 1
+    assert "OpenSM sweeps InfiniBand fabrics only" in capsys.readouterr().err
