@@ -1,10 +1,10 @@
-"""`railyard plan [--json] [--detail] [--cabling FILE.csv] [--opensm DIR [--subnet FILE]] STACKFILE`:
-what a stack needs.
+"""`railyard plan [--json] [--detail] [--cabling FILE.csv] [--diagram FILE.svg|.png]
+[--opensm DIR [--subnet FILE]] STACKFILE`: what a stack needs.
 
 Switches, links, cables and optics per tier, oversubscription and bisection bandwidth of the
 compute fabric, the GPU->NIC pairing of each pool, the address plan and the storage tiers. The
 summary is arithmetic (fast at any size); `--detail` and `--cabling` list every switch and link.
-`--opensm DIR` writes what an InfiniBand subnet manager is given (railyard.sweep.write_opensm_files)
+`--diagram` draws the fabric (railyard.model.fabric.diagram). `--opensm DIR` writes what an InfiniBand subnet manager is given (railyard.sweep.write_opensm_files)
 and the planned subnet in ibnetdiscover's format; `--subnet` is the real subnet's ibnetdiscover
 output, for the GUIDs that partitions of some pools and root switches are named by.
 A stack the model rejects exits 1 with its problems, never a traceback.
@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--detail", action="store_true", help="also list every node, switch and link")
     p.add_argument("--cabling", metavar="FILE.csv", help="write the cabling plan (one row per cable) to FILE.csv")
+    p.add_argument("--diagram", metavar="FILE",
+                   help="draw the compute fabric to FILE (.svg or .png): tiers, folded switches, link counts")
     p.add_argument("--opensm", metavar="DIR",
                    help="write OpenSM's partitions.conf, root GUIDs and options, and the planned subnet, to DIR")
     p.add_argument("--subnet", metavar="FILE",
@@ -52,6 +54,8 @@ def handle(args) -> int:
                 return 1
             print(f"wrote {rows} cables to {args.cabling}", file=sys.stderr)
         if args.opensm and write_opensm(plan, args.opensm, args.subnet):
+            return 1
+        if args.diagram and write_diagram(plan, args.diagram):
             return 1
         if args.json:
             # The detail of a large cluster is hundreds of thousands of objects: compact JSON goes
@@ -77,6 +81,24 @@ def handle(args) -> int:
         print(f"railyard plan: {path}: internal error ({type(exc).__name__}: {exc}); "
               "please report it with the stack file", file=sys.stderr)
         return 2
+    return 0
+
+
+def write_diagram(plan: Any, path: str) -> int:
+    """`--diagram`: 0 when drawn, 1 (with one line on stderr) when it cannot be."""
+    from railyard.model.fabric import diagram
+
+    try:
+        data = diagram.render(plan.fabric, path)  # refuses another suffix before a file is opened
+        with open(path, "wb") as out:
+            out.write(data)
+    except ValueError as exc:
+        print(f"railyard plan: --diagram: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"railyard plan: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"drew the fabric to {path} ({len(data):,} bytes)", file=sys.stderr)
     return 0
 
 

@@ -86,6 +86,8 @@ class NetworkPlan:
     object tier, on the management network `kubernetes` where it has railyard:kubernetes (the
     last host address: node addresses count up from the bottom of their blocks, so the top is
     never a node's)."""
+    mtu: int
+    """Every host interface on it (railyard.model.mtu)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class ComputeNetworkPlan:
     """Whether the fabric has a tier above its leaves, through which traffic between rails can
     pass; without one, each rail is a leaf of its own."""
     kind: str
+    mtu: int
+    """The rails' netdev MTU: IPoIB's on InfiniBand, Ethernet's on RoCE (railyard.model.mtu)."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,10 @@ class Networks:
 
     def to_json(self) -> dict[str, Any]:
         """The `networks` of `railyard plan --json` and of the stack's outputs."""
-        out: dict[str, Any] = {n.name: {"cidr": n.cidr, "pools": dict(n.pools)}
+        out: dict[str, Any] = {n.name: {"cidr": n.cidr, "pools": dict(n.pools), "mtu": n.mtu}
                                for n in (self.management, self.storage)}
-        out["compute"] = {"cidr": self.compute.cidr, "rails": [r.cidr for r in self.compute.rails]}
+        out["compute"] = {"cidr": self.compute.cidr, "rails": [r.cidr for r in self.compute.rails],
+                          "mtu": self.compute.mtu}
         if self.compute.kind == "roce":
             out["compute"]["gateways"] = [r.gateway for r in self.compute.rails]
         return out
@@ -269,11 +274,11 @@ class Plan:
                 services["kubernetes"] = str(cidr.broadcast_address - 1)
             nets[name] = NetworkPlan(name, str(cidr), cidr.prefixlen,
                                      {p.name: addr.pool_block(cidr, i) for i, p in enumerate(self.spec.node_pools)},
-                                     str(cidr.network_address + 1), services)
+                                     str(cidr.network_address + 1), services, getattr(f, name).mtu)
         prefix = addr.rail_prefixlen(f.compute.cidr, self._rails, kind) if self._rails else 0
         rails = tuple(Subnet(addr.rail_subnet(f.compute.cidr, r, self._rails, kind), prefix,
                              addr.rail_gateway(f.compute.cidr, r, self._rails, kind)) for r in range(self._rails))
-        compute = ComputeNetworkPlan(str(f.compute.cidr), rails, self.fabric.spines > 0, kind)
+        compute = ComputeNetworkPlan(str(f.compute.cidr), rails, self.fabric.spines > 0, kind, f.compute.mtu)
         return Networks(nets["management"], nets["storage"], compute)
 
     def tenants(self) -> list[dict[str, Any]]:

@@ -109,7 +109,7 @@ def test_partitions_land_on_exactly_their_tenants_ports(tmp_path, clean):
     assert report.problems() == [] and report.pkeys_checked == 32
     conf = (tmp_path / "sim" / "opensm" / "partitions.conf").read_text().splitlines()
     alpha = next(line for line in conf if line.startswith("alpha="))
-    assert alpha.count("=full") == 16 and "beta=0x0006 : ALL_CAS=limited ;" in conf
+    assert alpha.count("=full") == 16 and "beta=0x0006, ipoib, mtu=5 : ALL_CAS=limited ;" in conf
     # The keys themselves, read from two HCAs' P_Key tables by smpquery after the sweep.
     expected = sn.expected_pkeys(spec.tenants, plan.fabric, sn.sm_port(plan.fabric))
     assert expected["gpu-1 mlx5_3"] == {0x7FFF, 0x8005, 0x0006}

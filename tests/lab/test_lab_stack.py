@@ -82,6 +82,19 @@ def test_same_rail_is_one_hop_and_cross_rail_crosses_the_spine(project):
     assert hops(cross.stdout) == ["198.19.0.1", "198.19.32.3"], cross.stdout
 
 
+def test_rails_carry_the_planned_ipoib_mtu_end_to_end(project):
+    # 4092: the IPoIB datagram MTU of a 4096-byte InfiniBand link (railyard.model.mtu). A ping of
+    # 4092 bytes (4064 of payload, 28 of headers) that may not fragment crosses the leaf and the
+    # spine; one byte more does not leave the node.
+    links = project.ssh("gpu-0", "ip -o link show ibp24s0; ip -o link show ibp64s0").stdout.splitlines()
+    assert [line.split(" mtu ")[1].split()[0] for line in links] == ["4092", "4092"]
+    for target in ("198.19.0.3", "198.19.32.3"):
+        ok = project.ssh("gpu-0", f"ping -c1 -W2 -M do -s 4064 -I 198.19.0.2 {target}", check=False)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+    big = project.ssh("gpu-0", "ping -c1 -W2 -M do -s 4065 -I 198.19.0.2 198.19.0.3", check=False)
+    assert big.returncode != 0 and "mtu = 4092" in (big.stdout + big.stderr).lower().replace("mtu=", "mtu = ")
+
+
 def test_second_up_changes_nothing(project):
     project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes")
 

@@ -56,6 +56,8 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "plan/*/*/tenants*.namespace": "added: the tenant's namespace (default: its name)",
     "plan/*/*/tenants*.pools": "added: the pools the tenant covers (default: all)",
     "plan/*/*/tenants*.gpu_quota": "added: the tenant's GPU quota (default: its pools' GPUs)",
+    # Issue 16: every network has an MTU in the plan (railyard.model.mtu).
+    "plan/*/*/networks.*.mtu": "added: each network's MTU, from the fixture table",
 }
 
 # The one update a first preview may show: the tuning run, when the code the playbook runs changed
@@ -63,6 +65,23 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
 # the idempotent playbook runs once more and changes nothing on the nodes. Any other changed
 # input, or an update of any other resource, is a behaviour change.
 UPDATES_ALLOWED = {"-tuning-run": {"digest"}}
+
+
+def _without_rail_mtu(spec: Any) -> Any:
+    if not isinstance(spec, dict):
+        return spec
+    return {**spec, "rails": [{k: v for k, v in r.items() if k != "mtu"} for r in spec.get("rails") or ()]}
+
+
+# Issue 16 sets the planned MTU on the lab's rail links: each node's rails gain `mtu` (both veth
+# ends) and the spine's links take it too. An update in place, nothing else in them may differ.
+def _mtu_update(step: dict) -> bool:
+    old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
+    new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+    urn = step.get("urn", "")
+    if urn.endswith("-host") and changed_inputs(step) == {"spec"}:
+        return _without_rail_mtu(old.get("spec")) == _without_rail_mtu(new.get("spec"))
+    return urn.endswith("-net-spine") and changed_inputs(step) == {"mtu"}
 
 
 def changed_inputs(step: dict) -> set[str]:
@@ -75,8 +94,9 @@ def changed_inputs(step: dict) -> set[str]:
 
 def allowed_update(step: dict) -> bool:
     keys = changed_inputs(step)
-    return step.get("op") == "update" and any(
+    return step.get("op") == "update" and (any(
         step["urn"].endswith(suffix) and keys <= inputs for suffix, inputs in UPDATES_ALLOWED.items())
+        or _mtu_update(step))
 
 # Every step that removes a resource or stands a new one up in its place.
 FORBIDDEN_OPS = {"replace", "create-replacement", "delete-replaced", "delete", "discard", "discard-replaced",

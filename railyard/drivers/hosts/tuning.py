@@ -28,9 +28,10 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
         out[JUMP_VAR] = jump(host)  # the tuning run makes its ProxyCommand
     # The rails' addresses from the plan, written for the host's network stack (rail_network):
     # on servers Railyard did not build, nothing else gives them.
+    mtu = plan.networks.compute.mtu
     out["rail_network_interfaces"] = [
         {"name": nic.netdev or nic.name, "address": nic.ip, "prefixlen": nic.prefixlen, "rail": nic.rail,
-         "gateway": nic.gateway} for nic in node.nics]
+         "gateway": nic.gateway, "mtu": mtu} for nic in node.nics]
     if any(nic.gateway for nic in node.nics):
         out["rail_network_compute_cidr"] = plan.networks.compute.cidr
     return out

@@ -45,6 +45,7 @@ class LabDriver(Driver):
             # cross-rail traffic crosses the spine, as on the real fabric.
             ready.append(resources.LabSpine(f"{name}-spine", stack=self.spec.stack,
                                             gateways=[f"{r.gateway}/{r.prefixlen}" for r in nets.compute.rails],
+                                            mtu=nets.compute.mtu,
                                             opts=pulumi.ResourceOptions(parent=parent, depends_on=[fab])))
         return ready
 
@@ -93,7 +94,8 @@ class LabDriver(Driver):
 
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle:
-        rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}",
+        mtu = self.plan.networks.compute.mtu
+        rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}", "mtu": mtu,
                   **self._rail_gateway(nic.rail)} for nic in node.nics]
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,

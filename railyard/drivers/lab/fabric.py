@@ -250,10 +250,11 @@ def detach_service(stack: str, port: str) -> None:
             net.link_delete(name, fab)
 
 
-def create_spine(stack: str, *, gateways: list[str]) -> dict:
+def create_spine(stack: str, *, gateways: list[str], mtu: int | None = None) -> dict:
     """Ensure the spine namespace routing between rails: gateways[i] (``198.19.0.1/24``) is rail
     i's gateway, held by the spine's link to rail i's bridge. Links to rails beyond the list are
-    removed. The rail bridges must exist (create_fabric first)."""
+    removed. The rail bridges must exist (create_fabric first). `mtu`: the rails' (both ends of
+    each spine link), so traffic routed between rails carries the rails' frames whole."""
     require_root()
     fab, sp = names.fabric_ns(stack), names.spine_ns(stack)
     gws = [net.lab_interface(g, f"spine {sp} gateway of rail {i}") for i, g in enumerate(gateways)]
@@ -296,6 +297,8 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
         if inner not in sp_links:
             fbatch.add(f"link {outer}", "link", "add", outer, "address", names.mac(stack, fab, outer),
                        "type", "veth", "peer", "name", inner, "address", names.mac(stack, sp, inner), "netns", sp)
+        if mtu is not None and fab_links.get(outer, {}).get("mtu") != mtu:
+            fbatch.add(f"link {outer} mtu", "link", "set", outer, "mtu", str(mtu))
         fbatch.add(f"link {outer}", "link", "set", outer, "master", names.rail_bridge(i), "up")
     fbatch.run()
 
@@ -304,6 +307,8 @@ def create_spine(stack: str, *, gateways: list[str]) -> dict:
     sbatch.add("link lo", "link", "set", "lo", "up")
     for i, gw in enumerate(gws):
         inner = names.spine_link(i)
+        if mtu is not None and sp_links.get(inner, {}).get("mtu") != mtu:
+            sbatch.add(f"link {inner} mtu", "link", "set", inner, "mtu", str(mtu))
         net.queue_addresses(sbatch, inner, sp_links.get(inner), [str(gw)])
         sbatch.add(f"link {inner}", "link", "set", inner, "up")
     sbatch.run()

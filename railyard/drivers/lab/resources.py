@@ -148,7 +148,7 @@ class LabFabric(Resource):
 
 
 class SpineProvider(_LabProvider):
-    INPUTS = ("stack", "gateways")
+    INPUTS = ("stack", "gateways", "mtu")
 
     def object_id(self, props):
         from railyard.drivers.lab import names
@@ -158,7 +158,8 @@ class SpineProvider(_LabProvider):
     def ensure(self, props):
         from railyard.drivers.lab import fabric
 
-        fabric.create_spine(props["stack"], gateways=list(props["gateways"]))
+        mtu = props.get("mtu")
+        fabric.create_spine(props["stack"], gateways=list(props["gateways"]), mtu=int(mtu) if mtu else None)
         return {}
 
     def observe(self, props):
@@ -173,8 +174,9 @@ class SpineProvider(_LabProvider):
 
 
 class LabSpine(Resource):
-    def __init__(self, name: str, *, stack: str, gateways: list[str], opts: pulumi.ResourceOptions | None = None):
-        super().__init__(SpineProvider(), name, {"stack": stack, "gateways": gateways}, opts)
+    def __init__(self, name: str, *, stack: str, gateways: list[str], mtu: int | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(SpineProvider(), name, {"stack": stack, "gateways": gateways, "mtu": mtu}, opts)
 
 
 class NodeProvider(_LabProvider):

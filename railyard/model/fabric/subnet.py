@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from railyard.model import addressing as addr
+from railyard.model import mtu
 
 DEFAULT_PKEY = 0x7FFF
 ROUTING_ENGINE = "ftree"
@@ -284,7 +285,8 @@ def partitions_conf(tenants: Sequence[Any], fabric: Any, subnet: Subnet | None) 
     """
     lines = ["# Written by Railyard from the stack's railyard:tenants (docs/fabric.md)."]
     default = "limited" if tenants else "full"
-    lines.append(f"Default=0x{DEFAULT_PKEY:04x}, ipoib, defmember={default} : ALL, ALL_SWITCHES=full, SELF=full ;")
+    ipoib = ipoib_flags()
+    lines.append(f"Default=0x{DEFAULT_PKEY:04x}, {ipoib}, defmember={default} : ALL, ALL_SWITCHES=full, SELF=full ;")
     pools = {pl.pool.name for pl in fabric.layouts}
     for t in tenants:
         membership = "full" if t.full_membership else "limited"
@@ -296,8 +298,15 @@ def partitions_conf(tenants: Sequence[Any], fabric: Any, subnet: Subnet | None) 
                              "the subnet's GUIDs (ibnetdiscover output)")
         else:
             members = ", ".join(f"0x{g:016x}={membership}" for g in _members(t, fabric, subnet))
-        lines.append(f"{partition_name(t.name)}=0x{t.partition:04x} : {members or 'NONE'} ;")
+        lines.append(f"{partition_name(t.name)}=0x{t.partition:04x}, {ipoib} : {members or 'NONE'} ;")
     return "\n".join(lines) + "\n"
+
+
+def ipoib_flags() -> str:
+    """Each partition carries IPoIB, its broadcast group at the fabric's 4096-byte link MTU: OpenSM
+    would create it at 2048 otherwise, and every IPoIB interface would come up at 2044, not the
+    planned 4092 (railyard.model.mtu)."""
+    return f"ipoib, mtu={mtu.IB_MTU_CODES[mtu.ib_link_mtu()]}"
 
 
 def partition_name(name: str) -> str:

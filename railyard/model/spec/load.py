@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from railyard.model import addressing, yamlio
+from railyard.model import addressing, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
@@ -479,11 +479,21 @@ class _Parser(CrossFieldRules):
         nets = {}
         for name in ("storage", "management"):
             sm = self.mapping(fm.get(name), f"{path}.{name}", f"fabric.{name}")
-            nets[name] = self.cidr(sm, "cidr", f"{path}.{name}.cidr", DEFAULT_CIDRS[name]) if sm is not None else None
+            cidr = self.cidr(sm, "cidr", f"{path}.{name}.cidr", DEFAULT_CIDRS[name]) if sm is not None else None
+            nets[name] = Network(cidr, self.mtu(sm or {}, f"{path}.{name}.mtu", name))
         if compute is None:
             return Fabric(compute=ComputeFabric(kind=None, speed=None, switch=None, cidr=None),
-                          storage=Network(nets["storage"]), management=Network(nets["management"]))
-        return Fabric(compute=compute, storage=Network(nets["storage"]), management=Network(nets["management"]))
+                          storage=nets["storage"], management=nets["management"])
+        return Fabric(compute=compute, storage=nets["storage"], management=nets["management"])
+
+    def mtu(self, m: Mapping, path: str, network: str, kind: str | None = None) -> int | None:
+        """A network's MTU: the stack's, inside what the network carries, else the fixture's default."""
+        r = mtu.network_range(network, kind)
+        before = len(self.problems)
+        value = self.integer(m, "mtu", path, default=r.default, minimum=r.lowest, maximum=r.highest)
+        if len(self.problems) > before and not self.problems[-1].hint:
+            self.problems[-1] = dataclasses.replace(self.problems[-1], hint=r.why)
+        return value
 
     def compute(self, cm: Mapping, cpath: str) -> ComputeFabric:
         kind = self.choice(cm, "kind", cpath + ".kind", FABRIC_KINDS, required=True)
@@ -530,8 +540,10 @@ class _Parser(CrossFieldRules):
                          f"{switch_id} has no ports at {speed} (native or breakout); pick another speed or switch")
         # Limits that depend on the switch's radix at this speed (reserved ports, tiers, nodes per
         # fabric) belong to the planner: check_plan() asks it once the whole spec is known.
+        rails_mtu = self.mtu(cm, cpath + ".mtu", "compute", kind) if kind else None
         return ComputeFabric(kind=kind, speed=speed, switch=switch_id, topology=topology,
-                             oversubscription=oversub, reserved_leaf_ports=reserved, cidr=cidr, asn_base=asn)
+                             oversubscription=oversub, reserved_leaf_ports=reserved, cidr=cidr, asn_base=asn,
+                             mtu=rails_mtu)
 
     # --- tenants --------------------------------------------------------------------------------
 

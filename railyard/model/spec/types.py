@@ -60,10 +60,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
     "fabric.compute": (
-        "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase",
+        "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase", "mtu",
     ),
-    "fabric.storage": ("cidr",),
-    "fabric.management": ("cidr",),
+    "fabric.storage": ("cidr", "mtu"),
+    "fabric.management": ("cidr", "mtu"),
     "tenants[]": ("name", "pkey", "vlan", "pools", "namespace", "gpuQuota"),
     "storage": ("object", "parallelFs", "localCache"),
     "storage.object": ("bucket", "endpoint", "credentials"),
@@ -166,6 +166,8 @@ class ComputeFabric:
     reserved_leaf_ports: int = 0
     cidr: ipaddress.IPv4Network = ipaddress.IPv4Network(DEFAULT_CIDRS["compute"])
     asn_base: int | None = None
+    mtu: int | None = None
+    """The rails' netdev MTU (railyard.model.mtu); None only where the kind is unknown."""
 
     @property
     def speed_gbps(self) -> int:
@@ -175,6 +177,7 @@ class ComputeFabric:
 @dataclass(frozen=True)
 class Network:
     cidr: ipaddress.IPv4Network
+    mtu: int | None = None
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def test_plan_opensm_writes_what_a_subnet_manager_is_given(tmp_path, capsys):
     # Named where the subnet manager reads them; a pure fat tree needs no root GUIDs.
     assert "routing_engine ftree\n" in conf and "partition_config_file /etc/opensm/partitions.conf\n" in conf
     assert "root_guid_file" not in conf
-    assert "research=0x0001 : ALL_CAS=full ;" in (out / "partitions.conf").read_text()
+    assert "research=0x0001, ipoib, mtu=5 : ALL_CAS=full ;" in (out / "partitions.conf").read_text()
     assert (out / "root-switches.txt").read_text().split() == ["spine0", "spine1", "spine2", "spine3"]
     from railyard.model.fabric import subnet as sn
     from railyard.stack import load
@@ -116,3 +116,13 @@ def test_plan_opensm_with_the_subnet_names_the_root_guids(tmp_path, capsys):
 def test_plan_opensm_refuses_a_roce_stack(tmp_path, capsys):
     assert main(["plan", "--opensm", str(tmp_path / "o"), "stacks/Pulumi.us-south-vela.yaml"]) == 1
     assert "InfiniBand" in capsys.readouterr().err
+
+
+def test_plan_diagram_draws_svg_and_png_and_refuses_another_suffix(tmp_path, capsys):
+    svg, png = tmp_path / "fabric.svg", tmp_path / "fabric.png"
+    assert main(["plan", "--diagram", str(svg), "stacks/Pulumi.us-east-bm.yaml"]) == 0
+    assert svg.read_text().startswith("<?xml") and "h100-sg3: 32 spines" in svg.read_text()
+    assert main(["plan", "--diagram", str(png), LAB]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plan", "--diagram", str(tmp_path / "fabric.pdf"), LAB]) == 1
+    assert "use .svg or .png" in capsys.readouterr().err and not (tmp_path / "fabric.pdf").exists()

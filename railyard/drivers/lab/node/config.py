@@ -7,6 +7,8 @@ dir and the reboot shim), sshd's configuration, the authorized keys and the node
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import secrets
 import stat
@@ -61,6 +63,8 @@ class Nic:
     gateway: str | None = None
     table: int | None = None
     veth: bool = True
+    mtu: int | None = None
+    """Both ends of the veth (the plan's MTU of the NIC's network); None leaves the kernel's."""
 
     @property
     def bridge(self) -> str:
@@ -78,6 +82,17 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
     ns = names.node_ns(stack, node)
 
     def one(spec: dict, role: int | str) -> Nic:
+        nic = _one(spec, role)
+        mtu = spec.get("mtu")
+        if mtu is None:
+            return nic
+        if isinstance(mtu, float) and mtu.is_integer():
+            mtu = int(mtu)  # Pulumi's wire format carries every number as a float
+        if isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 65535:
+            raise LabError(f"node {ns} NIC {nic.name}", f"mtu must be an integer 68..65535, got {spec['mtu']!r}")
+        return dataclasses.replace(nic, mtu=mtu)
+
+    def _one(spec: dict, role: int | str) -> Nic:
         what = f"node {ns} {role if isinstance(role, str) else f'rail {role}'} NIC"
         if not isinstance(spec, dict) or "name" not in spec or "address" not in spec:
             raise LabError(what, f"expected {{'name': ..., 'address': ...}}, got {spec!r}")

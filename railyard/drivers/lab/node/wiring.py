@@ -58,9 +58,19 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port,
                        "address", names.mac(stack, node, port), "type", "veth",
                        "peer", "name", nic.name, "address", names.mac(stack, node, nic.name), "netns", ns)
+        if nic.mtu is not None and (not paired or outer.get("mtu") != nic.mtu):
+            fbatch.add(f"link {port} mtu", "link", "set", port, "mtu", str(nic.mtu))
         if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
             fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
     fbatch.run()
+    # The node's end, once it exists in the node's namespace.
+    node_links = net.links(ns, with_addresses=False)
+    nbatch = net.Batch(ns)
+    for nic in nics:
+        if nic.mtu is not None and node_links.get(nic.name, {}).get("mtu") != nic.mtu:
+            nbatch.add(f"link {nic.name} mtu", "link", "set", nic.name, "mtu", str(nic.mtu))
+    if len(nbatch):
+        nbatch.run()
 
 
 def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:

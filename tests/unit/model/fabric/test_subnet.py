@@ -92,8 +92,8 @@ def test_a_tenant_of_every_pool_is_all_cas_and_needs_no_guids():
     fabric = dgx(2)
     text = sn.partitions_conf([tenant("research", 0x8001, "gpu")], fabric, None)
     lines = [line for line in text.splitlines() if not line.startswith("#")]
-    assert lines == ["Default=0x7fff, ipoib, defmember=limited : ALL, ALL_SWITCHES=full, SELF=full ;",
-                     "research=0x0001 : ALL_CAS=full ;"]
+    assert lines == ["Default=0x7fff, ipoib, mtu=5, defmember=limited : ALL, ALL_SWITCHES=full, SELF=full ;",
+                     "research=0x0001, ipoib, mtu=5 : ALL_CAS=full ;"]
     # Without tenants every port is a full member of the default partition.
     assert "defmember=full" in sn.partitions_conf([], fabric, None)
 
@@ -106,7 +106,7 @@ def test_a_tenant_of_some_pools_lists_their_port_guids_with_its_membership():
         d.guid, d.port_guids = 0x100000 + 2 * i, {1: 0x100001 + 2 * i} if d.kind == "Ca" else {}
     text = sn.partitions_conf([tenant("a", 0x0005, "b")], fabric, subnet)
     line = text.splitlines()[-1]
-    assert line.startswith("a=0x0005 : ") and line.endswith(" ;")
+    assert line.startswith("a=0x0005, ipoib, mtu=5 : ") and line.endswith(" ;")
     members = line.split(" : ")[1].rstrip(" ;").split(", ")
     want = {subnet.port_guid(sn.hca_name("b-0", nic)) for nic in NICS}
     assert {int(m.split("=")[0], 16) for m in members} == want
