@@ -126,7 +126,8 @@ export PATH
 
 installed=()
 for pkg in $(bash "$src/scripts/host-deps.sh" --list); do
-  dpkg -s "$pkg" >/dev/null 2>&1 && installed+=("$pkg")
+  # Installed, not merely known: a removed package keeps its config files ("rc") and dpkg -s still succeeds.
+  [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] && installed+=("$pkg")
 done
 echo "fresh-check: cannot reset Debian packages already installed: ${installed[*]:-none}"
 echo "fresh-check: stack $stack, management $mgmt, storage $storage"
