@@ -57,6 +57,13 @@ def handle_sweep(args) -> int:
     except (SimulatorError, ValueError) as exc:
         print(f"railyard fabric sweep: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"railyard fabric sweep: {exc.filename or args.keep}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a bug must still read as one line
+        print(f"railyard fabric sweep: {args.stackfile}: internal error ({type(exc).__name__}: {exc}); "
+              "please report it with the stack file", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -80,7 +87,8 @@ def render(report) -> str:
     lines += [f"  {line}" for line in r.cabling.lines()[:20]]
     for h in r.hops:
         mark = "ok" if h.ok else "WRONG"
-        lines.append(f"hops        {h.label}: {h.a} -> {h.b}: {h.traced} switches (planned {h.planned}) {mark}")
+        traced = f"{h.traced} switches" if h.traced is not None else "not traced"
+        lines.append(f"hops        {h.label}: {h.a} -> {h.b}: {traced} (planned {h.planned}) {mark}")
     if r.pkeys_checked:
         bad = len(r.pkey_mismatches)
         lines.append(f"partitions  {r.pkeys_checked} HCAs' P_Key tables read, {bad} wrong")

@@ -41,6 +41,9 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     path = args.stackfile
+    if args.subnet and not args.opensm:
+        print("railyard plan: --subnet is the subnet for --opensm; give --opensm DIR too", file=sys.stderr)
+        return 2
     try:
         from railyard.stack import load
 
@@ -115,11 +118,18 @@ def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
     if plan.fabric.kind != "infiniband":
         print(f"railyard plan: --opensm is for InfiniBand fabrics; this one is {plan.fabric.kind}", file=sys.stderr)
         return 1
-    try:
-        subnet = None
-        if subnet_file:
+    subnet = None
+    if subnet_file:
+        try:
             with open(subnet_file, encoding="utf-8") as f:
                 subnet = sn.parse_ibnetdiscover(f.read())
+        except OSError as exc:
+            print(f"railyard plan: cannot read {subnet_file}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
+            print(f"railyard plan: --subnet {subnet_file}: {exc}", file=sys.stderr)
+            return 1
+    try:
         out = Path(out_dir)
         write_opensm_files(plan.fabric, plan.spec.tenants, subnet, out, installed_in=OPENSM_ETC)
         (out / "topology.net").write_text(sn.topology_text(plan.fabric), encoding="utf-8")

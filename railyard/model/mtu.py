@@ -1,7 +1,8 @@
 """MTUs: the default of each network and the range a stack may set, from one fixture table.
 
-railyard/data/fixtures/tables/mtu_defaults.csv gives each value with the public source it comes
-from; nothing here types a number in. The compute network's MTU is the rails' netdev MTU: on
+railyard/data/fixtures/tables/mtu_defaults.csv gives each default and bound with the public source
+it comes from. Typed in here are only IPv6's minimum (the lowest MTU a stack may set) and
+OpenSM's codes for the InfiniBand MTUs. The compute network's MTU is the rails' netdev MTU: on
 InfiniBand the IPoIB interface (datagram mode, the only mode of enhanced IPoIB on ConnectX-4 and
 later), which is the InfiniBand link MTU less IPoIB's 4-byte header; on RoCE the Ethernet MTU.
 """

@@ -64,6 +64,7 @@ class SweepReport:
     hops: list[Hop] = field(default_factory=list)
     pkeys_checked: int = 0
     pkey_mismatches: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    pkeys: dict[str, set[int]] = field(default_factory=dict)  # what each HCA's P_Key table holds
 
     @property
     def ok(self) -> bool:
@@ -76,7 +77,9 @@ class SweepReport:
             why = f" ({'; '.join(self.refusals[:3])})" if self.refusals else ""
             out.append(f"OpenSM routed with {self.engine or 'nothing'}, not {sn.ROUTING_ENGINE}{why}")
         out += self.cabling.lines()
-        out += [f"{h.label}: {h.a} -> {h.b} took {h.traced} switches, planned {h.planned}" for h in self.hops if not h.ok]
+        out += [f"{h.label}: {h.a} -> {h.b} " + (f"took {h.traced} switches" if h.traced is not None
+                                                  else "could not be traced") + f", planned {h.planned}"
+                for h in self.hops if not h.ok]
         for name, (want, got) in sorted(self.pkey_mismatches.items()):
             out.append(f"{name}: P_Keys {', '.join(got) or 'none'}, planned {', '.join(want)}")
         return out
@@ -126,13 +129,13 @@ def write_opensm_files(fabric: Any, tenants: Sequence[Any], subnet: sn.Subnet | 
     where = Path(installed_in) if installed_in else out
     files = {"partitions.conf": sn.partitions_conf(tenants, fabric, subnet),
              "root-switches.txt": "".join(f"{n}\n" for n in sn.root_switches(fabric))}
-    use_roots = sn.needs_root_guids(fabric) if roots is None else roots
+    use_roots = not fabric.pure_fat_tree if roots is None else roots
     if use_roots:
         if subnet is None:
             raise ValueError("this fabric is not a pure fat tree (a partial spine group), so OpenSM's ftree needs "
                              "the root switches' GUIDs: pass the subnet's ibnetdiscover output")
         files["root_guids.conf"] = sn.guid_lines(sn.root_guids(fabric, subnet))
-    options = sn.opensm_options(fabric, partition_file=str(where / "partitions.conf"),
+    options = sn.opensm_options(partition_file=str(where / "partitions.conf"),
                                 root_guid_file=str(where / "root_guids.conf") if use_roots else None)
     options.update(extra or {})
     files["opensm.conf"] = sn.opensm_conf(options)
@@ -192,6 +195,7 @@ def sweep(fabric: Any, tenants: Sequence[Any], *, workdir: Path | None = None, t
                     if device is not None and device.lid:
                         got = pkey_table(sim.run("smpquery", ["pkeys", str(device.lid)]).stdout)
                     report.pkeys_checked += 1
+                    report.pkeys[name] = got
                     if got != want:
                         report.pkey_mismatches[name] = (_pkey_hex(want), _pkey_hex(got))
         report.total_seconds = time.monotonic() - started

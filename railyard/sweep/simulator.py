@@ -5,11 +5,12 @@ The tools reach the simulator through libumad2sim (LD_PRELOAD), over abstract Un
 by IBSIM_SOCKNAME: nothing on disk and no network traffic, and every simulation its own name, so
 two can run at once. OpenSM keeps its cache (OSM_CACHE_DIR), log and dumps in the simulation's
 work directory instead of /var/cache/opensm and /var/log. `Simulator` kills its process group on
-exit, failed or not.
+exit, failed or not, and every process it starts dies with the one that started it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import itertools
 import os
@@ -18,7 +19,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 # Debian's packages: the command that each provides, and the preload library.
 PACKAGES = {"ibsim": "ibsim-utils", "opensm": "opensm", "ibnetdiscover": "infiniband-diags",
@@ -27,6 +28,19 @@ PRELOAD_GLOB = "/usr/lib/*/umad2sim/libumad2sim.so"
 PRELOAD_PACKAGE = "libumad2sim0"
 
 _counter = itertools.count()
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """For the child before exec: the kernel kills it when the thread that started it ends, even
+    by SIGKILL, so no simulator or tool outlives a killed `railyard` or test (Railyard starts
+    them from its main thread). A parent gone before the prctl took effect ends the child too."""
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return arm
 
 
 class SimulatorError(RuntimeError):
@@ -93,7 +107,8 @@ class Simulator:
                 "-P", str(self.limits["ports"]), str(self.topology)]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "IBSIM_SOCKNAME": self.sockname}, start_new_session=True)
+                                         env={**os.environ, "IBSIM_SOCKNAME": self.sockname}, start_new_session=True,
+                                         preexec_fn=_die_with_parent(os.getpid()))
         finally:
             log.close()
         deadline = time.monotonic() + self.start_timeout
@@ -151,7 +166,7 @@ class Simulator:
         argv = [self.tools[tool], *args]
         try:
             done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout,
-                                  start_new_session=True)
+                                  start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
         except subprocess.TimeoutExpired as exc:
             raise SimulatorError(f"{tool} did not finish within {timeout:.0f} s") from exc
         if check and done.returncode != 0:

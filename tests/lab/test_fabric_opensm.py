@@ -10,6 +10,10 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,10 +114,13 @@ def test_partitions_land_on_exactly_their_tenants_ports(tmp_path, clean):
     conf = (tmp_path / "sim" / "opensm" / "partitions.conf").read_text().splitlines()
     alpha = next(line for line in conf if line.startswith("alpha="))
     assert alpha.count("=full") == 16 and "beta=0x0006, ipoib, mtu=5 : ALL_CAS=limited ;" in conf
-    # The keys themselves, read from two HCAs' P_Key tables by smpquery after the sweep.
-    expected = sn.expected_pkeys(spec.tenants, plan.fabric, sn.sm_port(plan.fabric))
-    assert expected["gpu-1 mlx5_3"] == {0x7FFF, 0x8005, 0x0006}
-    assert expected["b-0 mlx5_3"] == {0x7FFF, 0x0006}
+    # The keys themselves, as smpquery read them from the HCAs' P_Key tables after the sweep: a
+    # port of pool gpu holds alpha's (full) and beta's (limited), one of pool b only beta's, and
+    # every compute port is a limited member of the default partition but the SM's own.
+    assert report.pkeys["gpu-1 mlx5_3"] == {0x7FFF, 0x8005, 0x0006}
+    assert report.pkeys["b-0 mlx5_3"] == {0x7FFF, 0x0006}
+    assert report.pkeys["gpu-0 mlx5_0"] == {0xFFFF, 0x8005, 0x0006}
+    assert sum(1 for keys in report.pkeys.values() if 0x8005 in keys) == 16
 
 
 def test_swapped_cables_are_caught_and_named(tmp_path, clean):
@@ -164,3 +171,24 @@ def test_the_command_prints_the_report_and_exits_by_its_result(tmp_path, clean, 
     assert report["engine"] == "minhop" and report["ok"] is False and report["cabling"]["ok"] is True
     assert main(["fabric", "sweep", str(ROOT / "stacks" / "Pulumi.us-south-vela.yaml")]) == 1
     assert "OpenSM sweeps InfiniBand fabrics only" in capsys.readouterr().err
+
+
+def test_a_killed_sweep_leaves_no_simulator(tmp_path):
+    # SIGKILL gives Python no chance to clean up; the kernel's parent-death signal still does.
+    code = ("import sys, time\nfrom pathlib import Path\nfrom railyard.model.fabric import subnet as sn\n"
+            "from railyard.stack import load\nfrom railyard.sweep import Simulator\n"
+            "_, plan = load(sys.argv[1]); t = Path(sys.argv[2]); t.write_text(sn.topology_text(plan.fabric))\n"
+            "sim = Simulator(t, t.parent / 'w', sn.simulator_limits(plan.fabric)); sim.start()\n"
+            "print(sim.proc.pid, flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "stacks" / "Pulumi.lab.yaml"),
+                              str(tmp_path / "t.net")], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pid = int(child.stdout.readline())
+        assert Path(f"/proc/{pid}").exists()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "ibsim outlived the killed process that started it"

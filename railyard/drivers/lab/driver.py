@@ -120,7 +120,7 @@ class LabDriver(Driver):
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,
            depends_on: list[pulumi.Resource]) -> NodeHandle:
         vfs = [{"name": vf.name, "pf": vf.pf, "slot": vf.slot, "rail": vf.rail, "address": f"{vf.ip}/{vf.prefixlen}",
-                **self._rail_gateway(vf.rail)} for vf in vm.vfs]
+                "mtu": self.plan.networks.compute.mtu, **self._rail_gateway(vf.rail)} for vf in vm.vfs]
         res = resources.LabVm(
             name, stack=self.spec.stack, vm=vm.name, hypervisor=hypervisor, vfs=vfs,
             **self._links(vm.management_ip, vm.storage_ip),

@@ -195,7 +195,7 @@ class NodeProvider(_LabProvider):
         state = node.create_node(
             props["stack"], props["node"], mgmt=dict(props["mgmt"]), authorized_keys=props["authorized_key"],
             # Pulumi's wire format carries every number as a float.
-            rails=[{**r, "rail": int(r["rail"])} for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
+            rails=[{**r, "rail": int(r["rail"]), **_mtu(r)} for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
             compute_cidr=props.get("compute_cidr") or None, hw_tree_source=hw,
         )
         return {"host_key": state["host_key"]}
@@ -212,6 +212,11 @@ class NodeProvider(_LabProvider):
         from railyard.drivers.lab import node
 
         node.delete_node(props["stack"], props["node"])
+
+
+def _mtu(nic: dict) -> dict:
+    """A NIC's MTU as an integer again (Pulumi's wire format carries every number as a float)."""
+    return {"mtu": int(nic["mtu"])} if nic.get("mtu") is not None else {}
 
 
 def _hw_tree(props: dict) -> str | None:
@@ -358,7 +363,7 @@ class VmProvider(_LabProvider):
         state = vm.create_vm(
             props["stack"], props["vm"], hypervisor=props["hypervisor"], mgmt=dict(props["mgmt"]),
             authorized_keys=props["authorized_key"],
-            vfs=[{**v, "slot": int(v["slot"]), "rail": int(v["rail"])} for v in props["vfs"]],
+            vfs=[{**v, "slot": int(v["slot"]), "rail": int(v["rail"]), **_mtu(v)} for v in props["vfs"]],
             storage=dict(props["storage"]) if props.get("storage") else None,
             compute_cidr=props.get("compute_cidr") or None,
         )

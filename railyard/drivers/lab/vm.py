@@ -76,8 +76,11 @@ def _parse_vfs(stack: str, vm: str, vfs: Iterable[dict]) -> list[dict]:
             if gw_ip not in iface.network or gw_ip == iface.ip:
                 raise LabError(what, f"gateway {gw} is not another address of {iface.network}")
             gw = str(gw_ip)
+        mtu = spec.get("mtu")
+        if mtu is not None and (isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 65535):
+            raise LabError(what, f"mtu must be an integer 68..65535, got {mtu!r}")
         out.append({"name": names.check_ifname(spec["name"]), "pf": names.check_ifname(spec["pf"]),
-                    "slot": spec["slot"], "rail": spec["rail"], "address": str(iface), "gateway": gw})
+                    "slot": spec["slot"], "rail": spec["rail"], "address": str(iface), "gateway": gw, "mtu": mtu})
     return out
 
 
@@ -123,7 +126,7 @@ def create_vm(
         raise LabError(f"VM {ns}", f"runs on {record['hypervisor']}; delete it before moving it to {hypervisor}")
     nics = node._parse_nics(stack, vm, mgmt, (), storage, None)
     wanted = _parse_vfs(stack, vm, vfs)
-    vf_nics = [node.Nic(v["name"], v["rail"], v["address"], v["gateway"], table=k, veth=False)
+    vf_nics = [node.Nic(v["name"], v["rail"], v["address"], v["gateway"], table=k, veth=False, mtu=v["mtu"])
                for k, v in enumerate(wanted)]
     node.check_unique(ns, nics + vf_nics)
     node.check_compute_cidr(ns, vf_nics, compute_cidr)

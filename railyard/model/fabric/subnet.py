@@ -9,7 +9,7 @@ and `compare` lists the cables that differ from the plan by name. Names are the 
 "<host> <device>" (what rdma-ndd sets as a node description, `%h %d`), a switch is its plan name
 (docs/fabric.md says how to set it on real switches).
 
-Pure: no process is started here (railyard/subnet/ runs ibsim and OpenSM).
+Pure: no process is started here (railyard/sweep/ runs ibsim and OpenSM).
 """
 
 from __future__ import annotations
@@ -29,6 +29,17 @@ ROUTING_ENGINE = "ftree"
 def hca_name(node: str, nic: str) -> str:
     """A compute HCA's node description: host name and RDMA device, as rdma-ndd writes it."""
     return f"{node} {nic}"
+
+
+def compute_hcas(fabric: Any) -> Iterator[tuple[str, Any, int, int]]:
+    """Every compute HCA as (its name, pool, node index, rail), in pool, node and rail order: the
+    order of the topology file, whose first HCA the simulated SM runs on."""
+    for pl in fabric.layouts:
+        p = pl.pool
+        for index in range(p.nodes):
+            node = addr.node_name(p.name, index)
+            for rail in range(p.rails):
+                yield hca_name(node, p.nic(rail)), p, index, rail
 
 
 class End(NamedTuple):
@@ -91,13 +102,7 @@ def write_topology(fabric: Any, out: Any) -> int:
 
 
 def _hca_order(fabric: Any):
-    rank: dict[str, int] = {}
-    for pl in fabric.layouts:
-        p = pl.pool
-        for index in range(p.nodes):
-            node = addr.node_name(p.name, index)
-            for rail in range(p.rails):
-                rank[hca_name(node, p.nic(rail))] = len(rank)
+    rank = {name: i for i, (name, *_) in enumerate(compute_hcas(fabric))}
     return lambda name: rank.get(name, len(rank))
 
 
@@ -159,6 +164,7 @@ class Subnet:
         return out
 
     def port_guid(self, desc: str, port: int = 1) -> int:
+        """A port's GUID; an HCA record without one (a planned topology) falls back to the node's."""
         device = self.by_desc()[desc]
         return device.port_guids.get(port) or device.guid
 
@@ -249,28 +255,15 @@ def root_switches(fabric: Any) -> list[str]:
     return [sw.name for sw in fabric.switches() if sw.tier == top]
 
 
-def needs_root_guids(fabric: Any) -> bool:
-    """ftree recognises a fat tree by itself only when it is pure: every switch of a rank with the
-    same port groups. A partial last spine group is not (its spines have fewer leaves below), and
-    ftree then falls back to min-hop silently unless it is told the roots (docs/fabric.md)."""
-    return not fabric.pure_fat_tree
-
-
 def _members(tenant: Any, fabric: Any, subnet: Subnet) -> list[int]:
-    guids = []
     by_desc = subnet.by_desc()
-    for pl in fabric.layouts:
-        p = pl.pool
-        if p.name not in tenant.pools:
+    guids = []
+    for name, pool, _, _ in compute_hcas(fabric):
+        if pool.name not in tenant.pools:
             continue
-        for index in range(p.nodes):
-            node = addr.node_name(p.name, index)
-            for rail in range(p.rails):
-                name = hca_name(node, p.nic(rail))
-                device = by_desc.get(name)
-                if device is None:
-                    raise ValueError(f"tenant {tenant.name}: HCA {name!r} is not in the discovered subnet")
-                guids.append(device.port_guids.get(1) or device.guid)
+        if name not in by_desc:
+            raise ValueError(f"tenant {tenant.name}: HCA {name!r} is not in the discovered subnet")
+        guids.append(subnet.port_guid(name))
     return guids
 
 
@@ -298,7 +291,8 @@ def partitions_conf(tenants: Sequence[Any], fabric: Any, subnet: Subnet | None) 
                              "the subnet's GUIDs (ibnetdiscover output)")
         else:
             members = ", ".join(f"0x{g:016x}={membership}" for g in _members(t, fabric, subnet))
-        lines.append(f"{partition_name(t.name)}=0x{t.partition:04x}, {ipoib} : {members or 'NONE'} ;")
+        # Tenant names are DNS labels (validated), which OpenSM takes as partition names as they are.
+        lines.append(f"{t.name}=0x{t.partition:04x}, {ipoib} : {members or 'NONE'} ;")
     return "\n".join(lines) + "\n"
 
 
@@ -309,15 +303,9 @@ def ipoib_flags() -> str:
     return f"ipoib, mtu={mtu.IB_MTU_CODES[mtu.ib_link_mtu()]}"
 
 
-def partition_name(name: str) -> str:
-    """A tenant name as OpenSM's partition-name token (letters, digits, '_', '.', '-')."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-
-
 def sm_port(fabric: Any) -> str:
     """The HCA the simulated subnet manager runs on: the first of the topology file."""
-    pl = fabric.layouts[0]
-    return hca_name(addr.node_name(pl.pool.name, 0), pl.pool.nic(0))
+    return next(compute_hcas(fabric))[0]
 
 
 def expected_pkeys(tenants: Sequence[Any], fabric: Any, sm: str | None = None) -> dict[str, set[int]]:
@@ -326,20 +314,18 @@ def expected_pkeys(tenants: Sequence[Any], fabric: Any, sm: str | None = None) -
     full member of the default partition (SELF=full)."""
     default = DEFAULT_PKEY | (0 if tenants else 0x8000)
     out: dict[str, set[int]] = {}
-    for pl in fabric.layouts:
-        p = pl.pool
-        keys = {default} | {t.partition | (0x8000 if t.full_membership else 0) for t in tenants if p.name in t.pools}
-        for index in range(p.nodes):
-            node = addr.node_name(p.name, index)
-            for rail in range(p.rails):
-                out[hca_name(node, p.nic(rail))] = set(keys)
+    for name, pool, _, _ in compute_hcas(fabric):
+        out[name] = {default} | {t.partition | (0x8000 if t.full_membership else 0)
+                                 for t in tenants if pool.name in t.pools}
     if sm in out:
         out[sm] = (out[sm] - {DEFAULT_PKEY}) | {DEFAULT_PKEY | 0x8000}
     return out
 
 
-def opensm_options(fabric: Any, *, partition_file: str, root_guid_file: str | None) -> dict[str, Any]:
-    """The OpenSM options Railyard chooses for this fabric, as opensm.conf keys."""
+def opensm_options(*, partition_file: str, root_guid_file: str | None) -> dict[str, Any]:
+    """The OpenSM options Railyard chooses, as opensm.conf keys. `root_guid_file` is given where
+    the tree is not pure (FabricPlan.pure_fat_tree: a partial last spine group, whose spines have
+    fewer leaves below); ftree then needs the roots, or it falls back to min-hop silently."""
     out: dict[str, Any] = {
         "routing_engine": ROUTING_ENGINE,
         # ftree routes with LMC 0 only (opensm(8)); a larger LMC silently selects another engine.
@@ -385,7 +371,7 @@ class Nic(NamedTuple):
     key: tuple[str, int, int]
 
 
-def _nic(fabric: Any, pool: Any, index: int, rail: int) -> Nic:
+def _nic(pool: Any, index: int, rail: int) -> Nic:
     return Nic(hca_name(addr.node_name(pool.name, index), pool.nic(rail)), (pool.name, index, rail))
 
 
@@ -396,19 +382,19 @@ def probe_pairs(fabric: Any) -> list[tuple[str, Nic, Nic]]:
         return []
     pl = fabric.layouts[0]
     p, su = pl.pool, fabric.su_nodes
-    first = _nic(fabric, p, 0, 0)
+    first = _nic(p, 0, 0)
     out = []
     if p.nodes > 1:
-        out.append(("same rail and leaf", first, _nic(fabric, p, 1, 0)))
+        out.append(("same rail and leaf", first, _nic(p, 1, 0)))
     if p.rails > 1:
-        out.append(("another rail, same node", first, _nic(fabric, p, 0, p.rails - 1)))
+        out.append(("another rail, same node", first, _nic(p, 0, p.rails - 1)))
     if pl.units > 1:
-        out.append(("same rail, another scalable unit", first, _nic(fabric, p, su, 0)))
+        out.append(("same rail, another scalable unit", first, _nic(p, su, 0)))
     if fabric.tiers == 3 and pl.groups > 1:
         last_group_node = (pl.groups - 1) * pl.group_units * su
-        out.append(("same rail, another spine group", first, _nic(fabric, p, last_group_node, 0)))
-        out.append(("another rail, another spine group", first, _nic(fabric, p, last_group_node, p.rails - 1)))
+        out.append(("same rail, another spine group", first, _nic(p, last_group_node, 0)))
+        out.append(("another rail, another spine group", first, _nic(p, last_group_node, p.rails - 1)))
     if len(fabric.layouts) > 1:
         q = fabric.layouts[-1].pool
-        out.append(("another pool", first, _nic(fabric, q, 0, 0)))
+        out.append(("another pool", first, _nic(q, 0, 0)))
     return out

@@ -126,3 +126,14 @@ def test_plan_diagram_draws_svg_and_png_and_refuses_another_suffix(tmp_path, cap
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plan", "--diagram", str(tmp_path / "fabric.pdf"), LAB]) == 1
     assert "use .svg or .png" in capsys.readouterr().err and not (tmp_path / "fabric.pdf").exists()
+
+
+def test_plan_subnet_errors_name_what_is_wrong(tmp_path, capsys):
+    assert main(["plan", "--subnet", str(tmp_path / "s.txt"), LAB]) == 2
+    assert "give --opensm DIR too" in capsys.readouterr().err
+    assert main(["plan", "--opensm", str(tmp_path / "o"), "--subnet", str(tmp_path / "missing.txt"), LAB]) == 1
+    assert f"cannot read {tmp_path / 'missing.txt'}" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt"
+    bad.write_text('Ca\t1 "H-1"\t\t# "n"\n[1](2)\t"S-9"[1]\n')
+    assert main(["plan", "--opensm", str(tmp_path / "o"), "--subnet", str(bad), LAB]) == 1
+    assert "has no record for it" in capsys.readouterr().err and not (tmp_path / "o").exists()

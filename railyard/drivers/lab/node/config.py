@@ -8,7 +8,6 @@ dir and the reboot shim), sshd's configuration, the authorized keys and the node
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import secrets
 import stat
@@ -86,8 +85,6 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
         mtu = spec.get("mtu")
         if mtu is None:
             return nic
-        if isinstance(mtu, float) and mtu.is_integer():
-            mtu = int(mtu)  # Pulumi's wire format carries every number as a float
         if isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 65535:
             raise LabError(f"node {ns} NIC {nic.name}", f"mtu must be an integer 68..65535, got {spec['mtu']!r}")
         return dataclasses.replace(nic, mtu=mtu)

@@ -55,22 +55,15 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
                 net.link_delete(nic.name, ns)
             if outer is not None:
                 net.link_delete(port, fab)
-            fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port,
+            mtu = ("mtu", str(nic.mtu)) if nic.mtu is not None else ()
+            fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port, *mtu,
                        "address", names.mac(stack, node, port), "type", "veth",
-                       "peer", "name", nic.name, "address", names.mac(stack, node, nic.name), "netns", ns)
-        if nic.mtu is not None and (not paired or outer.get("mtu") != nic.mtu):
+                       "peer", "name", nic.name, *mtu, "address", names.mac(stack, node, nic.name), "netns", ns)
+        elif nic.mtu is not None and outer.get("mtu") != nic.mtu:
             fbatch.add(f"link {port} mtu", "link", "set", port, "mtu", str(nic.mtu))
         if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
             fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
     fbatch.run()
-    # The node's end, once it exists in the node's namespace.
-    node_links = net.links(ns, with_addresses=False)
-    nbatch = net.Batch(ns)
-    for nic in nics:
-        if nic.mtu is not None and node_links.get(nic.name, {}).get("mtu") != nic.mtu:
-            nbatch.add(f"link {nic.name} mtu", "link", "set", nic.name, "mtu", str(nic.mtu))
-    if len(nbatch):
-        nbatch.run()
 
 
 def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:
@@ -79,6 +72,10 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
     if "UP" not in links.get("lo", {}).get("flags", []):
         batch.add("link lo", "link", "set", "lo", "up")
     for nic in nics:
+        # The node's end of a veth (a fresh one has it already), or a VF moved in: a macvlan
+        # takes its PF's MTU only when it is made, so one made before the PF's changed keeps its own.
+        if nic.mtu is not None and links.get(nic.name, {}).get("mtu") != nic.mtu:
+            batch.add(f"link {nic.name} mtu", "link", "set", nic.name, "mtu", str(nic.mtu))
         if nic.address is not None:  # else the node's own network configuration owns it
             net.queue_addresses(batch, nic.name, links.get(nic.name), [nic.address])
         if "UP" not in links.get(nic.name, {}).get("flags", []):

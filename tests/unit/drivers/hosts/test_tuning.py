@@ -23,6 +23,8 @@ def test_a_hosts_node_gets_its_user_jump_host_and_the_plans_rail_addresses():
         [(n.netdev, n.ip, n.prefixlen, n.rail) for n in node.nics]
     # InfiniBand rails have no router, so no compute network is routed through one.
     assert all(i["gateway"] is None for i in v["rail_network_interfaces"]) and "rail_network_compute_cidr" not in v
+    # The rail files carry the planned IPoIB MTU (the 4096-byte link MTU less IPoIB's header).
+    assert {i["mtu"] for i in v["rail_network_interfaces"]} == {plan.networks.compute.mtu} == {4092}
 
 
 def test_the_lab_adds_nothing_per_node():

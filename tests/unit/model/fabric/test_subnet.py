@@ -134,7 +134,6 @@ def test_expected_pkeys_follow_pools_membership_and_the_sm_port():
 def test_a_partial_spine_group_needs_root_guids(counts, reserved, pure, roots):
     fabric = dgx(*counts, reserved=reserved)
     assert fabric.pure_fat_tree is pure
-    assert sn.needs_root_guids(fabric) is not pure
     top = sn.root_switches(fabric)
     assert len(top) == roots and all(("core" in n) == (fabric.tiers == 3) for n in top)
 
@@ -161,8 +160,7 @@ def test_simulator_limits_hold_the_fabric():
 
 
 def test_opensm_options_name_root_guids_only_when_given():
-    fabric = dgx(2)
-    opts = sn.opensm_options(fabric, partition_file="/etc/opensm/partitions.conf", root_guid_file=None)
+    opts = sn.opensm_options(partition_file="/etc/opensm/partitions.conf", root_guid_file=None)
     assert opts == {"routing_engine": "ftree", "lmc": 0, "partition_config_file": "/etc/opensm/partitions.conf",
                     "part_enforce": "both"}
     text = sn.opensm_conf({**opts, "root_guid_file": "/etc/opensm/root_guids.conf"})
