@@ -7,7 +7,7 @@ and the infiniband-diags tools check what OpenSM made of it against the plan.
 run one OpenSM sweep with the options Railyard chose, then discover again and check:
 
 * the routing engine OpenSM says configured the switches (ftree falls back to min-hop silently,
-  so its log is the evidence);
+  so its log is the evidence), and that its parser took Railyard's partitions.conf whole;
 * the cabling: every planned cable and no other (`ibnetdiscover`);
 * the hops: `ibtracert` between probe pairs takes the planned number of switches;
 * the partitions: each compute port's P_Key table (`smpquery pkeys`) holds its tenants' keys.
@@ -31,6 +31,8 @@ from railyard.sweep.simulator import Simulator, SimulatorError, tools
 __all__ = ["SweepReport", "Simulator", "SimulatorError", "sweep", "tools", "write_opensm_files"]
 
 _CONFIGURED = re.compile(r"osm_ucast_mgr_process: (\S+) tables configured on all switches")
+# OpenSM's partition parser reports a line it rejects (or half-takes) so, and carries on without it.
+_PARSE = re.compile(r"PARSE (?:ERROR|WARN)[^\n]*")
 _FTREE_REFUSAL = re.compile(r"(fabric_validate_topology: ERR \w+: .*|Fabric topology is not a fat-tree"
                             r"|ftree: cannot build lid matrices)")
 
@@ -57,6 +59,7 @@ class SweepReport:
     engine: str | None                  # what OpenSM's log says configured the switches
     root_guids: bool                    # whether OpenSM was told the roots
     refusals: list[str]                 # ftree's reasons, when it refused the fabric
+    config_errors: list[str]            # what OpenSM's parser rejected in Railyard's files: a bug
     seconds: float                      # the OpenSM sweep
     total_seconds: float
     ibsim_rss_kib: int | None
@@ -68,11 +71,11 @@ class SweepReport:
 
     @property
     def ok(self) -> bool:
-        return (self.engine == sn.ROUTING_ENGINE and self.cabling.ok and all(h.ok for h in self.hops)
-                and not self.pkey_mismatches)
+        return (self.engine == sn.ROUTING_ENGINE and not self.config_errors and self.cabling.ok
+                and all(h.ok for h in self.hops) and not self.pkey_mismatches)
 
     def problems(self) -> list[str]:
-        out = []
+        out = [f"OpenSM rejected Railyard's partitions: {e}" for e in self.config_errors]
         if self.engine != sn.ROUTING_ENGINE:
             why = f" ({'; '.join(self.refusals[:3])})" if self.refusals else ""
             out.append(f"OpenSM routed with {self.engine or 'nothing'}, not {sn.ROUTING_ENGINE}{why}")
@@ -88,6 +91,7 @@ class SweepReport:
         return {
             "nodes": self.nodes, "hcas": self.hcas, "switches": self.switches, "tiers": self.tiers,
             "engine": self.engine, "root_guids": self.root_guids, "refusals": self.refusals,
+            "config_errors": self.config_errors,
             "sweep_seconds": round(self.seconds, 3), "total_seconds": round(self.total_seconds, 3),
             "ibsim_peak_rss_kib": self.ibsim_rss_kib,
             "cabling": {"ok": self.cabling.ok, "problems": self.cabling.lines()},
@@ -178,7 +182,8 @@ def sweep(fabric: Any, tenants: Sequence[Any], *, workdir: Path | None = None, t
                 nodes=fabric.nodes, hcas=sum(1 for d in after.devices.values() if d.kind == "Ca"),
                 switches=sum(1 for d in after.devices.values() if d.kind == "Switch"), tiers=fabric.tiers,
                 engine=engines[-1] if engines else None, root_guids="root_guid_file" in options,
-                refusals=refusals, seconds=seconds, total_seconds=0.0, ibsim_rss_kib=sim.peak_rss_kib(),
+                refusals=refusals, config_errors=_PARSE.findall(log), seconds=seconds, total_seconds=0.0,
+                ibsim_rss_kib=sim.peak_rss_kib(),
                 cabling=sn.compare(fabric, after))
             by_desc = after.by_desc()
             for label, a, b in sn.probe_pairs(fabric):

@@ -192,3 +192,21 @@ def test_a_killed_sweep_leaves_no_simulator(tmp_path):
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{pid}").exists(), "ibsim outlived the killed process that started it"
+
+
+def test_a_partitions_file_opensm_rejects_is_caught(tmp_path, clean):
+    # A Railyard bug would read so: OpenSM logs the line it rejects and sweeps on without it.
+    from railyard.sweep import _PARSE, write_opensm_files
+
+    spec, plan = stack(tmp_path, 2)
+    topo = tmp_path / "t.net"
+    topo.write_text(sn.topology_text(plan.fabric))
+    with Simulator(topo, tmp_path / "w", sn.simulator_limits(plan.fabric)) as sim:
+        subnet = sn.parse_ibnetdiscover(sim.ibnetdiscover())
+        write_opensm_files(plan.fabric, spec.tenants, subnet, tmp_path / "o", extra={
+            "log_file": str(tmp_path / "osm.log"), "accum_log_file": "FALSE", "dump_files_dir": str(tmp_path)})
+        good = (tmp_path / "o" / "partitions.conf").read_text()
+        (tmp_path / "o" / "partitions.conf").write_text(good + "broken=0x0009, nosuchflag : 0xzz=full ;\n")
+        sim.opensm(tmp_path / "o" / "opensm.conf")
+    errors = _PARSE.findall((tmp_path / "osm.log").read_text())
+    assert errors and all("line" in e for e in errors), errors
