@@ -170,6 +170,8 @@ def render_table(report: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    # A note says what a number alone cannot (the routing engine OpenSM used, say).
+    lines += [f"note: {f['figure']}: {f['note']}" for f in report["figures"] if f.get("note")]
     for name, la in (report.get("load_average") or {}).items():
         lines.append(f"load average (1, 5, 15 min) around {name}: "
                      f"{' '.join(f'{v:.1f}' for v in la['before'])} before, {' '.join(f'{v:.1f}' for v in la['after'])} after")

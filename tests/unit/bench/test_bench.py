@@ -135,3 +135,16 @@ def test_the_kubernetes_sections_stacks_plan_448_nodes_with_and_without_the_laye
                         {"urn": "urn:pulumi:s::railyard::railyard:index:Cluster$railyard:index:KubernetesLayer"
                                 "$kubernetes:kueue.x-k8s.io/v1beta2:Topology::s-kubernetes-topology-s"}]}
     assert (bench_kubernetes.node_objects(result), bench_kubernetes.layer_resources(result)) == (1, 2)
+
+
+def test_the_table_prints_each_figures_note_under_it():
+    from railyard.bench.harness import render_table
+
+    report = {"figures": [
+        {"section": "opensm", "figure": "448 nodes: OpenSM sweep", "median": 7.4, "unit": "s", "values": [7.4],
+         "target": None, "status": "", "note": "engine ftree"},
+        {"section": "opensm", "figure": "448 nodes: ibsim peak RSS", "median": 49.0, "unit": "MiB", "values": [49.0],
+         "target": None, "status": "", "note": ""}]}
+    lines = render_table(report).splitlines()
+    assert lines[-1] == "note: 448 nodes: OpenSM sweep: engine ftree"
+    assert sum(line.startswith("note:") for line in lines) == 1
