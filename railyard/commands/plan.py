@@ -207,10 +207,10 @@ def render(s: dict[str, Any], out: TextIO) -> None:
     w("\nnetworks\n")
     for name in ("management", "storage"):
         blocks = ", ".join(f"{k} {v}" for k, v in n[name]["pools"].items())
-        w(f"  {name:<11} {n[name]['cidr']}  (pool blocks: {blocks})\n")
+        w(f"  {name:<11} {n[name]['cidr']}  mtu {n[name]['mtu']}  (pool blocks: {blocks})\n")
     rails = n["compute"]["rails"]
     shown = ", ".join(rails[:2]) + (f", ... {rails[-1]}" if len(rails) > 2 else "")
-    w(f"  {'compute':<11} {n['compute']['cidr']}  ({len(rails)} rail subnets: {shown})\n")
+    w(f"  {'compute':<11} {n['compute']['cidr']}  mtu {n['compute']['mtu']}  ({len(rails)} rail subnets: {shown})\n")
     if s["tenants"]:
         w("  tenants     " + ", ".join(f"{t['name']} pkey {t['pkey']}" for t in s["tenants"]) + "\n")
 
