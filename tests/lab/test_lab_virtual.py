@@ -68,6 +68,12 @@ def test_vms_reach_each_other_over_their_vfs(project):
     peer = project.ssh("vela-1-vm0", "ip -o -4 addr show vf0").stdout.split()[3].split("/")[0]
     got = project.ssh("vela-0-vm0", f"ping -c1 -W2 {peer}", check=False)
     assert got.returncode == 0, got.stdout + got.stderr
+    # The VFs carry the rails' planned RoCE MTU (9000): a frame of that size, which may not
+    # fragment, crosses from one hypervisor's PF to the other's whole.
+    link = project.ssh("vela-0-vm0", "ip -o link show vf0").stdout
+    assert link.split(" mtu ")[1].split()[0] == "9000", link
+    big = project.ssh("vela-0-vm0", f"ping -c1 -W2 -M do -s 8972 {peer}", check=False)
+    assert big.returncode == 0, big.stdout + big.stderr
 
 
 def test_second_up_changes_nothing(project):
