@@ -81,7 +81,23 @@ def _mtu_update(step: dict) -> bool:
     urn = step.get("urn", "")
     if urn.endswith("-host") and changed_inputs(step) == {"spec"}:
         return _without_rail_mtu(old.get("spec")) == _without_rail_mtu(new.get("spec"))
+    if urn.endswith("-tuning-run"):
+        # A preview cannot know the outputs of the nodes it updates (their host keys), so the
+        # inputs of the tuning run built from them read as unknown there; `up` then finds them
+        # unchanged (test_up_with_the_new_code_... allows the digest alone).
+        return changed_inputs(step) - {k for k in new if _unknown(new[k])} <= UPDATES_ALLOWED["-tuning-run"]
     return urn.endswith("-net-spine") and changed_inputs(step) == {"mtu"}
+
+
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's placeholder for a value not known yet
+
+
+def _unknown(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_unknown(v) for v in value)
+    return value == UNKNOWN
 
 
 def changed_inputs(step: dict) -> set[str]:
