@@ -67,20 +67,27 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
 UPDATES_ALLOWED = {"-tuning-run": {"digest"}}
 
 
+def _without_mtu(nics: Any) -> Any:
+    return [{k: v for k, v in n.items() if k != "mtu"} if isinstance(n, dict) else n for n in nics or ()]
+
+
 def _without_rail_mtu(spec: Any) -> Any:
     if not isinstance(spec, dict):
         return spec
-    return {**spec, "rails": [{k: v for k, v in r.items() if k != "mtu"} for r in spec.get("rails") or ()]}
+    return {**spec, "rails": _without_mtu(spec.get("rails"))}
 
 
-# Issue 16 sets the planned MTU on the lab's rail links: each node's rails gain `mtu` (both veth
-# ends) and the spine's links take it too. An update in place, nothing else in them may differ.
+# Issue 16 sets the planned MTU on the lab's rail links: each node's rails and each VM's VFs gain
+# `mtu` (both veth ends; the VF itself) and the spine's links take it too. Updates in place,
+# nothing else in them may differ.
 def _mtu_update(step: dict) -> bool:
     old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
     new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
     urn = step.get("urn", "")
     if urn.endswith("-host") and changed_inputs(step) == {"spec"}:
         return _without_rail_mtu(old.get("spec")) == _without_rail_mtu(new.get("spec"))
+    if urn.endswith("-guest") and changed_inputs(step) == {"vfs"}:
+        return _without_mtu(old.get("vfs")) == _without_mtu(new.get("vfs"))
     if urn.endswith("-tuning-run"):
         # A preview cannot know the outputs of the nodes it updates (their host keys), so the
         # inputs of the tuning run built from them read as unknown there; `up` then finds them
