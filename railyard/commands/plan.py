@@ -87,6 +87,12 @@ def handle(args) -> int:
     return 0
 
 
+def _refused(message: str) -> int:
+    """One line on stderr, and the exit code of a plan that could not be written."""
+    print(f"railyard plan: {message}", file=sys.stderr)
+    return 1
+
+
 def write_diagram(plan: Any, path: str) -> int:
     """`--diagram`: 0 when drawn, 1 (with one line on stderr) when it cannot be."""
     from railyard.model.fabric import diagram
@@ -96,11 +102,9 @@ def write_diagram(plan: Any, path: str) -> int:
         with open(path, "wb") as out:
             out.write(data)
     except ValueError as exc:
-        print(f"railyard plan: --diagram: {exc}", file=sys.stderr)
-        return 1
+        return _refused(f"--diagram: {exc}")
     except OSError as exc:
-        print(f"railyard plan: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return _refused(f"cannot write {path}: {exc.strerror or exc}")
     print(f"drew the fabric to {path} ({len(data):,} bytes)", file=sys.stderr)
     return 0
 
@@ -116,29 +120,24 @@ def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
     from railyard.sweep import write_opensm_files
 
     if plan.fabric.kind != "infiniband":
-        print(f"railyard plan: --opensm is for InfiniBand fabrics; this one is {plan.fabric.kind}", file=sys.stderr)
-        return 1
+        return _refused(f"--opensm is for InfiniBand fabrics; this one is {plan.fabric.kind}")
     subnet = None
     if subnet_file:
         try:
             with open(subnet_file, encoding="utf-8") as f:
                 subnet = sn.parse_ibnetdiscover(f.read())
         except OSError as exc:
-            print(f"railyard plan: cannot read {subnet_file}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
+            return _refused(f"cannot read {subnet_file}: {exc.strerror or exc}")
         except ValueError as exc:
-            print(f"railyard plan: --subnet {subnet_file}: {exc}", file=sys.stderr)
-            return 1
+            return _refused(f"--subnet {subnet_file}: {exc}")
     try:
         out = Path(out_dir)
         write_opensm_files(plan.fabric, plan.spec.tenants, subnet, out, installed_in=OPENSM_ETC)
         (out / "topology.net").write_text(sn.topology_text(plan.fabric), encoding="utf-8")
     except OSError as exc:
-        print(f"railyard plan: cannot write {out_dir}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return _refused(f"cannot write {out_dir}: {exc.strerror or exc}")
     except ValueError as exc:
-        print(f"railyard plan: --opensm: {exc}", file=sys.stderr)
-        return 1
+        return _refused(f"--opensm: {exc}")
     print(f"wrote OpenSM's files and the planned subnet to {out_dir}", file=sys.stderr)
     return 0
 
