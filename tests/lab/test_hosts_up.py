@@ -47,7 +47,7 @@ def servers(stack_factory, tmp_path_factory):
 
 def snapshot(c, i: int) -> dict:
     """What destroy must give back as it was: the node's own /etc (its overlay's upper layer), its
-    VFs, mounts, md arrays and hugepage counters."""
+    VFs, mounts, fstab, md arrays, hugepage counters, and what its drives hold."""
     import hashlib
 
     name = f"srv-{i}"
@@ -61,7 +61,10 @@ def snapshot(c, i: int) -> dict:
                                               "cat /proc/mdstat 2>/dev/null; echo --; "
                                               "ip -o -4 addr show | grep -v ' eno3 ' | awk '{print $2, $4}'; echo --; "
                                               "ip -4 rule show; echo --; "
-                                              "awk '{print $5}' /proc/self/mountinfo | sort"], check=True).stdout
+                                              "awk '{print $5}' /proc/self/mountinfo | sort; echo --; "
+                                              "grep -v '^#' /etc/fstab; echo --; "
+                                              "for d in /dev/nvme*; do echo $d $(blkid -p -o export $d | sort); done"],
+                                 check=True).stdout
     return {"etc": files, "state": inside}
 
 
@@ -85,6 +88,8 @@ def stack_config(c, addresses: list[str] | None = None) -> dict:
         },
         "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 1, "perNuma": True},
                             "sriov": {"vfsPerPf": 2}},
+        # One data drive: the lab's kernel has no md driver for an array over eight.
+        "railyard:storage": {"localCache": {"raid": "none"}},
         "railyard:hosts": {
             "sshKey": "agent",
             "hostKeys": "pinned" if addresses is None else "trust-on-first-use",
@@ -114,6 +119,29 @@ def cmdline(c, i: int) -> str:
     return node.run_in_node(c.stack, f"srv-{i}", ["cat", "/proc/cmdline"], check=True).stdout.strip()
 
 
+def test_a_cache_drive_holding_data_or_an_array_without_md_is_refused_before_any_host_changes(servers, project):
+    events = {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)}
+    # Someone's filesystem on the data drive the cache would take (nvme2n1: the two OS drives come first).
+    node.run_in_node(servers.stack, "srv-3", ["mkfs.ext4", "-q", "-F", "/dev/nvme2n1"], check=True)
+    out = up_fails(project)
+    assert "srv-3" in out and "/dev/nvme2n1 holds an ext4 signature" in out, out[-4000:]
+    node.run_in_node(servers.stack, "srv-3", ["wipefs", "-a", "-q", "/dev/nvme2n1"], check=True)
+    # An array over eight drives needs md, which this kernel lacks: refused by name, not shrunk.
+    config = copy.deepcopy(project.config)
+    config["railyard:storage"] = {"localCache": {"raid": "raid0"}}
+    project.write(config)
+    try:
+        out = up_fails(project)
+    finally:
+        project.write(project.config)
+    assert "a raid0 cache over 8 drives needs the kernel's md driver" in out, out[-4000:]
+    assert "railyard:storage.localCache.raid: none" in out
+    # No host was changed by either run, and none rebooted.
+    for i in range(NODES):
+        assert snapshot(servers, i) == servers.before[i], f"srv-{i}"
+        assert len(power.events(servers.stack, f"srv-{i}")) == events[i]
+
+
 def test_up_tunes_and_reboots_one_host_at_a_time(servers, project):
     before = {i: power.events(servers.stack, f"srv-{i}") for i in range(NODES)}
     proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
@@ -137,6 +165,14 @@ def test_up_tunes_and_reboots_one_host_at_a_time(servers, project):
         windows.append((new[0]["time"], new[1]["time"]))
     windows.sort()
     assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+    # The cache is the SKU's first data drive, formatted and mounted by its filesystem's UUID,
+    # with nofail so a drive that does not come up cannot hold a boot.
+    for i in range(NODES):
+        got = node.run_in_node(servers.stack, f"srv-{i}", ["sh", "-c", "findmnt -n -o SOURCE,FSTYPE /mnt/cache; "
+                                                          "blkid -p -o value -s UUID /dev/nvme2n1; cat /etc/fstab"],
+                               check=True).stdout.splitlines()
+        assert got[0].split() == ["/dev/nvme2n1", "xfs"], got
+        assert f"UUID={got[1]} /mnt/cache xfs defaults,noatime,nofail 0 0" in got[2:], got
     # The controller's view agrees.
     out = project.outputs()
     assert out["inventory"][0]["management_ip"] == node.read_node(servers.stack, "srv-0")["mgmt_address"]

@@ -111,3 +111,54 @@ def test_a_rail_whose_cable_is_pulled_is_refused_and_one_not_configured_yet_is_n
         assert _link_problems(c, state) == []
     finally:
         sh(c, "ip link set dev ibp64s0 up")
+
+
+def _host_block_devices() -> list[str]:
+    """The host's block devices other than loop devices (the lab's drives are loops), with what
+    lsblk knows of each: a change to any of them is a change to a host disk."""
+    import subprocess
+
+    out = subprocess.run(["lsblk", "-b", "-n", "-r", "-o", "NAME,MAJ:MIN,TYPE,SIZE,FSTYPE,UUID,MOUNTPOINT"],
+                         capture_output=True, text=True, check=True).stdout
+    return sorted(line for line in out.splitlines() if not line.startswith("loop"))
+
+
+def test_the_nodes_dev_holds_its_own_drives_under_the_skus_names_and_nothing_of_the_hosts(server):
+    import os
+
+    from railyard.drivers.lab import proc
+    from railyard.drivers.lab.node import drives
+
+    c, _, tree, manifest = server
+    names = sorted(manifest["nvme"], key=lambda n: int(n[4:-2]))
+    assert drives.drive_names(tree) == names
+    listed = sh(c, "ls /dev").split()
+    assert sorted(listed) == sorted(["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+                                     "stdout", "tty", "urandom", "zero", *names])
+    # Each drive is a block device backed by the node's own image, and is as the tree says.
+    backing = {os.path.basename(b): dev
+               for dev, b in proc.loops_backed_under(node.node_dir(c.stack, "gpu-0") / "drives").items()}
+    for name in names:
+        rdev, kind = sh(c, f"stat -L -c '%t:%T %F' /dev/{name}").strip().split(" ", 1)
+        assert kind == "block special file", name
+        major, minor = (int(x, 16) for x in rdev.split(":"))
+        dev = backing[f"{name}.img"]
+        assert os.stat(dev).st_rdev == os.makedev(major, minor), name
+    # A drive is writable by the node, as a server's are to root.
+    sh(c, f"mkfs.ext4 -q -F /dev/{names[-1]} && blkid -p -o value -s TYPE /dev/{names[-1]} | grep -qx ext4")
+    # No host disk can be reached, nor a device node made for one.
+    made = node.run_in_node(c.stack, "gpu-0", ["sh", "-c", "mknod /tmp/disk b 8 0"])
+    assert made.returncode != 0 and "Operation not permitted" in made.stderr
+    # The node has working pseudo-terminals of its own (ssh sessions with a tty need them).
+    assert sh(c, "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'").startswith("/dev/pts/")
+
+
+def test_a_drive_formatted_in_the_node_leaves_the_hosts_block_devices_as_they_were(server):
+    c, _, _, manifest = server
+    before = _host_block_devices()
+    name = sorted(manifest["nvme"])[0]
+    # Mounted by UUID, as an fstab line would: the node's /proc/partitions names its drives.
+    sh(c, f"mkfs.xfs -q -f /dev/{name} && mkdir -p /mnt/t && mount UUID=$(blkid -p -o value -s UUID /dev/{name}) "
+          f"/mnt/t && findmnt -n -o SOURCE /mnt/t | grep -qx /dev/{name} && echo data > /mnt/t/f && umount /mnt/t "
+          f"&& wipefs -a -q /dev/{name}")
+    assert _host_block_devices() == before

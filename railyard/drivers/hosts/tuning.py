@@ -1,6 +1,7 @@
 """Per-host role and connection variables of a hosts stack (Pulumi-free, so `railyard tune` and
 the Pulumi program hand the roles the same ones): how Ansible reaches the listed server (its user,
-port and jump host) and the rails' addresses from the plan, for rail_network."""
+port and jump host), the rails' addresses from the plan, for rail_network, and the data drives
+the dataset cache is made of."""
 
 from __future__ import annotations
 
@@ -34,4 +35,10 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
          "gateway": nic.gateway, "mtu": mtu} for nic in node.nics]
     if any(nic.gateway for nic in node.nics):
         out["rail_network_compute_cidr"] = plan.networks.compute.cidr
+    # The cache on the server's own data drives (the lab driver mounts its nodes' caches itself).
+    pool = next((p for p in plan.storage.pools if p.pool == node.pool), None)
+    if pool is not None and pool.drives and pool.drive_tb:
+        out["dataset_cache_drive_count"] = pool.drives
+        out["dataset_cache_drive_bytes"] = round(pool.drive_tb * 1e12)
+        out["dataset_cache_raid"] = spec.storage.local_cache.raid
     return out

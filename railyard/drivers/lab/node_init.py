@@ -12,7 +12,7 @@ Inputs (environment): RY_NODE (hostname), RY_NODE_DIR (the node's runtime dir on
 RY_HW (directory shown at /run/railyard/hw), RY_MARKER (argv[0] of the holder), RY_MOUNT_MARKER
 (source name of the node's /run), RY_SHIM_TARGETS (host binaries the reboot-pending shim is
 bound over, one per line), RY_AGENT (agent.py, the node's SR-IOV agent, started once sshd runs),
-RY_BOOT (set when the node is powered on again, node/power.py: boot-time settings apply, see boot()).
+RY_DRIVES (the node's drives on their loop devices, shown in its private /dev), RY_BOOT (set when the node is powered on again, node/power.py: boot-time settings apply, see boot()).
 
 Every start is a boot of the node: /run is a fresh tmpfs and /proc/sys/kernel/random/boot_id a
 new one. A power-on (RY_BOOT) also does what firmware and the kernel do at boot: the command line
@@ -148,6 +148,58 @@ def show_hardware() -> bool:
     return False
 
 
+# The host's character devices every node process may use; nothing else of the host's /dev.
+DEV_CHARS = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
+
+
+def private_dev(drives: str, tree: str) -> None:
+    """The node's own /dev: the basic character devices, its own pseudo-terminals and /dev/shm,
+    and its drives (RY_DRIVES: `name=/dev/loopN` lines, node/drives.py) under their names. The
+    host's disks are not there, and the node cannot make a device node for one (CAP_MKNOD is
+    dropped), so nothing the node runs (mkfs, wipefs, mdadm) can reach a host disk. The host's
+    device nodes are bound, not made: the init lacks CAP_MKNOD too."""
+    pairs = []
+    for line in drives.splitlines():
+        name, _, dev = line.partition("=")
+        if not name or "/" in name or not dev.startswith("/dev/"):
+            fail(f"RY_DRIVES: bad line {line!r}")
+        pairs.append((name, dev))
+    # Opened before /dev is covered: the host's nodes are bound from these descriptors' paths.
+    host = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in DEV_CHARS if os.path.exists(f"/dev/{name}")}
+    disks = {name: os.open(dev, os.O_PATH | os.O_CLOEXEC) for name, dev in pairs}
+    mount("ry-dev", "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+    for name, fd in {**host, **disks}.items():
+        open(f"/dev/{name}", "w").close()
+        mount(f"/proc/self/fd/{fd}", f"/dev/{name}", flags=MS_BIND)
+        os.close(fd)
+    for name, target in DEV_LINKS.items():
+        os.symlink(target, f"/dev/{name}")
+    for d in ("pts", "shm"):
+        os.mkdir(f"/dev/{d}", 0o755)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5")
+    mount("ry-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    # The drives' device numbers where the kernel shows them, /sys/block/<name>/dev (in the tree:
+    # they exist only while the node runs) and /proc/partitions: libblkid finds a filesystem by
+    # UUID (mount UUID=..., an fstab line) by reading them.
+    lines = ["major minor  #blocks  name", ""]
+    for name, _ in pairs:
+        rdev = os.stat(f"/dev/{name}").st_rdev
+        major, minor = os.major(rdev), os.minor(rdev)
+        block = f"{tree}/sys/block/{name}"
+        if _inside(f"{block}/size", tree):
+            fd = os.open(f"{block}/dev", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{major}:{minor}\n")
+        with open(f"/sys/dev/block/{major}:{minor}/size") as f:
+            kib = int(f.read()) // 2
+        lines.append(f"{major:4d} {minor:7d} {kib:10d} {name}")
+    with open("/run/railyard/partitions", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    _bind("/run/railyard/partitions", "/proc/partitions", read_only=True)
+
+
 def _hugepages_at_boot(cmdline: str) -> dict:
     """{page kB: {numa node or None (the whole host): count}} as the kernel reads hugepagesz=,
     hugepages= (a count, or node:count pairs) and default_hugepagesz= (Documentation/admin-guide/
@@ -278,7 +330,7 @@ def main() -> None:
             fail(f"/{d} does not exist on the host; a lab node needs it as a mount point")
         mount(f"{node_dir}/{d}", f"/{d}", flags=MS_BIND)
     mount("ry-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
-    mount("ry-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    private_dev(env.get("RY_DRIVES", ""), TREE)
 
     # A sysfs mounted from inside the node's netns shows the node's own class/net; read-only, so
     # a tuning mistake (a write meant for a device) fails loudly instead of reaching the host.

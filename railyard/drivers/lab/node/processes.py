@@ -16,14 +16,16 @@ from typing import Sequence
 
 from railyard.drivers.lab import names, net, proc
 from railyard.drivers.lab.errors import LabError
+from railyard.drivers.lab.node import drives
 from railyard.drivers.lab.node.config import LAB_DIR, NODE_PATH, SHIMMED, node_dir
 
 INIT_SCRIPT = LAB_DIR / "node_init.py"
 AGENT_SCRIPT = LAB_DIR / "agent.py"
 AGENT_DIR = "run/railyard/agent"  # relative to the node's root, see agent.py
 
-# What node processes may never do: reboot or kexec the host, load kernel modules, set its clock.
-DROPPED_CAPS = ("sys_boot", "sys_module", "sys_time")
+# What node processes may never do: reboot or kexec the host, load kernel modules, set its clock,
+# or make a device node (one for a host disk would bypass the node's private /dev).
+DROPPED_CAPS = ("sys_boot", "sys_module", "sys_time", "mknod")
 
 REBOOT_PENDING = "run/railyard/reboot-pending"  # relative to the node's root, see lab-shim.sh
 HW_TREE = "/run/railyard/hw"
@@ -93,6 +95,7 @@ def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None, *, 
         "RY_MOUNT_MARKER": names.mount_marker(stack, node),
         "RY_SHIM_TARGETS": "\n".join(shim_targets()),
         "RY_AGENT": str(AGENT_SCRIPT),
+        "RY_DRIVES": drives.env_value(drives.ensure(d, hw)),
     })
     # setsid --fork: the init is not our child, so it outlives this process (a Pulumi provider)
     # and never lingers as our zombie.

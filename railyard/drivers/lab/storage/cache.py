@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from railyard.drivers.lab import names, net, node, proc
 from railyard.drivers.lab.errors import LabError, require_root
-from railyard.drivers.lab.storage.mounts import _check_mount_point, _unmount_in_node
+from railyard.drivers.lab.storage.mounts import MOUNTNS, _check_mount_point, _unmount_in_node
 
 
 # Loop devices a node's cache may take: a node's share of the host's loop budget.
@@ -102,7 +103,9 @@ def create_cache(stack: str, node_name: str, *, mount: str = "/mnt/cache", fs: s
         net.run(mkfs, obj=f"{what} mkfs", timeout=120)
     if not _mounted_in_node(pid, mount, device):
         _unmount_in_node(pid, mount, what)
-        node.run_in_node(stack, node_name, ["mount", "-t", fs, device, mount], check=True, root=root)
+        # Mounted from the host's side: the node's private /dev holds its drives, not this device.
+        net.run([sys.executable, "-I", "-S", str(MOUNTNS), "mount", str(pid), fs, device, mount],
+                obj=f"{what} mount {device} at {mount}")
     # Detach once unused: the node's end (its last process) frees the loop devices too.
     for loop in loops:
         net.run(["losetup", "-d", loop], obj=f"{what} loop device {loop}", check=False)

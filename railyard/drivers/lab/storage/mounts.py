@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from railyard.drivers.lab import net, proc
 from railyard.drivers.lab.errors import LabError
+
+# The script that binds a host directory, or mounts a host device, into a node's mount namespace,
+# in the lab driver's directory one above this package.
+MOUNTNS = Path(__file__).resolve().parent.parent / "mountns.py"
 
 
 def _check_mount_point(mount: str, what: str) -> str:

@@ -15,11 +15,7 @@ from pathlib import Path
 from railyard import paths
 from railyard.drivers.lab import names, net, node, proc
 from railyard.drivers.lab.errors import LabError, require_root
-from railyard.drivers.lab.storage.mounts import _check_mount_point, _unmount_in_node
-
-# The script binding a host directory into a node's mount namespace, in the lab driver's
-# directory one above this package.
-MOUNTNS = Path(__file__).resolve().parent.parent / "mountns.py"
+from railyard.drivers.lab.storage.mounts import MOUNTNS, _check_mount_point, _unmount_in_node
 
 
 def pfs_dir(stack: str, root: Path | None = None) -> Path:
