@@ -35,6 +35,16 @@ options:
   state: {description: present or absent., type: str, choices: [present, absent], default: present}
 """
 
+EXAMPLES = r"""
+- name: The cache over a DGX H100's eight 3.84 TB data drives
+  dataset_cache_drives:
+    drive_count: 8
+    drive_bytes: 3840000000000
+    raid: raid0
+    fstype: xfs
+  register: cache
+"""
+
 RETURN = r"""
 device: {description: The cache's block device (the array or the drive)., type: str, returned: state=present}
 fs_uuid: {description: UUID of the cache's filesystem (empty in check mode before it exists)., type: str, returned: state=present}
