@@ -41,6 +41,31 @@ class JumpHost:
 
 
 @dataclass(frozen=True)
+class Bmc:
+    """A host's baseboard management controller, reached over Redfish (`bmc` of a listed host):
+    where its power state is read, and what power-cycles it when it does not come back from a
+    reboot."""
+
+    endpoint: str
+    """`https://address[:port]`, no path: its Redfish service root is /redfish/v1."""
+    username: str
+    password: Secret
+    """Ciphertext only, never opened here; the driver reads it as a secret (password_at)."""
+    password_at: tuple[str | int, ...]
+    """Where the password is inside railyard:hosts: ("pools", <pool>, "hosts", <i>, "bmc", "password")."""
+    verify: bool | str = True
+    """True: its certificate is checked against the system's CAs; a string: against that CA file
+    (PEM, an absolute path); False: not checked."""
+    system_id: str | None = None
+    """Its ComputerSystem's id under /redfish/v1/Systems; None: the only one there."""
+
+    def resource_input(self) -> dict:
+        """What a resource is given of it: everything but the password, which goes as a secret."""
+        return {"endpoint": self.endpoint, "username": self.username, "verify": self.verify,
+                "system_id": self.system_id}
+
+
+@dataclass(frozen=True)
 class Host:
     """One existing server: how SSH reaches it, and the host keys it must present."""
 
@@ -59,6 +84,8 @@ class Host:
     """The name its kubelet registers (`nodeName`); None: its inventory name, else the plan's."""
     where: str = ""
     """Where it was given, for messages: a config path, or `<inventory file>:<line>`."""
+    bmc: Bmc | None = None
+    """Its BMC; None: no power control (a host that does not come back stops the rollout)."""
 
     @property
     def pinned(self) -> bool:

@@ -22,6 +22,18 @@ from railyard.model.boot_args import kernel_args
 from railyard.model.plan import NodePlan
 
 
+def _secret(*at: str | int) -> pulumi.Output:
+    """A secret of railyard:hosts (sshKey, a host's bmc.password). The whole section is read as a
+    secret object: only those keys are secret in it, and none of them is ever a plain value
+    anywhere in the program."""
+    def pick(value: Any) -> Any:
+        for key in at:
+            value = value[key]
+        return value
+
+    return pulumi.Output.secret(pulumi.Config("railyard").require_secret_object("hosts").apply(pick))
+
+
 class HostsDriver(Driver):
     name = "hosts"
 
@@ -39,10 +51,7 @@ class HostsDriver(Driver):
         if self.config.uses_agent:
             key = None  # ssh-agent's, where Railyard runs
         else:
-            # The whole section is read as a secret object: only sshKey is secret in it, and the
-            # key is never a plain value anywhere in the program.
-            key = pulumi.Output.secret(
-                pulumi.Config("railyard").require_secret_object("hosts").apply(lambda h: h["sshKey"]))
+            key = _secret("sshKey")
         return Access(user=self.config.hosts[0].user if self.config.hosts else "root",
                       public_key=pulumi.Output.from_input(""), private_key=key)
 
@@ -79,8 +88,10 @@ class HostsDriver(Driver):
         machine = HostMachine(
             name, stack=self.spec.stack, node=node.name, address=host.address, user=host.user, port=host.port,
             jump=jump(host), host_keys=list(host.host_keys), sku=node.sku, fabric=compute.kind,
-            speed_gbps=compute.speed_gbps,
-            private_key=access.private_key, opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
+            speed_gbps=compute.speed_gbps, private_key=access.private_key,
+            bmc=host.bmc.resource_input() if host.bmc else None,
+            bmc_password=_secret(*host.bmc.password_at) if host.bmc else None,
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
         self.machines[node.name] = machine
         return NodeHandle(ready=[machine], management_ip=host.address, host_key=machine.host_key, name=node.name)
 
@@ -91,12 +102,16 @@ class HostsDriver(Driver):
         for pool in self.spec.node_pools:
             nodes = list(self.plan.pool_nodes(pool.name))
             hosts = []
+            bmc_passwords = {}
             for n in nodes:
                 h = self.host(n)
                 hosts.append({"node": n.name, "address": h.address, "user": h.user, "port": h.port,
                               "jump": jump(h), "host_keys": list(h.host_keys),
                               "host_key": self.machines[n.name].host_key,
-                              "wanted": list(kernel_args(self.spec, self.plan, n))})
+                              "wanted": list(kernel_args(self.spec, self.plan, n)),
+                              "bmc": h.bmc.resource_input() if h.bmc else None})
+                if h.bmc:
+                    bmc_passwords[n.name] = _secret(*h.bmc.password_at)
             budget = self.config.pool(pool.name).reboot_budget
             if pulumi.runtime.is_dry_run():
                 probe.report(pool.name, hosts, access.private_key, budget, parent)
@@ -106,5 +121,6 @@ class HostsDriver(Driver):
                 tuning_hosts=tuning.host_inputs if tuning is not None else None,
                 secret_vars=tuning.secret_vars if tuning is not None else None, user=access.user,
                 tuning_run=tuning.run.last_run if tuning is not None else None,
+                bmc_passwords=bmc_passwords or None,
                 opts=pulumi.ResourceOptions(parent=parent, depends_on=[tuning] if tuning is not None else [])))
         return out

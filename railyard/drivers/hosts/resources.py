@@ -5,12 +5,16 @@ HostMachine is one existing server: create and update reach it over SSH with its
 (or learn it on first use), discover its hardware with the model's own sysfs discovery, and check
 it against the pool's SKU before anything else may touch it. A mismatch fails the resource with
 every difference named, so nothing that depends on the host (its tuning) runs. Outputs: the host
-key SSH accepted, to be pinned from then on, and the hardware facts, so a refresh shows drift.
-Delete changes nothing on the host: discovery put nothing there.
+key SSH accepted, to be pinned from then on, and the hardware facts, so a refresh shows drift;
+for a host with a BMC, its power state as Redfish reports it. Delete changes nothing on the host:
+discovery put nothing there.
+
+A BMC's password, like the SSH key, is an input marked secret and an output marked secret.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pulumi
@@ -18,7 +22,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 # What reaching and checking a host depends on: a change in any of them means a new discovery
 # (a new key too, so that refresh and later runs use it).
-INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "speed_gbps", "private_key")
+INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "speed_gbps", "private_key",
+          "bmc", "bmc_password")
 
 
 def _target(props: dict):
@@ -32,6 +37,19 @@ def _target(props: dict):
                   if jump else None,
                   host_keys=tuple(props.get("host_keys") or ()) or
                   ((props["host_key"],) if props.get("host_key") else ()))
+
+
+def _redfish(node: str, bmc: dict, password: str | None):
+    from railyard.drivers.hosts import redfish
+
+    return redfish.Client(redfish.Target.from_props(node, bmc, password or ""))
+
+
+def power_state(props: dict) -> str | None:
+    """The host's PowerState as its BMC reports it; None for a host without a BMC."""
+    if not props.get("bmc"):
+        return None
+    return _redfish(props["node"], props["bmc"], props.get("bmc_password")).power_state()
 
 
 def discover(props: dict) -> dict:
@@ -79,7 +97,8 @@ class HostMachineProvider(ResourceProvider):
     serialize_as_secret_always = False
 
     def create(self, props):
-        outs = discover_and_check(props)
+        # A BMC that cannot be read fails the host now, rather than when a reboot needs it.
+        outs = {**discover_and_check(props), "power_state": power_state(props)}
         return CreateResult(id_=f"{props['stack']}/{props['node']}", outs={**props, **outs})
 
     def diff(self, _id, olds, news):
@@ -92,48 +111,75 @@ class HostMachineProvider(ResourceProvider):
     def update(self, _id, olds, news):
         # Trust on first use pins what was learned: an unchanged host must show the same key again.
         props = {**news, "host_key": olds.get("host_key") if not news.get("host_keys") else None}
-        return UpdateResult(outs={**news, **discover_and_check(props)})
+        return UpdateResult(outs={**news, **discover_and_check(props), "power_state": power_state(news)})
 
     def read(self, id_, props):
         # A refresh records what the host has now, so the next preview shows the drift; it is
         # the next create or update that refuses a host no longer matching its SKU. A host down
         # for maintenance keeps what was last seen: one unreachable server must not fail the
-        # refresh of every other.
+        # refresh of every other. Its BMC, reached another way, may still say it is off.
+        from railyard.drivers.hosts.redfish import RedfishError
         from railyard.drivers.hosts.ssh import SshError
 
+        outs = dict(props)
         try:
-            seen = discover(props)
+            outs.update(discover(props))
         except SshError:
-            return ReadResult(id_=id_, outs=dict(props))
-        return ReadResult(id_=id_, outs={**props, **seen})
+            pass
+        if props.get("bmc"):
+            try:
+                outs["power_state"] = power_state(props)
+            except RedfishError:
+                pass
+        return ReadResult(id_=id_, outs=outs)
 
     def delete(self, _id, _props):
         return None
 
 
 class HostMachine(Resource):
-    """Outputs: `host_key` (what SSH accepted) and `facts` (the discovered hardware)."""
+    """Outputs: `host_key` (what SSH accepted), `facts` (the discovered hardware) and
+    `power_state` (its ComputerSystem's PowerState, read from its BMC; None without one)."""
 
     host_key: pulumi.Output[str]
     facts: pulumi.Output[dict]
+    power_state: pulumi.Output[str | None]
 
     def __init__(self, name: str, *, stack: str, node: str, address: str, user: str, port: int,
                  jump: dict | None, host_keys: list[str], sku: str, fabric: str | None, speed_gbps: int | None,
-                 private_key: Any, opts: pulumi.ResourceOptions | None = None):
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["private_key"]))
+                 private_key: Any, bmc: dict | None = None, bmc_password: Any = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        """bmc: the host's BMC (config.Bmc.resource_input()), or None; bmc_password: its password."""
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+            additional_secret_outputs=["private_key", "bmc_password"]))
         # Secret as an input too: an input is stored as given, and a plain key would sit in state.
         if private_key is not None:
             private_key = pulumi.Output.secret(private_key)
+        if bmc_password is not None:
+            bmc_password = pulumi.Output.secret(bmc_password)
         super().__init__(HostMachineProvider(), name, {
             "stack": stack, "node": node, "address": address, "user": user, "port": port, "jump": jump,
             "host_keys": host_keys, "sku": sku, "fabric": fabric, "speed_gbps": speed_gbps,
-            "private_key": private_key, "host_key": None, "facts": None,
+            "private_key": private_key, "bmc": bmc, "bmc_password": bmc_password,
+            "host_key": None, "facts": None, "power_state": None,
         }, opts)
 
 
 def _targets(props: dict) -> list:
     """A pool's hosts as the rollout reaches them, each with the arguments its boot must have."""
     return [(_target(h), tuple(h.get("wanted") or ())) for h in props["hosts"]]
+
+
+def _progress(line: str) -> None:
+    # The engine shows what a provider writes on stderr in `up`'s output.
+    print(line, file=sys.stderr, flush=True)
+
+
+def _power_cycles(props: dict) -> dict:
+    """What power-cycles each host of the pool that has a BMC (rollout.roll's power_cycles)."""
+    passwords = props.get("bmc_passwords") or {}
+    return {h["node"]: _redfish(h["node"], h["bmc"], passwords.get(h["node"])).power_cycle
+            for h in props["hosts"] if h.get("bmc")}
 
 
 class HostRebootsProvider(ResourceProvider):
@@ -164,7 +210,8 @@ class HostRebootsProvider(ResourceProvider):
 
         done = rollout.roll(_targets(props), budget=int(props["budget"]), command=props["command"],
                             timeout=float(props["timeout"]), private_key=props.get("private_key") or None,
-                            after_batch=verify, known_boots=(olds or {}).get("boots"))
+                            after_batch=verify, known_boots=(olds or {}).get("boots"), progress=_progress,
+                            power_cycles=_power_cycles(props))
         return {"booted": done.booted, "boots": done.boots, "reboots": done.reboots}
 
     def create(self, props):
@@ -196,21 +243,25 @@ class HostRebootsProvider(ResourceProvider):
 
 class HostReboots(Resource):
     """Outputs: `booted` ({node: the command line it runs with}), `boots` ({node: its boot id when
-    last tuned}) and `reboots` (this run's [{node, down_at, up_at}], Unix times)."""
+    last tuned}) and `reboots` (this run's [{node, down_at, up_at}], Unix times, with `bmc_reset`:
+    what its BMC was asked, for a host its BMC power-cycled)."""
 
     booted: pulumi.Output[dict]
     reboots: pulumi.Output[list]
 
     def __init__(self, name: str, *, stack: str, pool: str, hosts: list[dict], budget: int, command: str,
                  timeout: int, private_key: Any, tuning_hosts: Any, secret_vars: Any, user: str,
-                 tuning_run: Any = None, opts: pulumi.ResourceOptions | None = None):
+                 tuning_run: Any = None, bmc_passwords: Any = None, opts: pulumi.ResourceOptions | None = None):
+        """hosts: [{node, address, user, port, jump, host_keys, host_key, wanted, bmc}] (bmc: as
+        HostMachine's, or None); bmc_passwords: {node: its BMC's password} for those with one."""
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-            additional_secret_outputs=["private_key", "secret_vars"]))
+            additional_secret_outputs=["private_key", "secret_vars", "bmc_passwords"]))
         super().__init__(HostRebootsProvider(), name, {
             "stack": stack, "pool": pool, "hosts": hosts, "budget": budget, "command": command,
             "timeout": timeout, "user": user, "tuning_run": tuning_run,
             "private_key": pulumi.Output.secret(private_key) if private_key is not None else None,
             "tuning_hosts": tuning_hosts,
             "secret_vars": pulumi.Output.secret(secret_vars) if secret_vars is not None else None,
+            "bmc_passwords": pulumi.Output.secret(bmc_passwords) if bmc_passwords else None,
             "booted": None, "boots": None, "reboots": None,
         }, opts)

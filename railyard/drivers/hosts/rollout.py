@@ -7,14 +7,20 @@ with the arguments on its command line, and pass `after_batch` (the site playboo
 restores what a boot resets and verifies), before the next batch starts. The first host that
 does not come back, or comes back wrong, stops the rollout: no further host is rebooted, and
 the error names it and the hosts left as they were.
+
+A host with a BMC (`power_cycles`) that does not come back within the timeout is first
+power-cycled through it, once, and gets the timeout again from then: a hung shutdown or a kernel
+that froze on the way down is what a BMC's reset is for, and a host that still does not come
+back stops the rollout as above.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
+from railyard.drivers.hosts.redfish import RedfishError
 from railyard.drivers.hosts.ssh import HostKeyMismatch, SshError, Target, run
 from railyard.model.boot_args import missing
 
@@ -65,14 +71,38 @@ def _wait_back(target: Target, old: str, private_key: str | None, deadline: floa
         time.sleep(POLL_S)
 
 
+def _power_cycled(target: Target, old: str, cycle: Callable[[float], str], *, late: str, halted: str,
+                  timeout: float, private_key: str | None, progress: Callable[[str], None]) -> tuple[Boot, str]:
+    """The boot of a host that did not come back (`late` says so) once its BMC power-cycled it,
+    and what the BMC was asked; RolloutError when the BMC cannot, or it does not come back
+    within the timeout of the power cycle either."""
+    progress(f"{late}; power-cycling it through its BMC")
+    deadline = time.monotonic() + timeout
+    try:
+        reset = cycle(deadline)
+    except RedfishError as exc:
+        raise RolloutError(f"{late}, and its BMC could not power-cycle it: {exc}; {halted}") from None
+    try:
+        now = _wait_back(target, old, private_key, deadline)
+    except TimeoutError:
+        raise RolloutError(f"{late}, nor within {timeout:g} s of being power-cycled through its BMC ({reset}); "
+                           f"{halted}") from None
+    progress(f"{target.name}: back after its BMC reset it ({reset})")
+    return now, reset
+
+
 def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: str, timeout: float,
          private_key: str | None, after_batch: Callable[[list[str]], None] | None = None,
-         progress: Callable[[str], None] = lambda _: None, known_boots: dict[str, str] | None = None) -> Rollout:
+         progress: Callable[[str], None] = lambda _: None, known_boots: dict[str, str] | None = None,
+         power_cycles: Mapping[str, Callable[[float], str]] | None = None) -> Rollout:
     """Reboot the hosts whose kernel lacks their wanted arguments, `budget` at a time.
 
     known_boots: the boot ids of the last rollout (state). A host that booted since without this
     rollout's knowing (a rollout that failed after its reboot, a power cut) gets `after_batch` too:
-    its boot reset what the playbook set at run time."""
+    its boot reset what the playbook set at run time.
+
+    power_cycles: per host with a BMC, what power-cycles it (given the time.monotonic() deadline
+    of its wait, it returns what it asked the BMC for, or raises RedfishError)."""
     out = Rollout()
     pending = []
     rebooted_elsewhere = []
@@ -91,6 +121,7 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
     for start in range(0, len(pending), budget):
         batch = pending[start:start + budget]
         left = names[start + len(batch):]
+        halted = "the rollout stopped" + (f", and {', '.join(left)} were not rebooted" if left else "")
         downs = {}
         for target, _, _ in batch:
             progress(f"{target.name}: {command}")
@@ -103,27 +134,30 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
                 continue  # the connection went down with the host
             if result.rc not in (0, 255) and result.rc > 0:
                 # Refused (not root, no such command): the host is not going down.
-                raise RolloutError(f"{target.name}: `{command}` exited {result.rc}: "
-                                   f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no output'}"
-                                   "; the rollout stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
+                said = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+                raise RolloutError(f"{target.name}: `{command}` exited {result.rc}: {said}; {halted}")
         back: list[str] = []
         try:
             for target, wanted, boot in batch:
                 deadline = time.monotonic() + timeout
+                reset = None
                 try:
                     now = _wait_back(target, boot.boot_id, private_key, deadline)
                 except TimeoutError:
-                    raise RolloutError(
-                        f"{target.name} did not come back within {timeout:g} s of `{command}`; the rollout stopped"
-                        + (f", and {', '.join(left)} were not rebooted" if left else "")) from None
-                out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time()})
+                    late = f"{target.name} did not come back within {timeout:g} s of `{command}`"
+                    cycle = (power_cycles or {}).get(target.name)
+                    if cycle is None:
+                        raise RolloutError(f"{late}; {halted}") from None
+                    now, reset = _power_cycled(target, boot.boot_id, cycle, late=late, halted=halted,
+                                               timeout=timeout, private_key=private_key, progress=progress)
+                out.reboots.append({"node": target.name, "down_at": downs[target.name], "up_at": time.time(),
+                                    **({"bmc_reset": reset} if reset else {})})
                 out.booted[target.name] = now.cmdline
                 out.boots[target.name] = now.boot_id
                 lacks = missing(wanted, now.cmdline)
                 if lacks:
                     raise RolloutError(
-                        f"{target.name} came back without {' '.join(lacks)} on its kernel command line; the rollout "
-                        "stopped" + (f", and {', '.join(left)} were not rebooted" if left else ""))
+                        f"{target.name} came back without {' '.join(lacks)} on its kernel command line; {halted}")
                 back.append(target.name)
                 progress(f"{target.name}: back with the new command line")
         except RolloutError as stopped:

@@ -16,7 +16,9 @@ import hmac
 import ipaddress
 import re
 import shlex
+import ssl
 import struct
+import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,7 +26,7 @@ from typing import Any, Mapping, Sequence
 from railyard.drivers.hosts import inventory as inventory_file
 from railyard.drivers.hosts.config import (
     DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES, SSH_AGENT,
-    Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
+    Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
 )
 from railyard.model.errors import Problem
 from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, show as _show
@@ -36,7 +38,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "": ("user", "port", "jumpHost", "sshKey", "hostKeys", "knownHosts", "reboot", "pools"),
     "reboot": ("command", "timeoutSeconds", "maxUnavailable"),
     "pools.<pool>": ("inventory", "group", "hosts", "maxUnavailable"),
-    "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey", "nodeName"),
+    "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey", "nodeName", "bmc"),
+    "pools.<pool>.hosts[].bmc": ("endpoint", "username", "password", "verify", "systemId"),
 }
 
 # Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
@@ -183,7 +186,8 @@ class _Reader:
         """The value under key (None when absent or empty); a secret is refused unshown."""
         value = m.get(key)
         if _is_secret(value):
-            self.problem(path, _show(value), allowed, f"only {P}.sshKey may be a secret here")
+            self.problem(path, _show(value), allowed,
+                         f"only {P}.sshKey and a host's bmc.password may be secrets here")
             return None
         return value
 
@@ -250,32 +254,139 @@ class _Reader:
             return None
         return JumpHost(canonical(rest), user or None, port)
 
-    def ssh_key(self, m: Mapping) -> Any:
-        path = f"{P}.sshKey"
-        allowed = f"a Pulumi secret (the private key), or {SSH_AGENT!r} (the key ssh-agent holds)"
-        set_it = f"pulumi config set --secret --path hosts.sshKey < ~/.ssh/id_ed25519, or sshKey: {SSH_AGENT}"
-        raw = m.get("sshKey")
+    def secret(self, raw: Any, path: str, allowed: str, set_it: str, leaked: str) -> Secret | None:
+        """A required Pulumi secret. A plain value is refused and never echoed: it may be the
+        credential itself, written in the clear (`leaked` says what to do about that)."""
         if _is_secret(raw):
             if not isinstance(raw["secure"], str) or not raw["secure"]:
                 self.problem(path, "a secret with no ciphertext", allowed, set_it)
                 return None
             return Secret(raw["secure"])
         if raw is None or raw == "":
-            self.problem(path, "nothing (the key is missing)", allowed,
-                         f"this key is required: {set_it}")
-            return None
+            self.problem(path, "nothing (the key is missing)", allowed, f"this key is required: {set_it}")
+        elif isinstance(raw, str):
+            self.problem(path, "a plain-text value (not shown)", allowed, f"{set_it}; {leaked}")
+        else:
+            self.problem(path, _show(raw), allowed, set_it)
+        return None
+
+    def ssh_key(self, m: Mapping) -> Any:
+        path = f"{P}.sshKey"
+        allowed = f"a Pulumi secret (the private key), or {SSH_AGENT!r} (the key ssh-agent holds)"
+        set_it = f"pulumi config set --secret --path hosts.sshKey < ~/.ssh/id_ed25519, or sshKey: {SSH_AGENT}"
+        raw = m.get("sshKey")
         if raw == SSH_AGENT:
             return SSH_AGENT
-        if isinstance(raw, str):
-            if raw.strip().lower() in ("ssh-agent", "agent", "sshagent"):
-                self.problem(path, _show(raw), allowed, f"write {SSH_AGENT}")
-            else:
-                # Never echo it: a plain value here may be a private key written in the clear.
-                self.problem(path, "a plain-text value (not shown)", allowed,
-                             f"{set_it}; if it was a private key, replace it: it was written in the clear")
+        if isinstance(raw, str) and raw.strip().lower() in ("ssh-agent", "agent", "sshagent"):
+            self.problem(path, _show(raw), allowed, f"write {SSH_AGENT}")
             return None
-        self.problem(path, _show(raw), allowed, set_it)
-        return None
+        return self.secret(raw, path, allowed, set_it,
+                           "if it was a private key, replace it: it was written in the clear")
+
+    def endpoint(self, m: Mapping, path: str) -> str | None:
+        """A BMC's Redfish endpoint: `https://address[:port]`, without a path."""
+        allowed = "https://address[:port], e.g. https://192.0.2.11 or https://[2001:db8::11]:8443"
+        raw = m.get("endpoint")
+        if raw is None:
+            self.problem(path, "nothing (the key is missing)", allowed, "this key is required")
+            return None
+        value = self.string(m, "endpoint", path, allowed)
+        if value is None:
+            return None
+        try:
+            url = urllib.parse.urlsplit(value)
+            port = url.port
+        except ValueError:
+            self.problem(path, _show(value), allowed, "the port is 1-65535")
+            return None
+        if url.username is not None or url.password is not None:
+            # Never echo it: the password may be in it.
+            self.problem(path, "a URL with a user or password in it (not shown)", allowed,
+                         "give the user as bmc.username and the password as the secret bmc.password; if the "
+                         "URL held the password, change it: it was written in the clear")
+            return None
+        if url.scheme != "https":
+            hint = ("the password goes with every request: Redfish is served over HTTPS"
+                    if url.scheme == "http" else "")
+            self.problem(path, _show(value), allowed, hint)
+            return None
+        if url.hostname is None or address_kind(url.hostname) is None or port == 0:
+            self.problem(path, _show(value), allowed)
+            return None
+        if url.path not in ("", "/") or url.query or url.fragment:
+            self.problem(path, _show(value), allowed, "no path: the Redfish service root, /redfish/v1, is "
+                         "found by itself")
+            return None
+        host = f"[{canonical(url.hostname)}]" if ":" in url.hostname else canonical(url.hostname)
+        return f"https://{host}" + (f":{port}" if port is not None and port != 443 else "")
+
+    def bmc(self, value: Any, path: str, at: tuple[str | int, ...], root: Path | None) -> Bmc | None:
+        """A listed host's BMC (None when it has none, or when it cannot be used)."""
+        if value is None:
+            return None
+        m = self.mapping(value, path, KEYS["pools.<pool>.hosts[].bmc"])
+        if m is None:
+            return None
+        endpoint = self.endpoint(m, f"{path}.endpoint")
+        uallowed = "the BMC's user name: no ':' and no control characters"
+        username = None
+        if m.get("username") is None:
+            self.problem(f"{path}.username", "nothing (the key is missing)", uallowed, "this key is required")
+        else:
+            username = self.string(m, "username", f"{path}.username", uallowed)
+            if username is not None and (":" in username or not username.isprintable()):
+                # Basic auth sends `user:password`: a ':' in the user would split it elsewhere.
+                self.problem(f"{path}.username", _show(username), uallowed)
+                username = None
+        where = ".".join(str(k) for k in at[:2]) + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in at[2:])
+        password = self.secret(m.get("password"), f"{path}.password", "a Pulumi secret (the BMC's password)",
+                               f"pulumi config set --secret --path 'hosts.{where}' (it then asks for the value)",
+                               "change the BMC's password: it was written in the clear")
+        verify = self.verify(m, f"{path}.verify", root)
+        system_id = self.plain(m, "systemId", f"{path}.systemId", "a ComputerSystem id")
+        if system_id is not None:
+            if isinstance(system_id, int) and not isinstance(system_id, bool):
+                system_id = str(system_id)
+            if not isinstance(system_id, str) or not system_id.strip() or "/" in system_id:
+                self.problem(f"{path}.systemId", _show(system_id),
+                             "the id of a ComputerSystem under /redfish/v1/Systems, without '/'",
+                             "the last part of its @odata.id, e.g. 1 for /redfish/v1/Systems/1")
+                system_id = None
+            else:
+                system_id = system_id.strip()
+        if endpoint is None or username is None or password is None or verify is None:
+            return None
+        return Bmc(endpoint=endpoint, username=username, password=password, password_at=at, verify=verify,
+                   system_id=system_id)
+
+    def verify(self, m: Mapping, path: str, root: Path | None) -> bool | str | None:
+        """bmc.verify: true (the system's CAs), false (unchecked) or a CA file (its absolute path)."""
+        allowed = "true (the system's CAs), false (not checked), or the path of a CA file (PEM)"
+        value = self.plain(m, "verify", path, allowed)
+        if value is None:
+            return True
+        if isinstance(value, bool):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            hint = "write it without quotes" if isinstance(value, str) and value.lower() in ("true", "false") else ""
+            self.problem(path, _show(value), allowed, hint)
+            return None
+        if value.strip().lower() in ("true", "false", "yes", "no"):
+            self.problem(path, _show(value), allowed, "write true or false without quotes")
+            return None
+        written = value.strip()
+        file = _project_path(written, root)
+        try:
+            ssl.create_default_context(cafile=str(file))
+        except FileNotFoundError:
+            self.problem(path, f"no such file {written!r} (looked at {file})", allowed,
+                         "a relative path starts at the project root, where Pulumi.yaml is")
+            return None
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            self.problem(path, f"{written}: no CA certificate could be read from it "
+                         f"({getattr(exc, 'strerror', None) or exc})", allowed)
+            return None
+        return str(file)
 
     def budget(self, m: Mapping, key: str, path: str) -> Budget | None:
         allowed = "an integer >= 1 (hosts), or a percentage of the pool '1%'..'100%'"
@@ -412,6 +523,7 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
 
     pools, entries = _pools(r, s, spec, root, _Defaults(user, port, jump, known, budget))
     _check_unique(r, entries)
+    _check_unique_bmc(r, entries)
     _check_management(r, entries, spec)
     _check_object_store(r, spec)
     # A jump host is pinned whatever hostKeys says: nothing would record a key learned through
@@ -499,7 +611,7 @@ def _pool_hosts(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path | Non
             r.problem(f"{ppath}.group", _show(pm.get("group")), "nothing: group names a group of an inventory file",
                       "remove it, or give the hosts as inventory: FILE")
         listed = pm["hosts"]
-        return _listed(r, pm, ppath, pool, d), len(listed) if isinstance(listed, list) else 0, f"{ppath}.hosts", \
+        return _listed(r, pm, ppath, pool, d, root), len(listed) if isinstance(listed, list) else 0, f"{ppath}.hosts", \
             None, None
     return _from_inventory(r, pm, ppath, pool, root, d)
 
@@ -512,9 +624,9 @@ def _pins(d: _Defaults, address: str, port: int, own: str | None) -> tuple[str, 
     return tuple(keys)
 
 
-def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults) -> list[_Entry]:
+def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults, root: Path | None) -> list[_Entry]:
     hpath = f"{ppath}.hosts"
-    allowed = "a list of hosts {address, user, port, jumpHost, hostKey}"
+    allowed = "a list of hosts {address, user, port, jumpHost, hostKey, nodeName, bmc}"
     value = r.plain(pm, "hosts", hpath, allowed)
     if not isinstance(value, list):
         if value is not None:
@@ -557,10 +669,11 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults) -> lis
             r.problem(f"{ipath}.nodeName", _show(node_name), "a Kubernetes node name: a lowercase DNS name",
                       "the name its kubelet registers, usually its hostname")
             node_name = None
+        bmc = r.bmc(m.get("bmc"), f"{ipath}.bmc", ("pools", pool, "hosts", i, "bmc", "password"), root)
         if address is None:
             continue
         host = Host(address=canonical(address), user=user, port=port, jump_host=jump,
-                    host_keys=_pins(d, address, port, key), node_name=node_name, where=ipath)
+                    host_keys=_pins(d, address, port, key), node_name=node_name, where=ipath, bmc=bmc)
         out.append(_Entry(host, pool, ipath, ipath, key_refused=refused,
                           jump_path=f"{ipath}.jumpHost" if own_jump else f"{P}.jumpHost"))
     return out
@@ -573,13 +686,7 @@ def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path |
     group = r.string(pm, "group", f"{ppath}.group", "an inventory group name") or "all"
     if written is None:
         return None
-    if root is None:
-        from railyard import paths
-
-        root = paths.project_root()
-    path = Path(written).expanduser()
-    if not path.is_absolute():
-        path = Path(root) / path
+    path = _project_path(written, root)
     allowed = "an Ansible inventory file (YAML: .yml, .yaml, .json; INI: any other name)"
     try:
         found = inventory_file.read(path, group)
@@ -633,6 +740,16 @@ def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path |
     return out, len(found), ipath, path, group
 
 
+def _project_path(written: str, root: Path | None) -> Path:
+    """A file named in the stack: relative to the project root (default: where Pulumi.yaml is)."""
+    if root is None:
+        from railyard import paths
+
+        root = paths.project_root()
+    path = Path(written).expanduser()
+    return path if path.is_absolute() else Path(root) / path
+
+
 def _check_unique(r: _Reader, entries: list[_Entry]) -> None:
     """Each server once: an address given twice would tune (and reboot) one server as two nodes."""
     seen: dict[str, _Entry] = {}
@@ -646,6 +763,20 @@ def _check_unique(r: _Reader, entries: list[_Entry]) -> None:
         else:
             allowed = f"a host in one pool only: it is in pool {first.pool} already"
         r.problem(e.at("address"), e.shown, allowed, f"{first.place} has it")
+
+
+def _check_unique_bmc(r: _Reader, entries: list[_Entry]) -> None:
+    """Each BMC's system for one host: a power cycle of one host would cut another's power."""
+    seen: dict[tuple[str, str | None], _Entry] = {}
+    for e in entries:
+        b = e.host.bmc
+        if b is None:
+            continue
+        first = seen.setdefault((b.endpoint.lower(), b.system_id), e)
+        if first is not e:
+            r.problem(e.at("bmc"), f"{b.endpoint}" + (f" system {b.system_id}" if b.system_id else ""),
+                      "a BMC system no other host has", f"{first.place} has it; a BMC with several systems: "
+                      "give each host its bmc.systemId")
 
 
 def _check_management(r: _Reader, entries: list[_Entry], spec: Any) -> None:
