@@ -257,7 +257,8 @@ class Plan:
         return self._tuning[plan.name]
 
     def _cache_drives(self, pool_name: str) -> int:
-        return next((p.drives for p in self.storage.pools if p.pool == pool_name), 0) or 0
+        pool = self.storage.pool(pool_name)
+        return (pool.drives or 0) if pool is not None else 0
 
     @functools.cached_property
     def networks(self) -> Networks:

@@ -57,6 +57,9 @@ class StoragePlan:
     pools: list[PoolStorage]
     assumptions: list[str] = field(default_factory=list)
 
+    def pool(self, name: str) -> PoolStorage | None:
+        return next((p for p in self.pools if p.pool == name), None)
+
     def summary(self) -> dict[str, Any]:
         pools = []
         for p in self.pools:

@@ -36,7 +36,7 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
     if any(nic.gateway for nic in node.nics):
         out["rail_network_compute_cidr"] = plan.networks.compute.cidr
     # The cache on the server's own data drives (the lab driver mounts its nodes' caches itself).
-    pool = next((p for p in plan.storage.pools if p.pool == node.pool), None)
+    pool = plan.storage.pool(node.pool)
     if pool is not None and pool.drives and pool.drive_tb:
         out["dataset_cache_drive_count"] = pool.drives
         out["dataset_cache_drive_bytes"] = round(pool.drive_tb * 1e12)

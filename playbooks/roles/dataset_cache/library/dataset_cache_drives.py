@@ -53,23 +53,22 @@ members: {description: The drives the cache is made of., type: list, returned: a
 
 import json
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-NVME_BLOCK = re.compile(r"^nvme\d+n\d+$")
+try:  # on a host: the discovery's own rules, shipped as module_utils
+    from ansible.module_utils.railyard_sysfs_discovery import NVME_BLOCK, natural_key
+except ImportError:  # loaded from its file by the unit tests
+    from railyard.model.sysfs_discovery import NVME_BLOCK, natural_key
+
 MDADM_LEVEL = {"raid0": "0", "raid1": "1", "raid10": "10"}
-
-
-def natural(name):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def choose(block_dir, count, size, tolerance):
     """The first `count` NVMe namespaces of `size` bytes (within tolerance), in the kernel's order;
     (chosen, message) where message says what is missing."""
     found, other = [], []
-    for name in sorted((n for n in os.listdir(block_dir) if NVME_BLOCK.match(n)), key=natural):
+    for name in sorted((n for n in os.listdir(block_dir) if NVME_BLOCK.match(n)), key=natural_key):
         try:
             with open(os.path.join(block_dir, name, "size")) as f:
                 got = int(f.read().strip()) * 512
@@ -93,19 +92,23 @@ def probe(module, dev):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def in_use(dev):
-    """Mount points and holders of the device (by device number, whatever its name)."""
-    st = os.stat(dev)
-    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    mounts = []
+def mount_points():
+    """{major:minor: [mount points]} of every mounted block device."""
+    out = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
             parts = line.split()
-            if parts[2] == majmin:
-                mounts.append(parts[4])
+            out.setdefault(parts[2], []).append(parts[4])
+    return out
+
+
+def in_use(dev, mounted):
+    """Mount points (from mount_points()) and holders of the device, by device number whatever its name."""
+    st = os.stat(dev)
+    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
     holders_dir = f"/sys/dev/block/{majmin}/holders"
     holders = sorted(os.listdir(holders_dir)) if os.path.isdir(holders_dir) else []
-    return mounts, holders
+    return mounted.get(majmin, []), holders
 
 
 def describe(info):
@@ -171,10 +174,11 @@ def present(module, p, record):
                 "(playbooks/teardown.yml); nothing was changed", members=members)
 
     infos, refused = {}, []
+    mounted = mount_points()
     for dev in members:
         info = probe(module, dev)
         infos[dev] = info
-        mounts, holders = in_use(dev)
+        mounts, holders = in_use(dev, mounted)
         ours = recorded_signature(record, dev, info)
         if info and not ours:
             refused.append(f"{dev} holds {describe(info)}")
@@ -228,6 +232,7 @@ def absent(module, p, record):
     members = record.get("members", [])
     left = []
     if not module.check_mode:
+        mounted = mount_points()
         array = f"/dev/md/{p['array_name']}"
         if record.get("array_uuid") and os.path.exists(array):
             module.run_command(["mdadm", "--stop", array], check_rc=True)
@@ -238,7 +243,7 @@ def absent(module, p, record):
             if not recorded_signature(record, dev, info):
                 left.append(f"{dev} ({describe(info)})")
                 continue
-            mounts, _ = in_use(dev)
+            mounts, _ = in_use(dev, mounted)
             if mounts:
                 module.fail_json(msg=f"{dev} is still mounted at {', '.join(mounts)}; unmount the cache first")
             if record.get("array_uuid"):

@@ -14,22 +14,19 @@ delete_node and gc release every loop device backed under the node's dir.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from railyard.drivers.lab import net, proc
-from railyard.model.sysfs_discovery import natural_key
+from railyard.model.sysfs_discovery import NVME_BLOCK, natural_key
 
 DRIVE_BYTES = 1 << 30
-# Names the kernel gives whole block devices of the kinds a catalog SKU lists (nvme0n1, sda, vdb).
-DRIVE_NAME = re.compile(r"^(nvme\d+n\d+|[sv]d[a-z]+)$")
 
 
 def drive_names(hw: Path) -> list[str]:
     block = hw / "sys" / "block"
     if not block.is_dir():
         return []
-    return sorted((p.name for p in block.iterdir() if DRIVE_NAME.match(p.name)), key=natural_key)
+    return sorted((p.name for p in block.iterdir() if NVME_BLOCK.match(p.name)), key=natural_key)
 
 
 def ensure(node_dir: Path, hw: Path) -> dict[str, str]:
