@@ -172,6 +172,8 @@ def plan_storage(spec: Any, catalog: Any = None) -> StoragePlan:
                "capacity_tb": _r(tib * TIB_IN_TB),
                "read_limit": "the storage NICs of each node (see pools[].network); the file system's own "
                              "throughput is not in the stack"}
+        if st.parallel_fs.source:
+            pfs["source"] = st.parallel_fs.source
     local = {"mount": cache.mount, "raid": raid, "fs": getattr(cache, "fs", "xfs")}
     assumptions = [ASSUMPTIONS[k][2] for k in sorted(used)]
     return StoragePlan(obj, pfs, local, pools, assumptions)

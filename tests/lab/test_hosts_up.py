@@ -130,7 +130,7 @@ def cmdline(c, i: int) -> str:
     return node.run_in_node(c.stack, f"srv-{i}", ["cat", "/proc/cmdline"], check=True).stdout.strip()
 
 
-def test_a_cache_drive_holding_data_or_an_array_without_md_is_refused_before_any_host_changes(servers, project):
+def test_a_cache_drive_holding_data_an_array_without_md_or_a_missing_fs_client_is_refused_before_any_host_changes(servers, project):
     events = {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)}
     # Someone's filesystem on the data drive the cache would take (nvme2n1: the two OS drives come first).
     node.run_in_node(servers.stack, "srv-3", ["mkfs.ext4", "-q", "-F", "/dev/nvme2n1"], check=True)
@@ -149,7 +149,20 @@ def test_a_cache_drive_holding_data_or_an_array_without_md_is_refused_before_any
         project.write(project.config)
     assert "a raid0 cache over 8 drives needs the kernel's md driver" in out, out[-4000:]
     assert "railyard:storage.localCache.raid: none" in out
-    # No host was changed by either run, and none rebooted.
+    # A Lustre file system to mount, on servers without its client (this kernel has none).
+    config = copy.deepcopy(project.config)
+    config["railyard:storage"] = {**config["railyard:storage"],
+                                  "parallelFs": {"kind": "lustre", "source": "198.18.96.10@tcp:/lustre"}}
+    project.write(config)
+    try:
+        out = up_fails(project)
+    finally:
+        project.write(project.config)
+    for i in range(NODES):
+        assert f"gpu-{i}: task 'Mount the parallel file system': cannot mount " \
+               "198.18.96.10@tcp:/lustre at /mnt/pfs: the Lustre client" in out, out[-4000:]
+    assert "no mount.lustre in /sbin" in out
+    # No host was changed by any of these runs, and none rebooted.
     for i in range(NODES):
         assert snapshot(servers, i) == servers.before[i], f"srv-{i}"
         assert len(power.events(servers.stack, f"srv-{i}")) == events[i]

@@ -78,7 +78,7 @@ class HostsDriver(Driver):
             out.update(object_endpoint=obj.endpoint, bucket=obj.bucket, dataset_prefix="")
         pfs = self.spec.storage.parallel_fs
         if pfs is not None:
-            out["parallel_fs"] = {"kind": pfs.kind, "mount": pfs.mount}
+            out["parallel_fs"] = {"kind": pfs.kind, "mount": pfs.mount, "source": pfs.source}
         return out
 
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,

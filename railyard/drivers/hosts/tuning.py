@@ -1,7 +1,7 @@
 """Per-host role and connection variables of a hosts stack (Pulumi-free, so `railyard tune` and
 the Pulumi program hand the roles the same ones): how Ansible reaches the listed server (its user,
-port and jump host), the rails' addresses from the plan, for rail_network, and the data drives
-the dataset cache is made of."""
+port and jump host), the rails' addresses from the plan, for rail_network, the data drives
+the dataset cache is made of, and the parallel file system's mount."""
 
 from __future__ import annotations
 
@@ -41,4 +41,10 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
         out["dataset_cache_drive_count"] = pool.drives
         out["dataset_cache_drive_bytes"] = round(pool.drive_tb * 1e12)
         out["dataset_cache_raid"] = spec.storage.local_cache.raid
+    # The parallel file system's client mount (parallel_fs): made where the stack gives its source,
+    # checked where the site mounts it.
+    pfs = spec.storage.parallel_fs
+    if pfs is not None:
+        out.update(parallel_fs_kind=pfs.kind, parallel_fs_mount=pfs.mount, parallel_fs_source=pfs.source,
+                   parallel_fs_options=pfs.options)
     return out

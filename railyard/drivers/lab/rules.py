@@ -21,6 +21,12 @@ KEYS: dict[str, tuple[str, ...]] = {}
 
 def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
     problems = []
+    pfs = getattr(getattr(spec, "storage", None), "parallel_fs", None)
+    for key in ("source", "options"):
+        if pfs is not None and getattr(pfs, key):
+            problems.append(Problem(f"railyard:storage.parallelFs.{key}", getattr(pfs, key), "absent for the lab driver",
+                                    "the lab's parallel file system is a directory its nodes share; there is no "
+                                    "server to mount"))
     fabric = spec.fabric
     if fabric is None:
         return None, problems

@@ -26,7 +26,7 @@ from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
     AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
-    HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS,
+    HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
     RAID_LEVELS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
@@ -741,9 +741,10 @@ class _Parser(CrossFieldRules):
             ppath = path + ".parallelFs"
             pm = self.mapping(sm.get("parallelFs"), ppath, "storage.parallelFs")
             if pm is not None:
-                pfs = ParallelFs(kind=self.choice(pm, "kind", ppath + ".kind", PARALLEL_FS_KINDS, default="lustre"),
-                                 mount=self.mount(pm, "mount", ppath + ".mount", "/mnt/pfs"),
-                                 capacity_tib=self.number(pm, "capacityTiB", ppath + ".capacityTiB", default=100))
+                kind = self.choice(pm, "kind", ppath + ".kind", PARALLEL_FS_KINDS, default="lustre")
+                pfs = ParallelFs(kind=kind, mount=self.mount(pm, "mount", ppath + ".mount", "/mnt/pfs"),
+                                 capacity_tib=self.number(pm, "capacityTiB", ppath + ".capacityTiB", default=100),
+                                 source=self.pfs_source(pm, ppath, kind), options=self.pfs_options(pm, ppath, kind))
         cpath = path + ".localCache"
         cm = self.mapping(sm.get("localCache"), cpath, "storage.localCache")
         cache = LocalCache()
@@ -767,6 +768,28 @@ class _Parser(CrossFieldRules):
                 or "/../" in value + "/" or "/./" in value + "/":
             self.problem(path, _show(value), what)
             return None
+        return value
+
+    def pfs_source(self, pm: Mapping, ppath: str, kind: str | None) -> str:
+        if kind is None:
+            return ""
+        pattern, shape, example = PARALLEL_FS_SOURCES[kind]
+        what = f"for {kind}, {shape}, e.g. {example}"
+        value = self.string(pm, "source", ppath + ".source", default="", what=what)
+        if value and not re.match(pattern, value):
+            self.problem(ppath + ".source", _show(value), what)
+        return value or ""
+
+    def pfs_options(self, pm: Mapping, ppath: str, kind: str | None) -> str:
+        what = "mount options separated by commas, e.g. flock,noatime"
+        value = self.string(pm, "options", ppath + ".options", default="", what=what)
+        if not value:
+            return ""
+        if kind == "gpfs":
+            self.problem(ppath + ".options", _show(value), "absent for gpfs",
+                         "a GPFS file system's mount options are the cluster's (mmchfs -o)")
+        elif not re.match(r"^[^\s,#]+(,[^\s,#]+)*$", value):
+            self.problem(ppath + ".options", _show(value), what)
         return value
 
     def object_tier(self, om: Mapping, opath: str) -> ObjectTier:

@@ -28,6 +28,14 @@ HUGEPAGE_SIZES = {"1G": 1 << 30, "2M": 2 << 20}
 AFFINITY_POLICIES = ("pcie-nearest", "numa", "none")
 IOMMU_MODES = ("passthrough", "on", "off")
 PARALLEL_FS_KINDS = ("lustre", "gpfs", "weka", "nfs")
+# What a client mounts, per kind, as its mount(8) source: (pattern, what the error says, example).
+PARALLEL_FS_SOURCES = {
+    "lustre": (r"^[^\s:/@,]+@[a-z0-9]+([,:][^\s:/@,]+@[a-z0-9]+)*:/[A-Za-z0-9_-]{1,8}(/[^\s]*)?$",
+               "the MGS NIDs and the file system's name, NID[,NID][:NID...]:/FSNAME[/SUBDIR]", "10.0.0.1@o2ib:/lustre"),
+    "nfs": (r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.-]+):/[^\s]*$", "SERVER:/EXPORT", "nfs.example.com:/datasets"),
+    "weka": (r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9_-]+$", "[BACKEND/]FILESYSTEM", "weka-backend-1/default"),
+    "gpfs": (r"^[A-Za-z0-9_.-]+$", "the GPFS device name (mmlsfs all), without /dev", "fs1"),
+}
 RAID_LEVELS = ("raid0", "raid1", "raid10", "none")
 LOCAL_FILESYSTEMS = ("xfs", "ext4")
 TTL_UNITS = {"m": 60, "h": 3600, "d": 86400}
@@ -67,7 +75,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tenants[]": ("name", "pkey", "vlan", "pools", "namespace", "gpuQuota"),
     "storage": ("object", "parallelFs", "localCache"),
     "storage.object": ("bucket", "endpoint", "credentials"),
-    "storage.parallelFs": ("kind", "mount", "capacityTiB"),
+    "storage.parallelFs": ("kind", "mount", "capacityTiB", "source", "options"),
     "storage.localCache": ("mount", "raid", "fs"),
     "tuning": ("hugepages", "sriov", "affinity", "iommu", "previewDrift"),
     "tuning.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
@@ -240,6 +248,10 @@ class ParallelFs:
     kind: str
     mount: str
     capacity_tib: float
+    source: str = ""
+    """What the client mounts (PARALLEL_FS_SOURCES); empty: the site mounts it, Railyard checks."""
+    options: str = ""
+    """mount(8) options replacing the kind's defaults; empty: the kind's defaults."""
 
 
 @dataclass(frozen=True)

@@ -444,6 +444,42 @@ def test_mounts_of_cache_and_parallel_fs_must_not_nest():
     assert "railyard:storage.localCache.mount" in paths_of(config)
 
 
+def _onprem_with_pfs(pfs: dict) -> dict:
+    config = copy.deepcopy(yaml.safe_load((STACKS / "Pulumi.onprem-dgx.yaml").read_text())["config"])
+    config["railyard:storage"]["parallelFs"] = pfs
+    return config
+
+
+@pytest.mark.parametrize("kind,source", [
+    ("lustre", "10.0.0.1@o2ib:/lustre"), ("lustre", "10.0.0.1@o2ib,10.0.1.1@o2ib:10.0.0.2@o2ib:/scratch/ds"),
+    ("nfs", "nfs.example.com:/datasets"), ("nfs", "[fd00::1]:/export"), ("weka", "backend-1/default"),
+    ("gpfs", "fs1"),
+])
+def test_a_parallel_fs_source_of_its_kinds_shape_is_taken_as_written(kind, source):
+    spec = parse_config(_onprem_with_pfs({"kind": kind, "mount": "/mnt/pfs", "source": source}), stack="onprem-dgx")
+    assert (spec.storage.parallel_fs.source, spec.storage.parallel_fs.options) == (source, "")
+
+
+@pytest.mark.parametrize("kind,source", [
+    ("lustre", "nfs.example.com:/datasets"), ("lustre", "10.0.0.1@o2ib:/name-too-long"), ("nfs", "server/export"),
+    ("nfs", "server:/a b"), ("weka", "a/b/c"), ("gpfs", "/dev/fs1"),
+])
+def test_a_parallel_fs_source_not_of_its_kinds_shape_names_the_kinds_form(kind, source):
+    problems = problems_of(_onprem_with_pfs({"kind": kind, "source": source}), stack="onprem-dgx")
+    [p] = [p for p in problems if p.path == "railyard:storage.parallelFs.source"]
+    assert f"for {kind}, " in p.allowed
+
+
+def test_parallel_fs_options_are_a_comma_list_and_never_given_for_gpfs():
+    spec = parse_config(_onprem_with_pfs({"kind": "nfs", "source": "s:/x", "options": "vers=4.2,nconnect=8"}),
+                        stack="onprem-dgx")
+    assert spec.storage.parallel_fs.options == "vers=4.2,nconnect=8"
+    for kind, source, options in [("nfs", "s:/x", "vers=4.2, hard"), ("gpfs", "fs1", "noatime")]:
+        problems = problems_of(_onprem_with_pfs({"kind": kind, "source": source, "options": options}),
+                               stack="onprem-dgx")
+        assert [p.path for p in problems] == ["railyard:storage.parallelFs.options"], (kind, problems)
+
+
 def test_object_endpoint_must_be_an_http_url():
     config = with_(minimal(), "storage", {"object": {"endpoint": "s3.example.com"}})
     assert "railyard:storage.object.endpoint" in paths_of(config)

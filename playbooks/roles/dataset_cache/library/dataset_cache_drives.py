@@ -51,15 +51,16 @@ fs_uuid: {description: UUID of the cache's filesystem (empty in check mode befor
 members: {description: The drives the cache is made of., type: list, returned: always}
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:  # on a host: the discovery's own rules, shipped as module_utils
+try:  # on a host: the discovery's own rules and the record helpers, shipped as module_utils
+    from ansible.module_utils.railyard_host_records import load_record, write_record
     from ansible.module_utils.railyard_sysfs_discovery import NVME_BLOCK, natural_key
 except ImportError:  # loaded from its file by the unit tests
     from railyard.model.sysfs_discovery import NVME_BLOCK, natural_key
+    from railyard.tuning.host_records import load_record, write_record
 
 MDADM_LEVEL = {"raid0": "0", "raid1": "1", "raid10": "10"}
 
@@ -119,16 +120,6 @@ def describe(info):
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} signature{uuid}"
 
 
-def load_record(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path} cannot be read ({exc}); move it aside only if no cache of Railyard's is on this host")
-
-
 def recorded_signature(record, dev, info):
     """Whether what `dev` holds is what Railyard made there."""
     if not record or dev not in record.get("members", []):
@@ -136,15 +127,6 @@ def recorded_signature(record, dev, info):
     if record.get("array_uuid"):
         return info.get("TYPE") == "linux_raid_member" and info.get("UUID") == record["array_uuid"]
     return info.get("TYPE") == record.get("fstype") and info.get("UUID") == record.get("fs_uuid")
-
-
-def write_record(path, record):
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def present(module, p, record):
@@ -271,7 +253,7 @@ def main():
     )
     p = module.params
     try:
-        record = load_record(p["record"])
+        record = load_record(p["record"], "cache")
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     if p["state"] == "absent":

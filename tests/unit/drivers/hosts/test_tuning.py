@@ -30,3 +30,10 @@ def test_a_hosts_node_gets_its_user_jump_host_and_the_plans_rail_addresses():
 def test_the_lab_adds_nothing_per_node():
     spec, plan = load(EXAMPLE.with_name("Pulumi.lab.yaml"))
     assert drivers.node_vars(spec, plan, plan.nodes[0].name) == {}
+
+
+def test_a_hosts_node_gets_the_parallel_file_systems_mount_from_the_stack():
+    spec, plan = load(EXAMPLE)
+    v = drivers.node_vars(spec, plan, plan.nodes[0].name)
+    assert (v["parallel_fs_kind"], v["parallel_fs_mount"], v["parallel_fs_source"], v["parallel_fs_options"]) == \
+        ("lustre", "/mnt/pfs", "198.18.102.10@tcp,198.18.102.11@tcp:/lustre", "")

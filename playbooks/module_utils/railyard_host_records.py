@@ -1,0 +1,1 @@
+../../railyard/tuning/host_records.py
