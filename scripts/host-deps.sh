@@ -22,6 +22,8 @@ declare -A want=(
   [ibsim]=ibsim-utils
   [opensm]=opensm
   [ibnetdiscover]=infiniband-diags
+  # RoCE switches of the lab as routers (zebra, bgpd under watchfrr, one pathspace per switch).
+  [vtysh]=frr
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
@@ -44,7 +46,7 @@ fi
 echo "railyard: installing host packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 # opensm's package would start a subnet manager on any real HCA of this machine; Railyard runs it
-# only against ibsim. No service starts during the install (policy-rc.d), and systemd's is disabled.
+# only against ibsim. frr's would start routing daemons in the host's own namespace. No service starts during the install (policy-rc.d), and systemd's is disabled.
 policy=/usr/sbin/policy-rc.d
 own_policy=
 if [ ! -e "$policy" ]; then
@@ -53,6 +55,9 @@ fi
 trap 'if [ -n "$own_policy" ]; then rm -f "$policy"; fi' EXIT
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-if [ -d /run/systemd/system ] && systemctl list-unit-files opensm.service >/dev/null 2>&1; then
-  systemctl disable --now opensm.service >/dev/null 2>&1 || true
-fi
+# Likewise frr's: the lab runs FRR only inside its own switch namespaces.
+for unit in opensm.service frr.service; do
+  if [ -d /run/systemd/system ] && systemctl list-unit-files "$unit" >/dev/null 2>&1; then
+    systemctl disable --now "$unit" >/dev/null 2>&1 || true
+  fi
+done

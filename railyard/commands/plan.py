@@ -1,12 +1,14 @@
 """`railyard plan [--json] [--detail] [--cabling FILE.csv] [--diagram FILE.svg|.png]
-[--opensm DIR [--subnet FILE]] STACKFILE`: what a stack needs.
+[--opensm DIR [--subnet FILE]] [--frr DIR] STACKFILE`: what a stack needs.
 
 Switches, links, cables and optics per tier, oversubscription and bisection bandwidth of the
 compute fabric, the GPU->NIC pairing of each pool, the address plan and the storage tiers. The
 summary is arithmetic (fast at any size); `--detail` and `--cabling` list every switch and link.
 `--diagram` draws the fabric (railyard.model.fabric.diagram). `--opensm DIR` writes what an InfiniBand subnet manager is given (railyard.sweep.write_opensm_files)
 and the planned subnet in ibnetdiscover's format; `--subnet` is the real subnet's ibnetdiscover
-output, for the GUIDs that partitions of some pools and root switches are named by.
+output, for the GUIDs that partitions of some pools and root switches are named by. `--frr DIR`
+writes a RoCE fabric's switch configurations (railyard.switches): FRR's per switch, and the
+switch-side lossless QoS.
 A stack the model rejects exits 1 with its problems, never a traceback.
 """
 
@@ -34,6 +36,9 @@ def register(sub) -> None:
                    help="draw the compute fabric to FILE (.svg or .png): tiers, folded switches, link counts")
     p.add_argument("--opensm", metavar="DIR",
                    help="write OpenSM's partitions.conf, root GUIDs and options, and the planned subnet, to DIR")
+    p.add_argument("--frr", metavar="DIR",
+                   help="write each RoCE switch's FRR configuration (DIR/<switch>/frr.conf) and the switch-side "
+                        "lossless QoS (DIR/roce-qos.nvue) to DIR")
     p.add_argument("--subnet", metavar="FILE",
                    help="with --opensm: the subnet's ibnetdiscover output, for the GUIDs of its ports and switches")
     p.set_defaults(func=handle)
@@ -59,6 +64,8 @@ def handle(args) -> int:
         if args.opensm and write_opensm(plan, args.opensm, args.subnet):
             return 1
         if args.diagram and write_diagram(plan, args.diagram):
+            return 1
+        if args.frr and write_frr(plan, args.frr):
             return 1
         if args.json:
             # The detail of a large cluster is hundreds of thousands of objects: compact JSON goes
@@ -139,6 +146,22 @@ def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
     except ValueError as exc:
         return _refused(f"--opensm: {exc}")
     print(f"wrote OpenSM's files and the planned subnet to {out_dir}", file=sys.stderr)
+    return 0
+
+
+def write_frr(plan: Any, out_dir: str) -> int:
+    """`--frr`: 0 when written, 1 (with one line on stderr) when it cannot be."""
+    from pathlib import Path
+
+    from railyard.switches import QOS_FILE, write_switch_configs
+
+    if plan.fabric.kind != "roce":
+        return _refused(f"--frr is for RoCE fabrics, whose switches route with BGP; this one is {plan.fabric.kind}")
+    try:
+        count = write_switch_configs(plan, Path(out_dir))
+    except OSError as exc:
+        return _refused(f"cannot write {out_dir}: {exc.strerror or exc}")
+    print(f"wrote the FRR configuration of {count} switches and {QOS_FILE} to {out_dir}", file=sys.stderr)
     return 0
 
 

@@ -209,6 +209,17 @@ def nic_ip(cidr: Any, kind: str, rails: int, ordinal: int, index: int, rail: int
     return format_ip(_rail_endpoint(cidr, kind, rails, rail, ordinal, index, stride, 0))
 
 
+def host_prefixes(cidr: Any, kind: str, rails: int, rail: int, ordinal: int, first: int, count: int,
+                  stride: int) -> list[str]:
+    """The fewest prefixes covering exactly the rail addresses (PFs and their VFs) of hosts
+    first .. first + count - 1 of a pool on `rail`: what their leaf announces (routing.py)."""
+    if count < 1:
+        return []
+    lo = _rail_endpoint(cidr, kind, rails, rail, ordinal, first, stride, 0)
+    hi = _rail_endpoint(cidr, kind, rails, rail, ordinal, first + count - 1, stride, stride - 1)
+    return [str(n) for n in ipaddress.summarize_address_range(ipaddress.IPv4Address(lo), ipaddress.IPv4Address(hi))]
+
+
 def vf_ip(cidr: Any, kind: str, rails: int, ordinal: int, index: int, rail: int, slot: int,
           stride: int) -> str:
     """VF `slot` of the PF on `rail` of host `index`: the addresses right after the PF's."""
@@ -249,6 +260,46 @@ def leaf_uplink_p2p(cidr: Any, ordinal: int, leaf: int, uplink: int, uplinks: in
 def spine_uplink_p2p(cidr: Any, ordinal: int, spine: int, uplink: int, uplinks: int) -> tuple[str, str]:
     """(core end, spine end) of uplink `uplink` of the pool's spine number `spine` (group x spines + j)."""
     return _p2p(cidr, ordinal, 1, spine * uplinks + uplink)
+
+
+# --------------------------------------------------------------------------------------------------
+# RoCE: switch loopbacks (a /32 each, the BGP router id), from railyard:fabric.compute.loopbackCidr.
+# It is cut into LOOPBACK_BLOCKS blocks: block 0 for the tiers no pool owns (the cores, or the
+# spines of a two-tier fabric), block p + 1 for pool p, where leaf su x rails + rail counts up from
+# the block's start and spine group x spines + j counts down from its end, as the ASNs do. The
+# first and last address of every block stay unused, so no loopback is a network or broadcast
+# address of anything. Growth adds loopbacks and never moves one.
+
+LOOPBACK_BLOCKS = 16
+
+
+def _loopback(cidr: Any, block: int, offset: int, what: str) -> str:
+    base, size = _block(*_net(cidr), LOOPBACK_BLOCKS, block)
+    if not 1 <= offset <= size - 2:
+        raise ValueError(f"{what} does not fit its loopback block of {size} addresses")
+    return format_ip(base + offset)
+
+
+def shared_loopback(cidr: Any, index: int) -> str:
+    """Loopback of a switch no pool owns: core `index` (core i of plane p: i x planes + p, so more
+    cores per plane never renumber), or spine `index` of a two-tier fabric."""
+    return _loopback(cidr, 0, 1 + index, f"shared switch {index}")
+
+
+def leaf_loopback(cidr: Any, ordinal: int, leaf: int) -> str:
+    """Loopback of the pool's leaf number `leaf` (su x rails + rail)."""
+    return _loopback(cidr, ordinal + 1, 1 + leaf, f"leaf {leaf} of pool {ordinal}")
+
+
+def pool_spine_loopback(cidr: Any, ordinal: int, spine: int) -> str:
+    """Loopback of the pool's spine number `spine` (group x spines + j) of a three-tier fabric."""
+    base, size = _block(*_net(cidr), LOOPBACK_BLOCKS, ordinal + 1)
+    return _loopback(cidr, ordinal + 1, size - 2 - spine, f"spine {spine} of pool {ordinal}")
+
+
+def loopback_need(shared: int, per_pool: int) -> int:
+    """Smallest loopback network for `shared` switches no pool owns and at most `per_pool` in a pool."""
+    return LOOPBACK_BLOCKS * next_pow2(max(shared, per_pool, 1) + 2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -398,7 +449,8 @@ def pools_for_addressing(spec: Any, catalog: Any = None) -> list[PoolAddressing]
 
 
 def address_needs(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> list[AddressNeed]:
-    """The size each of the spec's three networks must have, with the reason.
+    """The size each of the spec's networks must have, with the reason (a RoCE fabric's switch
+    loopbacks too, once its fabric is planned).
 
     fabric_plan: the spec's FabricPlan, planned once by the caller (None where it could not be
     planned: a RoCE fabric's /31 links are then left out of the compute network's size).
@@ -433,6 +485,15 @@ def address_needs(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> li
     out.append(AddressNeed("railyard:fabric.compute.cidr", "compute",
                            str(compute.cidr) if compute.cidr else None,
                            compute_network_need(pools, kind, rails, p2p), detail))
+    if kind == "roce" and hosts and fabric_plan is not None:
+        shared, per_pool = fabric_plan.loopbacks_needed()
+        loopbacks = getattr(compute, "loopback_cidr", None)
+        out.append(AddressNeed(
+            "railyard:fabric.compute.loopbackCidr", "loopback", str(loopbacks) if loopbacks else None,
+            loopback_need(shared, per_pool),
+            f"{LOOPBACK_BLOCKS} blocks of at least {next_pow2(max(shared, per_pool, 1) + 2)} addresses: one per "
+            f"switch, {shared} in the shared block (cores or two-tier spines), up to {per_pool} in a pool's "
+            f"(its leaves and spines), + 2 reserved"))
     return out
 
 

@@ -17,7 +17,8 @@ from typing import Any, Iterator
 
 from railyard.model import addressing as addr
 from railyard.model.errors import SpecError
-from railyard.model.fabric import FabricPlan, nic_name, plan_fabric
+from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
+from railyard.model.fabric.routing import Router
 from railyard.model.host_tuning import TuningTargets, tuning_targets
 from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
@@ -204,7 +205,7 @@ class Plan:
         virtual = spec.virtual and pool.vms_per_host > 0
         vms_per_host = pool.vms_per_host if virtual else 0
         vfs = pool.vm.vfs if (virtual and pool.vm is not None) else 0
-        stride = addr.rail_stride(vms_per_host, vfs, len(nics))
+        stride = self.rail_stride(pool_name)
         mgmt, stor, comp = spec.fabric.management.cidr, spec.fabric.storage.cidr, spec.fabric.compute.cidr
         kind = spec.fabric.compute.kind
         rail_prefix = addr.rail_prefixlen(comp, self._rails, kind)
@@ -234,6 +235,20 @@ class Plan:
         return NodePlan(addr.node_name(pool_name, index), pool_name, index, pool.sku,
                         addr.host_ip(mgmt, ordinal, index, vms_per_host),
                         addr.host_ip(stor, ordinal, index, vms_per_host), tuple(nic_plans), tuple(vms))
+
+    def rail_stride(self, pool_name: str) -> int:
+        """Rail addresses a host of the pool takes on each rail: its PF's, then its VFs'."""
+        pool = self.spec.pool(pool_name)
+        virtual = self.spec.virtual and pool.vms_per_host > 0
+        vfs = pool.vm.vfs if (virtual and pool.vm is not None) else 0
+        return addr.rail_stride(pool.vms_per_host if virtual else 0, vfs, len(self.catalog.nodes[pool.sku].compute_nics))
+
+    def routers(self) -> list[Router]:
+        """A RoCE fabric's switches as BGP routers (railyard.model.fabric.routing); enumerates
+        every link, so only what renders switch configurations asks for it."""
+        compute = self.networks.compute
+        return list(routing.routers(self.fabric, self.rail_stride, {r: s.gateway for r, s in enumerate(compute.rails)},
+                                    compute.rails[0].prefixlen if compute.rails else 0))
 
     # --- pairing, networks, tenants --------------------------------------------------------------
 

@@ -30,9 +30,9 @@ def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
     fabric = spec.fabric
     if fabric is None:
         return None, problems
-    for name in ("management", "storage", "compute"):
-        net = getattr(fabric, name).cidr
-        path = f"railyard:fabric.{name}.cidr"
+    nets = {f"railyard:fabric.{name}.cidr": getattr(fabric, name).cidr for name in ("management", "storage", "compute")}
+    nets["railyard:fabric.compute.loopbackCidr"] = fabric.compute.loopback_cidr
+    for path, net in nets.items():
         if net is not None and not net.subnet_of(LAB_RANGE):
             problems.append(Problem(path, str(net), f"a network inside {LAB_RANGE} for the lab driver",
                                     "the lab builds its networks on this machine; 198.18.0.0/15 is routed "

@@ -23,7 +23,8 @@ The package, one way: planner.py (FabricPlan: its sizing, structure and summary;
 imports geometry.py (a switch at a speed, FabricError), names.py (tiers and switch names),
 cabling.py (the enumeration FabricPlan inherits: switches, links, detail, the cabling CSV; of the
 package it imports names.py only) and roce.py (/31 links, ASNs, QoS); none of them imports
-planner.py. subnet.py reads a FabricPlan as a subnet manager sees it (the plan in ibnetdiscover's
+planner.py. routing.py reads a RoCE FabricPlan as its switches' BGP routers (sessions,
+loopbacks, ECMP, a leaf's host prefixes); planner.py does not import it. subnet.py reads a FabricPlan as a subnet manager sees it (the plan in ibnetdiscover's
 format, a discovered subnet compared with it, OpenSM's partitions and roots); planner.py does not
 import it. This module only re-exports, so callers import `railyard.model.fabric.<name>`. The
 fabric imports addressing.py and mtu.py, never the reverse.

@@ -31,6 +31,7 @@ class Switch(NamedTuple):
     ports: int
     ports_used: int
     asn: int | None = None
+    loopback: str | None = None  # RoCE: its /32, the BGP router id
 
 
 class Link(NamedTuple):
@@ -53,20 +54,21 @@ class Cabling:
     def switches(self) -> Iterator[Switch]:
         """Every switch, leaves first (pool, SU, rail), then spines, then cores (plane, index)."""
         radix, roce = self.switch.radix, self.kind == "roce" and self.asn_base is not None
-        base = self.asn_base
+        base, lo = self.asn_base, self.loopback_cidr if self.kind == "roce" else None
         for pl in self.layouts:
             p = pl.pool
             for unit in range(pl.units):
                 n = self.su_nodes if unit < pl.units - 1 else pl.last_unit_nodes
                 for rail in range(p.rails):
-                    asn = addr.leaf_asn(base, p.ordinal, unit * p.rails + rail) if roce else None
+                    number = unit * p.rails + rail
                     yield Switch(leaf_name(p.name, unit, rail), "leaf", p.name, unit, rail, None, rail, radix,
-                                 n + self.uplinks, asn)
+                                 n + self.uplinks, addr.leaf_asn(base, p.ordinal, number) if roce else None,
+                                 addr.leaf_loopback(lo, p.ordinal, number) if lo else None)
         if self.tiers == 2:
             used = self.links_per_spine * self.leaves
             for j in range(self.spines):
                 yield Switch(spine_name(j), "spine", None, None, None, None, j, radix, used,
-                             addr.spine_asn(base) if roce else None)
+                             addr.spine_asn(base) if roce else None, addr.shared_loopback(lo, j) if lo else None)
         elif self.tiers == 3:
             for pl in self.layouts:
                 p = pl.pool
@@ -74,13 +76,15 @@ class Cabling:
                     up = self._spine_up(pl, group)
                     asn = addr.spine_group_asn(base, p.ordinal, group) if roce else None
                     for j in range(self.uplinks):
+                        loopback = addr.pool_spine_loopback(lo, p.ordinal, group * self.uplinks + j) if lo else None
                         yield Switch(group_spine_name(p.name, group, j), "spine", p.name, group, None, j, j, radix,
-                                     2 * up, asn)
+                                     2 * up, asn, loopback)
             used = self._core_ports_used_by_index()
             for plane in range(self.planes):
                 for i in range(self.cores_per_plane):
                     yield Switch(core_name(plane, i), "core", None, None, None, plane, i, radix, used[i],
-                                 addr.core_asn(base) if roce else None)
+                                 addr.core_asn(base) if roce else None,
+                                 addr.shared_loopback(lo, i * self.planes + plane) if lo else None)
 
     def _core_ports_used_by_index(self) -> list[int]:
         c = self.cores_per_plane

@@ -145,7 +145,7 @@ class FabricPlan(Cabling):
 
     def __init__(self, *, kind: str, speed: str, switch: SwitchGeometry, pools: Sequence[FabricPool],
                  oversubscription: float = 1, reserved_leaf_ports: int = 0, cidr: Any = None,
-                 asn_base: int | None = None):
+                 asn_base: int | None = None, loopback_cidr: Any = None):
         if kind not in ("infiniband", "roce"):
             raise _fail("kind", kind, "infiniband or roce")
         if oversubscription is None or oversubscription < 1:
@@ -158,6 +158,7 @@ class FabricPlan(Cabling):
         self.reserved_leaf_ports = reserved_leaf_ports
         self.cidr = cidr
         self.asn_base = asn_base
+        self.loopback_cidr = loopback_cidr
         radix = switch.radix
         self.half = radix // 2
         self.su_nodes = self.half - reserved_leaf_ports
@@ -380,6 +381,13 @@ class FabricPlan(Cabling):
     def asns_needed_per_pool(self) -> int:
         return max((pl.leaves + pl.groups for pl in self.layouts), default=0)
 
+    def loopbacks_needed(self) -> tuple[int, int]:
+        """(switches no pool owns, most switches a pool owns): each takes a loopback (RoCE)."""
+        shared = self.spines if self.tiers == 2 else self.cores
+        per_pool = max((pl.leaves + (pl.groups * self.uplinks if self.tiers == 3 else 0) for pl in self.layouts),
+                       default=0)
+        return shared, per_pool
+
     # --- summary -------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -473,4 +481,5 @@ def plan_fabric(spec: Any, catalog: Any = None) -> FabricPlan:
         raise _fail("switch", c.switch, f"a switch id in the catalog: {', '.join(sorted(catalog.switches))}")
     return FabricPlan(kind=c.kind, speed=c.speed, switch=switch_geometry(switch, c.speed),
                       pools=fabric_pools(spec, catalog), oversubscription=c.oversubscription,
-                      reserved_leaf_ports=c.reserved_leaf_ports or 0, cidr=c.cidr, asn_base=c.asn_base)
+                      reserved_leaf_ports=c.reserved_leaf_ports or 0, cidr=c.cidr, asn_base=c.asn_base,
+                      loopback_cidr=getattr(c, "loopback_cidr", None))

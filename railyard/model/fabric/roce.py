@@ -50,6 +50,12 @@ def qos_defaults() -> dict[str, Any]:
     lldp = row("LLDP App TLV")["value"]
     trust = row("Port trust")["value"]
     trust_mode = "dscp" if "DSCP" in trust.upper() else trust.lower()
+    ets = row("ETS")["value"]
+    strict = [int(tc) for tc in re.findall(r"TC(\d+) strict", ets)]
+    # A list, not a mapping by class: the summary becomes stack outputs, whose keys are strings.
+    wrr = [{"traffic_class": int(tc), "percent": int(pct)} for tc, pct in re.findall(r"TC(\d+) WRR (\d+)%", ets)]
+    if not strict and not wrr:
+        raise ValueError(f"{QOS_TABLE}: ETS {ets!r} names no strict or WRR traffic class")
     source = {"table": f"railyard/data/fixtures/tables/{QOS_TABLE}",
               "rows": sorted(rows)}
     return {
@@ -58,7 +64,9 @@ def qos_defaults() -> dict[str, Any]:
         "cnp_priority": _first_int(r"priority (\d+)", cnp),
         "cnp_traffic_class": _first_int(r"TC(\d+)", cnp),
         "other_traffic_class": _first_int(r"TC(\d+)", row("Other traffic")["value"]),
-        "ets": row("ETS")["value"],
+        "ets": ets,
+        "ets_strict": strict,
+        "ets_wrr": wrr,
         "ecn_min_bytes": ecn_min,
         "ecn_max_bytes": ecn_max,
         "pfc_priority": _first_int(r"priority (\d+)", pfc),

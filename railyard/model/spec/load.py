@@ -526,6 +526,12 @@ class _Parser(CrossFieldRules):
             asn = None
         if kind == "roce" and asn is None and "asnBase" not in cm:
             asn = DEFAULT_ASN_BASE
+        loopbacks = None
+        if kind == "roce":
+            loopbacks = self.cidr(cm, "loopbackCidr", cpath + ".loopbackCidr", DEFAULT_CIDRS["loopback"])
+        elif "loopbackCidr" in cm:
+            self.problem(cpath + ".loopbackCidr", _show(cm.get("loopbackCidr")), "nothing: loopbacks are for a roce fabric",
+                         "InfiniBand switches are not routers; remove loopbackCidr")
 
         if switch is not None and kind is not None:
             skind = _SWITCH_KIND.get(switch.kind)
@@ -543,7 +549,7 @@ class _Parser(CrossFieldRules):
         rails_mtu = self.mtu(cm, cpath + ".mtu", "compute", kind) if kind else None
         return ComputeFabric(kind=kind, speed=speed, switch=switch_id, topology=topology,
                              oversubscription=oversub, reserved_leaf_ports=reserved, cidr=cidr, asn_base=asn,
-                             mtu=rails_mtu)
+                             mtu=rails_mtu, loopback_cidr=loopbacks)
 
     # --- tenants --------------------------------------------------------------------------------
 

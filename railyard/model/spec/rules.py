@@ -199,6 +199,7 @@ class CrossFieldRules:
             f"{path}.management.cidr": fabric.management.cidr,
             f"{path}.storage.cidr": fabric.storage.cidr,
             f"{path}.compute.cidr": fabric.compute.cidr,
+            f"{path}.compute.loopbackCidr": fabric.compute.loopback_cidr,
         }
         seen: list[tuple[str, ipaddress.IPv4Network]] = []
         for p, net in nets.items():

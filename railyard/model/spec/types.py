@@ -46,6 +46,9 @@ DEFAULT_CIDRS = {
     # Rail subnets are cut into per-pool blocks, and RoCE keeps half for its /31 switch links
     # (addressing.py), so the compute network gets the whole upper half of the lab range.
     "compute": "198.19.0.0/16",
+    # RoCE switches' loopbacks (BGP router ids), a /32 each: a block of the lab range apart from
+    # the three networks above.
+    "loopback": "198.18.64.0/18",
 }
 DEFAULT_ASN_BASE = 4_200_000_000
 
@@ -69,6 +72,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "fabric": ("compute", "storage", "management"),
     "fabric.compute": (
         "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase", "mtu",
+        "loopbackCidr",
     ),
     "fabric.storage": ("cidr", "mtu"),
     "fabric.management": ("cidr", "mtu"),
@@ -176,6 +180,8 @@ class ComputeFabric:
     asn_base: int | None = None
     mtu: int | None = None
     """The rails' netdev MTU (railyard.model.mtu); None only where the kind is unknown."""
+    loopback_cidr: ipaddress.IPv4Network | None = None
+    """RoCE: where the switches' loopbacks come from (addressing.py); None on InfiniBand."""
 
     @property
     def speed_gbps(self) -> int:

@@ -137,3 +137,19 @@ def test_plan_subnet_errors_name_what_is_wrong(tmp_path, capsys):
     bad.write_text('Ca\t1 "H-1"\t\t# "n"\n[1](2)\t"S-9"[1]\n')
     assert main(["plan", "--opensm", str(tmp_path / "o"), "--subnet", str(bad), LAB]) == 1
     assert "has no record for it" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_plan_frr_writes_every_roce_switchs_frr_conf_and_the_qos_commands(tmp_path, capsys):
+    out = tmp_path / "frr"
+    assert main(["plan", "--frr", str(out), "stacks/Pulumi.lab-virtual.yaml"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["roce-qos.nvue", "spine0", "vela-su0-leaf0", "vela-su0-leaf1"]
+    leaf = (out / "vela-su0-leaf0" / "frr.conf").read_text()
+    assert "router bgp 4210551921\n" in leaf and " neighbor 198.19.128.0 remote-as 4200000001\n" in leaf
+    assert "wrote the FRR configuration of 3 switches and roce-qos.nvue" in capsys.readouterr().err
+
+
+def test_plan_frr_refuses_an_infiniband_fabric_in_one_line(tmp_path, capsys):
+    assert main(["plan", "--frr", str(tmp_path / "frr"), LAB]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "railyard plan: --frr is for RoCE fabrics, whose switches route with BGP; this one is infiniband"
+    assert not (tmp_path / "frr").exists()

@@ -1,0 +1,94 @@
+"""A RoCE fabric's switches as BGP routers (RFC 7938): what each one's FRR is given.
+
+Every switch-to-switch link is a /31 and one eBGP session (roce.py and addressing.py number them);
+every switch has a loopback /32, its router id, which it announces. A leaf is its rail's anycast
+gateway for its own hosts: it holds the rail subnet's second address on its host side, and
+announces the prefixes that exactly cover its hosts' rail addresses (PFs and VFs), so every other
+leaf learns a route to them across all its uplinks (ECMP) and answers a host's ARP for a host of
+the same rail behind another leaf (proxy ARP: the rail subnet spans the leaves, and hosts keep one
+static route per rail). Hosts run no BGP.
+
+Pure: reads a FabricPlan (its switches and links) and the rail addresses of the pools, so the lab
+and `railyard plan --frr` render the same routers. Cost grows with the links, like links().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from railyard.model import addressing as addr
+
+# FRR's limit on equal-cost paths as Debian builds it (bgpd refuses `maximum-paths` above it).
+MAX_ECMP = 256
+HOST_SIDE = "hosts"  # a leaf's interface towards its hosts (a bridge of its host ports)
+
+
+@dataclass(frozen=True)
+class Session:
+    """One eBGP session: one /31 link seen from one end."""
+
+    interface: str
+    address: str
+    peer: str
+    peer_interface: str
+    peer_address: str
+    peer_asn: int
+
+
+@dataclass(frozen=True)
+class Router:
+    name: str
+    tier: str
+    asn: int
+    loopback: str
+    sessions: tuple[Session, ...]
+    maximum_paths: int
+    gateway: str | None = None
+    """A leaf: its rail's anycast gateway as address/prefixlen, on HOST_SIDE."""
+    host_prefixes: tuple[str, ...] = ()
+    """A leaf: the prefixes covering its hosts' rail addresses, announced in BGP."""
+    rail: int | None = None
+
+
+def port_netdev(geometry: Any, port: int) -> str:
+    """A switch port's Linux interface name, Cumulus style: swp<cage>, or swp<cage>s<lane> for a
+    cage split into several ports (breakout); at most 15 characters, as Linux requires."""
+    if geometry.ports_per_cage == 1:
+        return f"swp{port}"
+    cage, lane = divmod(port - 1, geometry.ports_per_cage)
+    return f"swp{cage + 1}s{lane}"
+
+
+def routers(fabric: Any, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:
+    """Every switch of a RoCE fabric as a router, in switches() order.
+
+    rail_stride: a pool's rail addresses per host (the PF's, then its VFs'); gateways: each rail's
+    anycast gateway; prefixlen: the rail subnets'.
+    """
+    if fabric.kind != "roce" or fabric.asn_base is None or fabric.cidr is None or fabric.loopback_cidr is None:
+        raise ValueError(f"a {fabric.kind} fabric has no BGP routers (a roce fabric with asnBase and loopbackCidr has)")
+    switches = list(fabric.switches())
+    asn = {s.name: s.asn for s in switches}
+    sessions: dict[str, list[Session]] = {s.name: [] for s in switches}
+    label = fabric.switch
+    for link in fabric.links():
+        if link.tier == "node_leaf":
+            continue
+        a_if, b_if = port_netdev(label, link.a_port), port_netdev(label, link.b_port)
+        sessions[link.a_device].append(Session(a_if, link.a_ip, link.b_device, b_if, link.b_ip, asn[link.b_device]))
+        sessions[link.b_device].append(Session(b_if, link.b_ip, link.a_device, a_if, link.a_ip, asn[link.a_device]))
+    layouts = {pl.pool.name: pl for pl in fabric.layouts}
+    for s in switches:
+        own = tuple(sessions[s.name])
+        paths = min(MAX_ECMP, max(len(own), 1))
+        if s.tier != "leaf":
+            yield Router(s.name, s.tier, s.asn, s.loopback, own, paths)
+            continue
+        pl = layouts[s.pool]
+        first = s.unit * fabric.su_nodes
+        count = min(fabric.su_nodes, pl.pool.nodes - first)
+        prefixes = addr.host_prefixes(fabric.cidr, fabric.kind, fabric.rails, s.rail, pl.pool.ordinal, first, count,
+                                      rail_stride(pl.pool.name))
+        yield Router(s.name, s.tier, s.asn, s.loopback, own, paths, f"{gateways[s.rail]}/{prefixlen}",
+                     tuple(prefixes), s.rail)
