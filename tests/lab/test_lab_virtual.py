@@ -1,6 +1,7 @@
 """The virtual layout on the real engine (Vela's pattern): hypervisor nodes, host tuning making
-the VFs, then VMs given those VFs; VMs reachable over SSH and to each other over their VFs; with
-railyard:kubernetes, the VMs registered as the cluster's nodes."""
+the VFs, then VMs given those VFs; VMs reachable over SSH and to each other over their VFs, across
+RoCE switches routing with FRR (every session Established, traffic across rails with an uplink
+down); with railyard:kubernetes, the VMs registered as the cluster's nodes."""
 
 from __future__ import annotations
 
@@ -74,6 +75,30 @@ def test_vms_reach_each_other_over_their_vfs(project):
     assert link.split(" mtu ")[1].split()[0] == "9000", link
     big = project.ssh("vela-0-vm0", f"ping -c1 -W2 -M do -s 8972 {peer}", check=False)
     assert big.returncode == 0, big.stdout + big.stderr
+
+
+def test_the_switches_route_with_frr_and_vms_cross_rails_with_an_uplink_down(project):
+    from railyard.drivers.lab import names, net, routers
+    from railyard.stack import parse_config
+    from railyard.model.plan import make_plan
+
+    plan = make_plan(parse_config(CONFIG, stack=STACK))
+    planned = {r.name: r for r in plan.routers()}
+    states = routers.wait_established(STACK, list(planned))
+    assert states == {n: {x.peer_address: "Established" for x in r.sessions} for n, r in planned.items()}
+    src = project.ssh("vela-0-vm0", "ip -o -4 addr show vf0").stdout.split()[3].split("/")[0]
+    dst = project.ssh("vela-1-vm0", "ip -o -4 addr show vf1").stdout.split()[3].split("/")[0]
+    # Rail 0 to rail 1: up to vela-0's rail-0 leaf, across the spine, down rail 1's leaf.
+    assert project.ssh("vela-0-vm0", f"ping -c1 -W2 -I {src} {dst}", check=False).returncode == 0
+    leaf = planned[plan.nodes[0].nics[0].leaf]
+    down = leaf.sessions[0].interface
+    net.ip("link", "set", down, "down", netns=names.switch_ns(STACK, leaf.name), obj="test")
+    try:
+        got = project.ssh("vela-0-vm0", f"ping -c3 -W2 -i 0.3 -I {src} {dst}", check=False)
+        assert got.returncode == 0, got.stdout + got.stderr
+    finally:
+        net.ip("link", "set", down, "up", netns=names.switch_ns(STACK, leaf.name), obj="test")
+    routers.wait_established(STACK, [leaf.name])
 
 
 def test_second_up_changes_nothing(project):

@@ -40,7 +40,20 @@ class LabDriver(Driver):
                                   mgmt_cidr=nets.management.cidr, host_address=nets.management.gateway,
                                   opts=pulumi.ResourceOptions(parent=parent))
         ready: list[pulumi.Resource] = [fab]
-        if nets.compute.routed:
+        if self._switches_route():
+            # Every planned switch a router running FRR on its planned configuration; the nodes'
+            # rails hang off their leaves.
+            from railyard.drivers.lab.routers import log_file
+            from railyard.switches import frr_config
+
+            switches = [{"name": r.name, "leaf": r.tier == "leaf",
+                         "frr_conf": frr_config(r, self.spec.stack, log_file(r.name)),
+                         "sessions": [{"interface": x.interface, "peer": x.peer, "peer_interface": x.peer_interface}
+                                      for x in r.sessions]} for r in self.plan.routers()]
+            ready.append(resources.LabSwitches(f"{name}-switches", stack=self.spec.stack, switches=switches,
+                                               mtu=nets.compute.mtu,
+                                               opts=pulumi.ResourceOptions(parent=parent, depends_on=[fab])))
+        elif nets.compute.routed:
             # A spine namespace routes between rails: same-rail traffic stays on its leaf,
             # cross-rail traffic crosses the spine, as on the real fabric.
             ready.append(resources.LabSpine(f"{name}-spine", stack=self.spec.stack,
@@ -86,6 +99,10 @@ class LabDriver(Driver):
             "compute_cidr": nets.compute.cidr if nets.compute.routed else None,
         }
 
+    def _switches_route(self) -> bool:
+        """A RoCE fabric with tiers above its leaves: its switches are FRR routers (routers.py)."""
+        return self.plan.fabric.kind == "roce" and self.plan.networks.compute.routed
+
     def _rail_gateway(self, rail: int) -> dict[str, str]:
         """Where the lab routes between rails: its spine namespace, at each rail's reserved router
         address, when the plan has spines; IPoIB rails too, which a real IB fabric never routes."""
@@ -96,7 +113,8 @@ class LabDriver(Driver):
              depends_on: list[pulumi.Resource]) -> NodeHandle:
         mtu = self.plan.networks.compute.mtu
         rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}", "mtu": mtu,
-                  **self._rail_gateway(nic.rail)} for nic in node.nics]
+                  **self._rail_gateway(nic.rail), **({"leaf": nic.leaf} if self._switches_route() else {})}
+                 for nic in node.nics]
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
             **self._links(node.management_ip, node.storage_ip),

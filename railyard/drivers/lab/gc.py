@@ -7,11 +7,13 @@ by a loose match on a command line, so nothing of another stack or of the host i
 
 Processes are a node's when they live in its netns, in its mount namespace (whose /run is
 mounted from ``ry-<tag>-node:<node>``), or carry ``RAILYARD_LAB=<tag>:<node>``; the object
-store's when they live in its netns or carry ``RAILYARD_LAB=<tag>:@storage``.
+store's when they live in its netns or carry ``RAILYARD_LAB=<tag>:@storage``; a routed switch's
+(FRR, routers.py) when they live in its netns or carry ``RAILYARD_LAB=<tag>:@sw-<switch>``.
 
 `known` holds object ids as the create functions return them: the netns names ``ry-T-fabric``,
 ``ry-T-spine``, ``ry-T-n-<node>`` (a VM's too), ``ry-T-storage`` (the object store), and
-``ry-T-pfs`` (the parallel-FS share, a directory, also kept while a known node mounts it). The
+``ry-T-pfs`` (the parallel-FS share, a directory, also kept while a known node mounts it), and
+``ry-T-switches`` (every routed switch ``ry-T-sw-<switch>`` with its directory). The
 host's management veth belongs to the fabric; a node's processes, runtime dir, mounts, loop
 devices, local cache and parallel-FS mount belong to the node; a VM not known is deleted before
 any node, so its VFs go back to its hypervisor.
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from railyard import paths
-from railyard.drivers.lab import control_plane, fabric, names, net, node, proc, storage, vm
+from railyard.drivers.lab import control_plane, fabric, names, net, node, proc, routers, storage, vm
 from railyard.drivers.lab.errors import LabError, require_root
 from railyard.drivers.lab.node import power
 
@@ -55,6 +57,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
             return names.storage_ns(stack)
         if name == names.CONTROL_PLANE_MARKER:
             return names.control_plane_ns(stack)
+        if name and name.startswith(names.SWITCH_MARKER):
+            return names.switch_ns(stack, name[len(names.SWITCH_MARKER):])
         return names.node_ns(stack, name) if name else None
 
     owners: dict[int, tuple[str, str | None]] = {}
@@ -62,7 +66,7 @@ def inventory(stack: str, root: Path | None = None) -> dict:
         ino = net.netns_inode(ns)
         if ino is not None:
             parsed = names.parse_ns(stack, ns)
-            owners[ino] = (ns, parsed[1] if parsed else None)
+            owners[ino] = (ns, parsed[1] if parsed and parsed[0] == "node" else None)
     procs: dict[int, dict] = {}
     for p in proc.in_namespaces(set(owners)):
         ns, name = owners[p.netns]
@@ -74,9 +78,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     for p, value in proc.marked(names.ENV_MARKER, lambda v: v.startswith(tag + ":")):
         if p.pid not in procs:
             name = value.split(":", 1)[1]
-            procs[p.pid] = {**p.to_json(),
-                            "node": None if name in (names.STORAGE_MARKER, names.CONTROL_PLANE_MARKER) else name,
-                            "owner": owner_of(name)}
+            service = name in (names.STORAGE_MARKER, names.CONTROL_PLANE_MARKER) or name.startswith(names.SWITCH_MARKER)
+            procs[p.pid] = {**p.to_json(), "node": None if service else name, "owner": owner_of(name)}
     # Processes sharing a namespace with a marked one whose handle is gone (an `ip netns del`
     # behind our back) belong to that node too.
     orphan_ns = {p["netns_inode"]: (p["node"], p["owner"]) for p in procs.values() if p["netns_inode"] not in owners}
@@ -92,7 +95,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     nodes_dir = _nodes_dir(stack, root)
     dirs = sorted(str(p) for p in nodes_dir.iterdir()) if nodes_dir.is_dir() else []
     dirs += [str(d) for d in (storage.object_store_dir(stack, root), storage.pfs_dir(stack, root),
-                              control_plane.control_plane_dir(stack, root)) if d.exists()]
+                              control_plane.control_plane_dir(stack, root), routers.switches_dir(stack, root))
+             if d.exists()]
     if lab.exists():
         dirs.append(str(lab))
     return {
@@ -115,6 +119,8 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
         raise LabError(f"stack {stack}", f"its lab objects belong to {', '.join(foreign)} (their owner marker), not "
                                          "to this checkout; collect them from there. Nothing was removed")
     known = set(known)
+    if names.switches_id(stack) in known:  # one object for all of the stack's switches
+        known |= {names.switch_ns(stack, s) for s in routers.read(stack, root)["switches"]}
     removed: dict[str, list] = {k: [] for k in _KEYS}
     before = inventory(stack, root)
 
@@ -127,7 +133,7 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
     # VMs first (their VFs go back to their hypervisors), then nodes (their NICs hang off the
     # fabric), the object store and control plane, the spine, the fabric.
     order = sorted(before["netns"], key=lambda ns: {"vm": 0, "node": 1, "storage": 2, "k8s": 2, "spine": 3,
-                                                    "fabric": 4}.get(kind(ns), 5))
+                                                    "switch": 3, "fabric": 4}.get(kind(ns), 5))
     for ns in order:
         if ns in known:
             continue
@@ -150,6 +156,8 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
             pass
         elif parsed and parsed[0] == "spine":
             fabric.delete_spine(stack)
+        elif parsed and parsed[0] == "switch":
+            routers.delete(stack, parsed[1], root)
         elif parsed and parsed[0] == "fabric":
             fabric.delete_fabric(stack)
         else:
@@ -169,7 +177,7 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
     # Processes of unknown nodes (and of an unknown object store), and of known ones outside
     # their current netns (an earlier incarnation whose netns was removed behind our back).
     current = {ns: net.netns_inode(ns) for ns in known
-               if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage", "k8s")}
+               if (names.parse_ns(stack, ns) or ("",))[0] in ("node", "storage", "k8s", "switch")}
     stray = []
     for p in (before if dry_run else inventory(stack, root))["processes"]:
         owner = p["owner"]
@@ -197,6 +205,10 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 removed["mounts"].extend(proc.unmount_under(d))
                 proc.remove_tree(d)
             removed["dirs"].append(str(d))
+    if names.switches_id(stack) not in known and routers.switches_dir(stack, root).exists():
+        if not dry_run:
+            routers.delete_all(stack, root)
+        removed["dirs"].append(str(routers.switches_dir(stack, root)))
     # A service's directory outlives its namespace when a create was killed before the netns.
     for kind_, (ns_of, _dir, _delete) in SERVICES.items():
         if ns_of(stack) not in known:

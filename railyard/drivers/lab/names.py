@@ -15,6 +15,8 @@ Layout of one stack with tag ``T``:
     netns  ry-T-fabric        bridges rail0..railN-1, storage, mgmt; ports <nodetag>-r<i>,
                               <nodetag>-s, <nodetag>-m, spine<i>, host
     netns  ry-T-spine         links rail<i> holding each rail's gateway
+    netns  ry-T-sw-<switch>   a RoCE switch routing with FRR (routers.py): its ports swp<..> (veths
+                              to its neighbours' ports), a leaf's bridge `hosts`
     netns  ry-T-n-<node>      one per node, and one per VM (vm.py: a VM is a node with VFs); the
                               NICs carry the names the caller gives (the SKU's real netdev names
                               such as ibp24s0)
@@ -96,6 +98,11 @@ def storage_ns(stack: str) -> str:
 def control_plane_ns(stack: str) -> str:
     """The Kubernetes control plane's namespace (control_plane/); also its id."""
     return stack_prefix(stack) + "k8s"
+
+
+def switch_ns(stack: str, switch: str) -> str:
+    """A RoCE switch routing with FRR (routers.py): its netns, also its FRR pathspace's owner."""
+    return stack_prefix(stack) + "sw-" + check_node(switch)
 
 
 def pfs_id(stack: str) -> str:
@@ -194,6 +201,16 @@ def storage_env_marker(stack: str) -> str:
 
 
 CONTROL_PLANE_MARKER = "@k8s"  # the same for the control plane's processes
+SWITCH_MARKER = "@sw-"  # and, followed by the switch's name, for a switch's FRR (routers.py)
+
+
+def switch_marker(stack: str, switch: str) -> str:
+    return f"{stack_tag(stack)}:{SWITCH_MARKER}{check_node(switch)}"
+
+
+def switches_id(stack: str) -> str:
+    """The id of the stack's routed switches (routers.py), one object: not a namespace."""
+    return stack_prefix(stack) + "switches"
 
 
 def control_plane_env_marker(stack: str) -> str:
@@ -201,8 +218,8 @@ def control_plane_env_marker(stack: str) -> str:
 
 
 def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
-    """("fabric"|"spine"|"storage"|"k8s", None) or ("node", name) for a netns of the stack (a VM's
-    is a node's), else None."""
+    """("fabric"|"spine"|"storage"|"k8s", None), ("node", name) (a VM's is a node's) or ("switch",
+    name) for a netns of the stack, else None."""
     prefix = stack_prefix(stack)
     if not netns.startswith(prefix):
         return None
@@ -211,6 +228,8 @@ def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
         return rest, None
     if rest.startswith("n-") and _NODE.fullmatch(rest[2:]):
         return "node", rest[2:]
+    if rest.startswith("sw-") and _NODE.fullmatch(rest[3:]):
+        return "switch", rest[3:]
     return None
 
 

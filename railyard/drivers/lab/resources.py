@@ -179,6 +179,46 @@ class LabSpine(Resource):
         super().__init__(SpineProvider(), name, {"stack": stack, "gateways": gateways, "mtu": mtu}, opts)
 
 
+class SwitchesProvider(_LabProvider):
+    """A RoCE stack's switches routing with FRR (routers.py), one object: their links join them."""
+
+    INPUTS = ("stack", "switches", "mtu")
+
+    def object_id(self, props):
+        from railyard.drivers.lab import names
+
+        return names.switches_id(props["stack"])
+
+    def ensure(self, props):
+        from railyard.drivers.lab import routers
+
+        mtu = props.get("mtu")
+        state = routers.ensure(props["stack"], [dict(s) for s in props["switches"]], int(mtu) if mtu else None)
+        return {"running": sorted(n for n, s in state["switches"].items() if s["frr"])}
+
+    def observe(self, props):
+        from railyard.drivers.lab import routers
+
+        state = routers.read(props["stack"])
+        if not state["switches"]:
+            return None
+        return {"running": sorted(n for n, s in state["switches"].items() if s["frr"])}
+
+    def remove(self, props):
+        from railyard.drivers.lab import routers
+
+        routers.delete_all(props["stack"])
+
+
+class LabSwitches(Resource):
+    running: pulumi.Output[list]
+
+    def __init__(self, name: str, *, stack: str, switches: list[dict], mtu: int | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(SwitchesProvider(), name, {"stack": stack, "switches": switches, "mtu": mtu, "running": None},
+                         opts)
+
+
 class NodeProvider(_LabProvider):
     REPLACE = ("stack", "node")
     INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key")

@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 from railyard import paths
 from railyard.drivers.lab import names, net
 from railyard.drivers.lab.errors import LabError
+from railyard.drivers.lab.routers import HOST_SIDE
 
 # The scripts a node runs (node_init.py, lab-shim.sh, agent.py) live in the lab driver's
 # directory, one above this package.
@@ -64,12 +65,22 @@ class Nic:
     veth: bool = True
     mtu: int | None = None
     """Both ends of the veth (the plan's MTU of the NIC's network); None leaves the kernel's."""
+    switch: str | None = None
+    """A rail NIC of a RoCE stack whose switches route (routers.py): the leaf whose host bridge its
+    port is on. None: the fabric namespace's bridge for its role."""
 
     @property
     def bridge(self) -> str:
+        if self.switch is not None:
+            return HOST_SIDE
         if isinstance(self.role, int):
             return names.rail_bridge(self.role)
         return names.MGMT_BRIDGE if self.role == "mgmt" else names.STORAGE_BRIDGE
+
+    def port_ns(self, stack: str) -> str:
+        """The namespace holding the NIC's port: its leaf's, or the fabric's."""
+        return names.switch_ns(stack, self.switch) if self.switch is not None else names.fabric_ns(stack)
+
 
 
 def node_dir(stack: str, node: str, root: Path | None = None) -> Path:
@@ -82,6 +93,10 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
 
     def one(spec: dict, role: int | str) -> Nic:
         nic = _one(spec, role)
+        if isinstance(spec, dict) and spec.get("leaf") is not None:
+            if not isinstance(role, int):
+                raise LabError(f"node {ns} NIC {nic.name}", "only a rail NIC hangs off a leaf")
+            nic = dataclasses.replace(nic, switch=names.check_node(spec["leaf"]))
         mtu = spec.get("mtu")
         if mtu is None:
             return nic

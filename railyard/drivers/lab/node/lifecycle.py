@@ -26,7 +26,7 @@ from railyard.drivers.lab.node.processes import (
     reboot_pending,
     start_agent,
 )
-from railyard.drivers.lab.node.wiring import _ensure_addressing, _ensure_links, _own_ports
+from railyard.drivers.lab.node.wiring import _ensure_addressing, _ensure_links, _own_ports, _port_spaces
 
 
 def create_node(
@@ -77,7 +77,7 @@ def converge(stack: str, node: str, *, nics: list[Nic], keys: list[str], compute
     if not net.netns_exists(fab):
         raise LabError(f"node {ns}", f"the fabric namespace {fab} does not exist; create the fabric first")
     fab_links = net.links(fab, with_addresses=False)
-    missing = sorted({n.bridge for n in nics if n.veth} - set(fab_links))
+    missing = sorted({n.bridge for n in nics if n.veth and n.switch is None} - set(fab_links))
     if missing:
         raise LabError(f"node {ns}", f"bridges {missing} are missing in {fab}; create the fabric with them first")
 
@@ -175,10 +175,11 @@ def delete_node(stack: str, node: str, root: Path | None = None) -> dict:
     # Freeing the netns takes its veths (and so the fabric ports) along, all in one batch; that
     # happens asynchronously, so wait for it, and delete what a straggling holder of the netns
     # keeps alive one by one (slower: each veth deletion waits for its own RCU grace period).
-    if net.netns_exists(fab):
-        left = net.wait_links_gone(fab, lambda links: _own_ports(node, links), with_addresses=False)
-        for port in sorted(left):
-            net.link_delete(port, fab)
+    for sp in _port_spaces(stack, fab):
+        if net.netns_exists(sp):
+            left = net.wait_links_gone(sp, lambda links: _own_ports(node, links), with_addresses=False)
+            for port in sorted(left):
+                net.link_delete(port, sp)
     # Loop devices of the node's local cache (storage/cache.py) free themselves with its last
     # process; wait for that, so none outlives the node.
     proc.release_loops(d)

@@ -1,7 +1,8 @@
 """A lab node's wiring inside its network namespace: veth NICs, addresses, rules and routes.
 
 Each NIC is a veth whose node end carries the requested name and whose other end is a port of
-the fabric namespace on the NIC's bridge (names.node_port). Rail NICs route per NIC, as on a
+the fabric namespace on the NIC's bridge (names.node_port), or, for a rail of a RoCE stack whose
+switches route (routers.py), of its leaf's namespace on the leaf's host bridge. Rail NICs route per NIC, as on a
 rail-optimized cluster: a source rule per NIC (RULE_PREF_BASE+table) into a table of its own
 (TABLE_BASE+table) holding the rail's subnet and, when a spine exists, the compute network via
 the rail's gateway. There is no default route.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 
 from railyard.drivers.lab import names, net
+from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.node.config import Nic
 
 RULE_PREF_BASE = 1000
@@ -29,24 +31,49 @@ def _own_ports(node: str, links: dict[str, dict]) -> set[str]:
     return out
 
 
+def _port_spaces(stack: str, fab: str) -> list[str]:
+    """Every namespace a node's ports may be in: the fabric's, and each routed switch's."""
+    return [fab] + [ns for ns in net.netns_list(names.stack_prefix(stack))
+                    if (names.parse_ns(stack, ns) or ("",))[0] == "switch"]
+
+
 def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab_links: dict[str, dict]) -> None:
     node_links = net.links(ns)
-    ports = {names.node_port(node, n.role): n for n in nics}
-    fbatch = net.Batch(fab)
+    wanted = {(n.port_ns(stack), names.node_port(node, n.role)): n for n in nics}
+    spaces = {sp: fab_links if sp == fab else net.links(sp, with_addresses=False) for sp in _port_spaces(stack, fab)}
+    for sp, _ in wanted:
+        if sp not in spaces:
+            raise LabError(f"node {ns}", f"the switch namespace {sp} does not exist; create the stack's switches first")
+    # A port asked for in another namespace than it is in (a rail now on a routed leaf) moves
+    # there whole: the pair stays, and with it what hangs off the node's end (a hypervisor's VFs).
+    for (sp, port), nic in wanted.items():
+        if port in spaces[sp]:
+            continue
+        for other, links in spaces.items():
+            if other != sp and port in links and port in _own_ports(node, links):
+                net.ip("link", "set", port, "nomaster", netns=other, obj=f"link {port}")
+                net.ip("link", "set", port, "netns", sp, netns=other, obj=f"link {port} to {sp}")
+                spaces[other] = net.links(other, with_addresses=False)
+                spaces[sp] = net.links(sp, with_addresses=False)
+                break
     # NICs no longer asked for (a stack edit removed a rail): both ends go.
-    for port in sorted(_own_ports(node, fab_links) - set(ports)):
-        fbatch.add(f"link {port}", "link", "del", port)
+    for sp, links in spaces.items():
+        batch = net.Batch(sp)
+        for port in sorted(_own_ports(node, links) - {p for s, p in wanted if s == sp}):
+            batch.add(f"link {port}", "link", "del", port)
+        if len(batch):
+            batch.run()
+            spaces[sp] = net.links(sp, with_addresses=False)
     wanted_names = {n.name for n in nics}
     for name, info in sorted(node_links.items()):
         if name not in wanted_names and net.kind(info) == "veth":
             net.link_delete(name, ns)
             node_links.pop(name)
-    if len(fbatch):
-        fbatch.run()
-        fab_links = net.links(fab, with_addresses=False)
-    for port, nic in ports.items():
+    batches = {sp: net.Batch(sp) for sp in spaces}
+    for (sp, port), nic in wanted.items():
+        fbatch = batches[sp]
         inner = node_links.get(nic.name)
-        outer = fab_links.get(port)
+        outer = spaces[sp].get(port)
         paired = (inner is not None and outer is not None and net.kind(inner) == "veth"
                   and net.kind(outer) == "veth" and inner.get("link_index") == outer.get("ifindex"))
         if not paired:
@@ -54,7 +81,7 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             if inner is not None:
                 net.link_delete(nic.name, ns)
             if outer is not None:
-                net.link_delete(port, fab)
+                net.link_delete(port, sp)
             mtu = ("mtu", str(nic.mtu)) if nic.mtu is not None else ()
             fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port, *mtu,
                        "address", names.mac(stack, node, port), "type", "veth",
@@ -63,7 +90,8 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             fbatch.add(f"link {port} mtu", "link", "set", port, "mtu", str(nic.mtu))
         if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
             fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
-    fbatch.run()
+    for batch in batches.values():
+        batch.run()
 
 
 def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:

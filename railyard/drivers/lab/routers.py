@@ -1,0 +1,258 @@
+"""A RoCE stack's switches as routers: one namespace per planned switch, wired port to port by
+veths as the plan cables them, each running FRR (zebra, bgpd, staticd under watchfrr) on the very
+frr.conf `railyard plan --frr` writes (railyard.switches).
+
+Each switch is `ry-T-sw-<switch>`: its ports carry the plan's port names (`swp33s0`), a leaf has a
+bridge `hosts` for its hosts' rail ports (proxy ARP on: the rail subnet spans the leaves), and
+the kernel forwards. FRR runs with its own pathspace (`watchfrr -N <switch>`), because every
+switch namespace shares the host's /etc: the daemons see /etc/frr/<switch> and /var/run/frr/<switch>
+in a mount namespace of their own, bound from the switch's directory
+(`<lab dir>/switches/<switch>/{etc,run}`), so nothing is written to the host's /etc/frr or
+/var/run/frr. The configuration sets every address (zebra owns them, as on a switch); its log is
+`run/frr.log`. `status` asks FRR through its vty sockets there (vtysh --vty_socket).
+
+`ensure(stack, switches, mtu)` converges: namespaces, links and daemons of the listed switches,
+FRR restarted where its configuration changed, and switches or links no longer listed removed.
+`delete_all(stack)` removes every switch of the stack with its processes and directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from railyard import paths
+from railyard.drivers.lab import names, net, proc
+from railyard.drivers.lab.errors import LabError, require_root
+from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
+
+FRR_LIB = Path("/usr/lib/frr")
+HOST_SIDE = "hosts"
+_PORT = re.compile(r"swp\d+(s\d+)?")
+# Only what the configurations use; the rest stay off. No TCP vty: vtysh reaches the daemons by
+# their unix sockets.
+DAEMONS = "zebra=yes\nbgpd=yes\nstaticd=yes\nvtysh_enable=yes\n" + "".join(
+    f'{d}_options="-P 0"\n' for d in ("zebra", "bgpd", "staticd"))
+
+
+def switches_dir(stack: str, root: Path | None = None) -> Path:
+    return paths.lab_dir(stack, root) / "switches"
+
+
+def switch_dir(stack: str, switch: str, root: Path | None = None) -> Path:
+    return switches_dir(stack, root) / names.check_node(switch)
+
+
+def log_file(switch: str) -> str:
+    """Where the switch's FRR logs, as its daemons see it (its run directory)."""
+    return f"/var/run/frr/{switch}/frr.log"
+
+
+def _frr_user() -> tuple[int, int]:
+    import pwd
+
+    try:
+        pw = pwd.getpwnam("frr")
+    except KeyError:
+        raise LabError("FRR", "the frr user is missing: install Debian's frr (bash scripts/host-deps.sh)") from None
+    return pw.pw_uid, pw.pw_gid
+
+
+def _write(path: Path, text: str, uid: int, gid: int, mode: int = 0o640) -> bool:
+    """True when the file changed."""
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.chown(tmp, uid, gid)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return True
+
+
+def _daemons(ns: str) -> list[proc.Proc]:
+    ino = net.netns_inode(ns)
+    return proc.in_namespaces({ino}) if ino is not None else []
+
+
+def _start(stack: str, switch: str, d: Path) -> None:
+    ns = names.switch_ns(stack, switch)
+    script = (f"mount -t tmpfs -o mode=0755 {names.stack_prefix(stack)}frr /etc/frr && mkdir /etc/frr/{switch} && "
+              f"mount --bind {d / 'etc'} /etc/frr/{switch} && "
+              f"mount -t tmpfs -o mode=0755 {names.stack_prefix(stack)}frr /var/run/frr && mkdir /var/run/frr/{switch} && "
+              f"mount --bind {d / 'run'} /var/run/frr/{switch} && exec {FRR_LIB / 'frrinit.sh'} start {switch}")
+    run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "private",
+                          "sh", "-c", script], capture_output=True, text=True,
+                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", names.ENV_MARKER: names.switch_marker(stack, switch)})
+    if run.returncode != 0 or not _daemons(ns):
+        raise LabError(f"switch {switch}", f"FRR did not start: {(run.stderr or run.stdout).strip()[-500:]}")
+
+
+def _stop(stack: str, switch: str) -> None:
+    ns = names.switch_ns(stack, switch)
+    proc.kill_all([p.pid for p in _daemons(ns)], what=f"switch {switch} FRR")
+
+
+def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = None, root: Path | None = None) -> dict:
+    """Converge the stack's switches on `switches`: [{name, frr_conf, leaf, sessions: [{interface,
+    peer, peer_interface}]}] (routing.Router as data). Returns read()."""
+    require_root()
+    if not (FRR_LIB / "frrinit.sh").exists():
+        raise LabError("FRR", f"{FRR_LIB / 'frrinit.sh'} is missing: install Debian's frr (bash scripts/host-deps.sh)")
+    uid, gid = _frr_user()
+    wanted = {s["name"]: s for s in switches}
+    owner = names.owner(stack, root)
+    for name in sorted(set(_existing(stack)) - set(wanted)):
+        delete(stack, name, root)
+    ports: dict[str, set[str]] = {name: set() for name in wanted}
+    for s in switches:
+        ns = names.switch_ns(stack, s["name"])
+        net.claim_netns(ns, owner)
+        net.sysctls(ns, {**LAB_NETNS_SYSCTLS, "net/ipv4/ip_forward": 1, "net/ipv4/conf/all/rp_filter": 0,
+                         "net/ipv4/conf/default/rp_filter": 0})
+        net.ip("link", "set", "lo", "up", netns=ns, obj=f"switch {s['name']} lo")
+        if s.get("leaf"):
+            net.bridge_ensure(HOST_SIDE, ns)
+            net.sysctls(ns, {f"net/ipv4/conf/{HOST_SIDE}/proxy_arp": 1})
+            net.ip("link", "set", HOST_SIDE, "up", netns=ns, obj=f"switch {s['name']} {HOST_SIDE}")
+        for x in s["sessions"]:
+            if x["peer"] not in wanted:
+                raise LabError(f"switch {s['name']}", f"its port {x['interface']} goes to {x['peer']}, which is not listed")
+            ports[s["name"]].add(names.check_ifname(x["interface"]))
+    _wire(stack, switches, ports, mtu)
+    for s in switches:
+        name = s["name"]
+        d = switch_dir(stack, name, root)
+        for sub in ("etc", "run"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+            os.chown(d / sub, uid, gid)
+        changed = _write(d / "etc" / "frr.conf", s["frr_conf"], uid, gid)
+        changed |= _write(d / "etc" / "daemons", DAEMONS, uid, gid)
+        _write(d / "etc" / "vtysh.conf", "service integrated-vtysh-config\n", uid, gid)
+        running = bool(_daemons(names.switch_ns(stack, name)))
+        if running and changed:
+            _stop(stack, name)
+            running = False
+        if not running:
+            for stale in (d / "run").iterdir():
+                if stale.name != "frr.log":
+                    stale.unlink()
+            _start(stack, name, d)
+    return read(stack, root)
+
+
+def _wire(stack: str, switches: Sequence[dict], ports: dict[str, set[str]], mtu: int | None) -> None:
+    """Every planned link a veth between its two ports; ports no link wants removed."""
+    current = {s["name"]: net.links(names.switch_ns(stack, s["name"]), with_addresses=False) for s in switches}
+    for s in switches:
+        ns = names.switch_ns(stack, s["name"])
+        batch = net.Batch(ns)
+        for port in sorted(current[s["name"]]):
+            if _PORT.fullmatch(port) and port not in ports[s["name"]]:
+                batch.add(f"link {port}", "link", "del", port)
+        batch.run()
+    current = {s["name"]: net.links(names.switch_ns(stack, s["name"]), with_addresses=False) for s in switches}
+    for s in switches:
+        ns = names.switch_ns(stack, s["name"])
+        batch = net.Batch(ns)
+        for x in s["sessions"]:
+            a, b = (s["name"], x["interface"]), (x["peer"], x["peer_interface"])
+            if a > b:
+                continue  # the other end makes it
+            pns = names.switch_ns(stack, x["peer"])
+            here, there = x["interface"] in current[a[0]], x["peer_interface"] in current[b[0]]
+            if here != there:  # half a veth, left by a crash
+                net.link_delete(x["interface"], ns)
+                net.link_delete(x["peer_interface"], pns)
+            if not (here and there):
+                batch.add(f"link {x['interface']}", "link", "add", x["interface"],
+                          "address", names.mac(stack, ns, x["interface"]), "type", "veth", "peer", "name",
+                          x["peer_interface"], "address", names.mac(stack, pns, x["peer_interface"]), "netns", pns)
+        batch.run()
+    for s in switches:
+        ns = names.switch_ns(stack, s["name"])
+        links = net.links(ns, with_addresses=False)
+        batch = net.Batch(ns)
+        for port in sorted(ports[s["name"]]):
+            if mtu is not None and links.get(port, {}).get("mtu") != mtu:
+                batch.add(f"link {port} mtu", "link", "set", port, "mtu", str(mtu))
+            batch.add(f"link {port}", "link", "set", port, "up")
+        batch.run()
+
+
+def _existing(stack: str) -> list[str]:
+    out = []
+    for ns in net.netns_list(names.stack_prefix(stack)):
+        parsed = names.parse_ns(stack, ns)
+        if parsed and parsed[0] == "switch":
+            out.append(parsed[1])
+    return sorted(out)
+
+
+def read(stack: str, root: Path | None = None) -> dict:
+    switches = {}
+    for name in _existing(stack):
+        ns = names.switch_ns(stack, name)
+        links = net.links(ns, with_addresses=False)
+        switches[name] = {"ports": sorted(p for p in links if _PORT.fullmatch(p)),
+                          "frr": sorted({p.argv[0].rsplit("/", 1)[-1] for p in _daemons(ns) if p.argv})}
+    return {"id": names.switches_id(stack), "stack": stack, "switches": switches}
+
+
+def status(stack: str, switch: str, root: Path | None = None) -> dict:
+    """FRR's own view of the switch: {"bgp": `show bgp summary json`, "routes": `show ip route json`}."""
+    run_dir = switch_dir(stack, switch, root) / "run"
+    out = {}
+    for key, command in (("bgp", "show bgp ipv4 unicast summary json"), ("routes", "show ip route json")):
+        r = subprocess.run(["vtysh", "--vty_socket", str(run_dir), "-c", command], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise LabError(f"switch {switch}", f"vtysh {command!r}: {(r.stderr or r.stdout).strip()[-300:]}")
+        out[key] = json.loads(r.stdout or "{}")
+    return out
+
+
+def wait_established(stack: str, switches: Sequence[str], timeout: float = 60.0, root: Path | None = None) -> dict:
+    """{switch: {peer: state}} once every session of every switch is Established, or at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {}
+        for name in switches:
+            try:
+                peers = status(stack, name, root)["bgp"].get("peers", {})
+            except LabError:
+                peers = {}
+            states[name] = {peer: p.get("state") for peer, p in peers.items()}
+        if all(states[n] and all(v == "Established" for v in states[n].values()) for n in switches) \
+                or time.monotonic() > deadline:
+            return states
+        time.sleep(1)
+
+
+def delete(stack: str, switch: str, root: Path | None = None) -> bool:
+    require_root()
+    ns = names.switch_ns(stack, switch)
+    ino = net.netns_inode(ns)
+    if ino is not None:
+        proc.kill_all([p.pid for p in proc.in_namespaces({ino})], what=f"switch {switch}")
+    existed = net.netns_delete(ns)
+    d = switch_dir(stack, switch, root)
+    if d.exists():
+        shutil.rmtree(d)
+    return existed
+
+
+def delete_all(stack: str, root: Path | None = None) -> dict:
+    removed = [name for name in _existing(stack) if delete(stack, name, root)]
+    d = switches_dir(stack, root)
+    if d.exists():
+        shutil.rmtree(d)
+    with contextlib.suppress(OSError):  # the stack's lab dir, when nothing else of it is left
+        paths.lab_dir(stack, root).rmdir()
+    return {"id": names.switches_id(stack), "deleted": removed}
