@@ -46,6 +46,7 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             raise LabError(f"node {ns}", f"the switch namespace {sp} does not exist; create the stack's switches first")
     # A port asked for in another namespace than it is in (a rail now on a routed leaf) moves
     # there whole: the pair stays, and with it what hangs off the node's end (a hypervisor's VFs).
+    moved = False
     for (sp, port), nic in wanted.items():
         if port in spaces[sp]:
             continue
@@ -55,7 +56,10 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
                 net.ip("link", "set", port, "netns", sp, netns=other, obj=f"link {port} to {sp}")
                 spaces[other] = net.links(other, with_addresses=False)
                 spaces[sp] = net.links(sp, with_addresses=False)
+                moved = True
                 break
+    if moved:  # a moved end gets a new ifindex, which the node's end now names as its peer
+        node_links = net.links(ns)
     # NICs no longer asked for (a stack edit removed a rail): both ends go.
     for sp, links in spaces.items():
         batch = net.Batch(sp)
