@@ -94,6 +94,11 @@ def test_the_switches_route_with_frr_and_vms_cross_rails_with_an_uplink_down(pro
     down = leaf.sessions[0].interface
     net.ip("link", "set", down, "down", netns=names.switch_ns(STACK, leaf.name), obj="test")
     try:
+        # The route to rail 1's leaf loses exactly that uplink, and traffic still crosses.
+        other = planned[plan.nodes[1].nics[1].leaf]
+        [best] = [r for r in routers.status(STACK, leaf.name)["routes"][other.host_prefixes[0]] if r.get("selected")]
+        assert {h["interfaceName"] for h in best["nexthops"] if h.get("active")} == \
+            {x.interface for x in leaf.sessions} - {down}
         got = project.ssh("vela-0-vm0", f"ping -c3 -W2 -i 0.3 -I {src} {dst}", check=False)
         assert got.returncode == 0, got.stdout + got.stderr
     finally:

@@ -174,3 +174,31 @@ def test_without_a_source_the_sites_mount_is_only_checked(ns):
     # GPFS: its mounts are the cluster's, checked whatever the source.
     got = ns.module(manage=False, source="fs1")
     assert got.get("failed") and "mmmount" in got["msg"]
+
+
+def test_a_mount_of_another_type_than_the_kind_shows_is_taken_back_down(ns):
+    # mount(8) succeeds, but the mount table shows a type the kind never has: not the asked mount.
+    got = ns.module(types=["nfs", "nfs4"])
+    assert got.get("failed") and "mount(8) exited 0 but" in got["msg"] and "a tmpfs mount" in got["msg"]
+    assert ns.mounted() == [] and ns.fstab.read_text() == SITE_FSTAB and not ns.record.exists()
+
+
+def test_new_options_the_kernel_refuses_put_the_earlier_mount_back(ns):
+    ns.module()
+    got = ns.module(opts="size=not-a-size")
+    assert got.get("failed") and "its fstab line was taken back out" in got["msg"]
+    [(_, _, options)] = ns.mounted()
+    assert "size=16384k" in options
+    assert ns.fstab.read_text() == SITE_FSTAB + line(ns) + "\n"
+    assert json.loads(ns.record.read_text())["line"] == line(ns)
+
+
+def test_a_moved_mount_point_is_mounted_first_and_the_old_one_then_taken_out(ns):
+    ns.module()
+    old = ns.mount
+    ns.mount = ns.tmp / "pfs2"
+    got = ns.module()
+    assert got["changed"] and len(ns.mounted()) == 1
+    assert ns.fstab.read_text() == SITE_FSTAB + line(ns) + "\n"
+    assert not old.exists() and "previous" not in json.loads(ns.record.read_text())
+    assert ns.module(state="absent")["changed"] and ns.fstab.read_text() == SITE_FSTAB and not ns.mount.exists()

@@ -205,10 +205,17 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
                 removed["mounts"].extend(proc.unmount_under(d))
                 proc.remove_tree(d)
             removed["dirs"].append(str(d))
-    if names.switches_id(stack) not in known and routers.switches_dir(stack, root).exists():
+    switches = routers.switches_dir(stack, root)
+    if names.switches_id(stack) not in known and switches.exists():
         if not dry_run:
             routers.delete_all(stack, root)
-        removed["dirs"].append(str(routers.switches_dir(stack, root)))
+        removed["dirs"].append(str(switches))
+    elif switches.is_dir():  # known: a switch's directory outlives its namespace only by a crash
+        for d in sorted(switches.iterdir()):
+            if names.switch_ns(stack, d.name) not in known:
+                if not dry_run:
+                    routers.delete(stack, d.name, root)
+                removed["dirs"].append(str(d))
     # A service's directory outlives its namespace when a create was killed before the netns.
     for kind_, (ns_of, _dir, _delete) in SERVICES.items():
         if ns_of(stack) not in known:

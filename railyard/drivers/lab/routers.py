@@ -19,9 +19,11 @@ FRR restarted where its configuration changed, and switches or links no longer l
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -82,22 +84,50 @@ def _daemons(ns: str) -> list[proc.Proc]:
     return proc.in_namespaces({ino}) if ino is not None else []
 
 
+REQUIRED = ("watchfrr", "zebra", "bgpd", "staticd")
+STARTED = ".railyard-started"  # in the run directory: the digest of the configuration FRR started with
+
+
+def _running(ns: str) -> set[str]:
+    return {p.argv[0].rsplit("/", 1)[-1] for p in _daemons(ns) if p.argv}
+
+
+def _digest(d: Path) -> str:
+    return hashlib.sha256(b"".join((d / "etc" / f).read_bytes() for f in ("frr.conf", "daemons"))).hexdigest()
+
+
 def _start(stack: str, switch: str, d: Path) -> None:
     ns = names.switch_ns(stack, switch)
-    script = (f"mount -t tmpfs -o mode=0755 {names.stack_prefix(stack)}frr /etc/frr && mkdir /etc/frr/{switch} && "
-              f"mount --bind {d / 'etc'} /etc/frr/{switch} && "
-              f"mount -t tmpfs -o mode=0755 {names.stack_prefix(stack)}frr /var/run/frr && mkdir /var/run/frr/{switch} && "
-              f"mount --bind {d / 'run'} /var/run/frr/{switch} && exec {FRR_LIB / 'frrinit.sh'} start {switch}")
+    q = shlex.quote
+    fs = q(names.stack_prefix(stack) + "frr")
+    # /etc/frr and /var/run/frr exist once frr is installed (/run is cleared at boot: made again).
+    script = (f"mkdir -p /etc/frr /var/run/frr && mount -t tmpfs -o mode=0755 {fs} /etc/frr && "
+              f"mkdir /etc/frr/{q(switch)} && mount --bind {q(str(d / 'etc'))} /etc/frr/{q(switch)} && "
+              f"mount -t tmpfs -o mode=0755 {fs} /var/run/frr && mkdir /var/run/frr/{q(switch)} && "
+              f"mount --bind {q(str(d / 'run'))} /var/run/frr/{q(switch)} && "
+              f"exec {q(str(FRR_LIB / 'frrinit.sh'))} start {q(switch)}")
     run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "private",
                           "sh", "-c", script], capture_output=True, text=True,
                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", names.ENV_MARKER: names.switch_marker(stack, switch)})
-    if run.returncode != 0 or not _daemons(ns):
-        raise LabError(f"switch {switch}", f"FRR did not start: {(run.stderr or run.stdout).strip()[-500:]}")
+    missing = set(REQUIRED) - _running(ns)
+    if run.returncode != 0 or missing:
+        _stop(stack, switch)  # nothing half-started is taken for a running switch later
+        raise LabError(f"switch {switch}", f"FRR did not start ({', '.join(sorted(missing)) or 'exit ' + str(run.returncode)}"
+                                           f"): {(run.stderr or run.stdout).strip()[-500:]}")
+    (d / "run" / STARTED).write_text(_digest(d))
 
 
 def _stop(stack: str, switch: str) -> None:
     ns = names.switch_ns(stack, switch)
     proc.kill_all([p.pid for p in _daemons(ns)], what=f"switch {switch} FRR")
+    # zebra leaves the addresses it set; the next configuration sets its own.
+    links = net.links(ns, with_addresses=False)
+    batch = net.Batch(ns)
+    for port in sorted(links):
+        if _PORT.fullmatch(port) or port == HOST_SIDE:
+            batch.add(f"addresses of {port}", "address", "flush", "dev", port)
+    batch.add("addresses of lo", "address", "flush", "dev", "lo", "scope", "global")
+    batch.run()
 
 
 def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = None, root: Path | None = None) -> dict:
@@ -133,18 +163,19 @@ def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = Non
         for sub in ("etc", "run"):
             (d / sub).mkdir(parents=True, exist_ok=True)
             os.chown(d / sub, uid, gid)
-        changed = _write(d / "etc" / "frr.conf", s["frr_conf"], uid, gid)
-        changed |= _write(d / "etc" / "daemons", DAEMONS, uid, gid)
+        _write(d / "etc" / "frr.conf", s["frr_conf"], uid, gid)
+        _write(d / "etc" / "daemons", DAEMONS, uid, gid)
         _write(d / "etc" / "vtysh.conf", "service integrated-vtysh-config\n", uid, gid)
-        running = bool(_daemons(names.switch_ns(stack, name)))
-        if running and changed:
-            _stop(stack, name)
-            running = False
-        if not running:
-            for stale in (d / "run").iterdir():
-                if stale.name != "frr.log":
-                    stale.unlink()
-            _start(stack, name, d)
+        started = d / "run" / STARTED
+        current = started.read_text() if started.exists() else None
+        ns = names.switch_ns(stack, name)
+        if current == _digest(d) and set(REQUIRED) <= _running(ns):
+            continue
+        _stop(stack, name)
+        for stale in (d / "run").iterdir():
+            if stale.name != "frr.log":
+                stale.unlink()
+        _start(stack, name, d)
     return read(stack, root)
 
 
@@ -159,6 +190,7 @@ def _wire(stack: str, switches: Sequence[dict], ports: dict[str, set[str]], mtu:
                 batch.add(f"link {port}", "link", "del", port)
         batch.run()
     current = {s["name"]: net.links(names.switch_ns(stack, s["name"]), with_addresses=False) for s in switches}
+    pending: list[tuple[str, str, str]] = []
     for s in switches:
         ns = names.switch_ns(stack, s["name"])
         batch = net.Batch(ns)
@@ -167,15 +199,27 @@ def _wire(stack: str, switches: Sequence[dict], ports: dict[str, set[str]], mtu:
             if a > b:
                 continue  # the other end makes it
             pns = names.switch_ns(stack, x["peer"])
-            here, there = x["interface"] in current[a[0]], x["peer_interface"] in current[b[0]]
-            if here != there:  # half a veth, left by a crash
-                net.link_delete(x["interface"], ns)
-                net.link_delete(x["peer_interface"], pns)
-            if not (here and there):
+            here, there = current[a[0]].get(x["interface"]), current[b[0]].get(x["peer_interface"])
+            # Each end names the port it is cabled to: a re-planned pairing is re-cabled.
+            cabled = (here is not None and there is not None and here.get("ifalias") == _peer(*b)
+                      and there.get("ifalias") == _peer(*a))
+            if not cabled:
+                if here is not None:
+                    net.link_delete(x["interface"], ns)
+                if there is not None:
+                    net.link_delete(x["peer_interface"], pns)
                 batch.add(f"link {x['interface']}", "link", "add", x["interface"],
                           "address", names.mac(stack, ns, x["interface"]), "type", "veth", "peer", "name",
                           x["peer_interface"], "address", names.mac(stack, pns, x["peer_interface"]), "netns", pns)
+                batch.add(f"link {x['interface']} alias", "link", "set", x["interface"], "alias", _peer(*b))
+                pending.append((pns, x["peer_interface"], _peer(*a)))
         batch.run()
+        ends: dict[str, net.Batch] = {}
+        for pns, port, alias in pending:
+            ends.setdefault(pns, net.Batch(pns)).add(f"link {port} alias", "link", "set", port, "alias", alias)
+        for end in ends.values():
+            end.run()
+        pending.clear()
     for s in switches:
         ns = names.switch_ns(stack, s["name"])
         links = net.links(ns, with_addresses=False)
@@ -185,6 +229,11 @@ def _wire(stack: str, switches: Sequence[dict], ports: dict[str, set[str]], mtu:
                 batch.add(f"link {port} mtu", "link", "set", port, "mtu", str(mtu))
             batch.add(f"link {port}", "link", "set", port, "up")
         batch.run()
+
+
+def _peer(switch: str, port: str) -> str:
+    """What a port's alias says it is cabled to."""
+    return f"{switch}/{port}"
 
 
 def _existing(stack: str) -> list[str]:

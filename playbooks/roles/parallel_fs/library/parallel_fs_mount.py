@@ -21,13 +21,16 @@ description:
     not recorded, so teardown leaves it too.
   - Without a I(source), or with I(manage=false) (GPFS, whose mounts are the cluster's), only checks
     that I(path) is a mount of I(fstype) (and of I(source) when given), and changes nothing.
-  - A mount that fails takes its fstab line back out, so a failed run leaves the host as it was.
+  - A mount that fails, or that the mount table shows with a type not in I(types), is taken down
+    and its fstab line taken back out; new options the kernel refuses put the earlier mount back.
+  - A moved mount point is mounted first, then the old one taken out (retried by later runs while busy).
   - With I(state=absent), unmounts what the record says Railyard mounted, removes its fstab line
     (every other line kept byte for byte) and the mount point it made, then the record.
   - Supports check mode.
 options:
   path: {description: The mount point., type: path, required: true}
   fstype: {description: The file system type (mount -t)., type: str, required: true}
+  types: {description: "The types the mount table may show for it (NFS mounted as nfs shows nfs4 when it negotiates v4); default: [fstype].", type: list, elements: str, default: []}
   source: {description: What to mount; empty to check the site's own mount., type: str, default: ""}
   opts: {description: Mount options; C(_netdev) and C(nofail) are always added., type: str, default: defaults}
   helper: {description: The mount helper the client provides (e.g. mount.lustre); empty for none., type: str, default: ""}
@@ -187,12 +190,22 @@ def mount_argv(p):
     return ["mount", "-t", p["fstype"], "-o", ",".join(opts) or "defaults", p["source"], p["path"]]
 
 
+def is_mount_of(got, source, types):
+    """Whether `got` (mounted_at) is a mount of `source` by one of `types`."""
+    return got is not None and got[1] in types and (not source or got[0] == source)
+
+
+def seen(record):
+    """(source, type) of Railyard's mount as the mount table showed it right after mounting."""
+    return record.get("seen_source", record.get("source")), record.get("seen_type", record.get("fstype"))
+
+
 def check_only(module, p):
     got = mounted_at(p["path"])
     want = f"a {p['fstype']} mount" + (f" of {p['source']}" if p["source"] else "")
     why = ("its mounts are the cluster's (mmmount); Railyard checks them" if not p["manage"]
            else "railyard:storage.parallelFs.source is not set, so the site mounts it and Railyard checks")
-    if got is None or got[1] != p["fstype"] or (p["source"] and got[0] != p["source"]):
+    if not is_mount_of(got, p["source"], p["types"]):
         found = f"{got[0]} ({got[1]})" if got else "nothing mounted"
         module.fail_json(msg=f"{p['path']} is not {want}: {found}; {why}. Nothing was changed", managed=False)
     module.exit_json(changed=False, managed=False, line="")
@@ -201,8 +214,12 @@ def check_only(module, p):
 def present(module, p, record):
     if not p["source"] or not p["manage"]:
         check_only(module, p)
-    # The stack moved the mount point: what Railyard mounted at the old one goes, once the new one
-    # passed its checks.
+    if record is not None and record.get("previous") and not module.check_mode:
+        # An earlier mount point the stack moved away from, still busy when it moved: try again.
+        if undo(module, record["previous"], None) is None:
+            record = {k: v for k, v in record.items() if k != "previous"}
+            write_record(p["record"], record)
+    # The stack moved the mount point: the new one is mounted first, then the old one goes.
     moved = record if record is not None and (record["path"], record.get("fstab")) != (p["path"], p["fstab"]) else None
     if moved:
         record = None
@@ -214,31 +231,25 @@ def present(module, p, record):
     # Only the recorded line is Railyard's: an identical one it has no record of is the site's.
     foreign = [f"line {n}: {ln.strip()}" for n, ln in entries if ln != ours]
 
-    if record is None and got == (p["source"], p["fstype"]):
+    if record is None and is_mount_of(got, p["source"], p["types"]):
         # The site mounted this very file system: it stays theirs (teardown leaves it).
         module.exit_json(changed=False, managed=False, line="")
     if foreign:
         module.fail_json(msg=f"{p['fstab']} already mounts something at {p['path']} ({'; '.join(foreign)}) that "
                              "Railyard did not write; remove it, or leave railyard:storage.parallelFs.source unset "
                              "to use the site's mount. Nothing was changed", managed=False)
-    mounted_ours = record is not None and got == (record.get("source"), record.get("fstype"))
-    if got is not None and not mounted_ours and got != (p["source"], p["fstype"]):
+    mounted_ours = record is not None and got == seen(record)
+    if got is not None and not mounted_ours:
         module.fail_json(msg=f"{p['path']} is already a mount of {got[0]} ({got[1]}); Railyard mounts "
                              f"{p['source']} only on a free mount point. Nothing was changed", managed=False)
-    if got != (p["source"], p["fstype"]) or ours != line:
-        missing = client_missing(p)
-        if missing:
-            module.fail_json(msg=f"cannot mount {p['source']} at {p['path']}: {p['client']} is not installed "
-                                 f"({missing}). Nothing was changed", managed=False)
-    if ours == line and got == (p["source"], p["fstype"]) and any(ln == line for _, ln in entries):
+    if mounted_ours and ours == line and any(ln == line for _, ln in entries):
         module.exit_json(changed=False, managed=True, line=line)
+    missing = client_missing(p)
+    if missing:
+        module.fail_json(msg=f"cannot mount {p['source']} at {p['path']}: {p['client']} is not installed "
+                             f"({missing}). Nothing was changed", managed=False)
     if module.check_mode:
         module.exit_json(changed=True, managed=True, line=line)
-    if moved:
-        failed = undo(module, moved, p["record"])
-        if failed:
-            module.fail_json(msg=f"{failed}; close what uses it and run again. Nothing was changed", managed=True)
-        fstab = read(p["fstab"])
 
     unmounted_old = False
     if mounted_ours and ours != line:
@@ -246,12 +257,14 @@ def present(module, p, record):
         failed = run(module, ["umount", p["path"]], f"{p['path']} (mounted with the stack's earlier source or options)")
         if failed:
             module.fail_json(msg=f"{failed}; close what uses it and run again. Nothing was changed", managed=True)
-        got, unmounted_old = None, True
+        unmounted_old = True
     made_dir = not os.path.isdir(p["path"])
     if made_dir:
         os.makedirs(p["path"], mode=0o755)
     new = {"path": p["path"], "source": p["source"], "fstype": p["fstype"], "line": line, "fstab": p["fstab"],
            "made_dir": made_dir or bool(record and record.get("made_dir"))}
+    if moved:
+        new["previous"] = moved
     # The record first: a run cut short after it still knows what to take back out.
     write_record(p["record"], new)
     text = without_line(fstab, ours) if ours is not None and ours != line else fstab
@@ -259,30 +272,46 @@ def present(module, p, record):
         text = with_line(text, line)
     if text != fstab:
         write_atomic(p["fstab"], text)
-    if got is None:
+    if not mounted_ours or unmounted_old:
         failed = run(module, mount_argv(p), f"mounting {p['source']}")
-        if not failed and mounted_at(p["path"]) != (p["source"], p["fstype"]):
-            failed = f"mounting {p['source']}: mount(8) exited 0 but {p['path']} is not a {p['fstype']} mount of it"
+        now = mounted_at(p["path"])
+        if not failed and not is_mount_of(now, "", p["types"]):
+            failed = (f"mounting {p['source']}: mount(8) exited 0 but {p['path']} is "
+                      f"{'a ' + now[1] + ' mount' if now else 'not mounted'}")
         if failed:
-            # Back as it was: fstab, the record, the mount point, and the earlier mount.
+            # Back as it was: the mount point, fstab, the record, and the earlier mount.
+            if now is not None:
+                run(module, ["umount", p["path"]], p["path"])
             write_atomic(p["fstab"], fstab)
-            if record is None:
+            if record is None and moved is None:
                 os.unlink(p["record"])
             else:
-                write_record(p["record"], record)
+                write_record(p["record"], record if record is not None else moved)
             if made_dir:
                 os.rmdir(p["path"])
             if unmounted_old and run(module, mount_argv({**p, **record, "opts": record_opts(record)}), "again"):
                 failed += f"; the earlier mount of {record['source']} could not be made again"
             module.fail_json(msg=f"{failed}; its fstab line was taken back out", managed=record is not None)
+        # Railyard's mount as the kernel shows it (a source it spells its own way, an nfs4 type),
+        # which later runs and teardown compare with.
+        new.update(seen_source=now[0], seen_type=now[1])
+        write_record(p["record"], new)
+    if moved:
+        failed = undo(module, moved, None)
+        if failed:
+            module.warn(f"{failed}: the earlier mount point stays mounted until a later run can take it out")
+        else:
+            new.pop("previous")
+            write_record(p["record"], new)
     module.exit_json(changed=True, managed=True, line=line)
 
 
 def undo(module, record, record_path):
     """Unmount what `record` says Railyard mounted, take its fstab line and mount point back out,
-    then the record; an error message when the mount is busy (and nothing changed)."""
+    then the record (unless `record_path` is None); an error message when the mount is busy (and
+    nothing changed)."""
     path, fstab = record["path"], record.get("fstab", "/etc/fstab")
-    if mounted_at(path) == (record["source"], record["fstype"]):
+    if mounted_at(path) == seen(record):
         failed = run(module, ["umount", path], path)
         if failed:
             return failed
@@ -296,7 +325,8 @@ def undo(module, record, record_path):
             pass
         except OSError as exc:
             module.warn(f"{path} is left: {exc.strerror}")
-    os.unlink(record_path)
+    if record_path is not None:
+        os.unlink(record_path)
     return None
 
 
@@ -305,6 +335,10 @@ def absent(module, p, record):
         module.exit_json(changed=False, managed=False)
     if module.check_mode:
         module.exit_json(changed=True, managed=True)
+    for earlier in [record.get("previous")] if record.get("previous") else []:
+        failed = undo(module, earlier, None)
+        if failed:
+            module.fail_json(msg=f"{failed}; close what uses it and run again", managed=True)
     failed = undo(module, record, p["record"])
     if failed:
         module.fail_json(msg=f"{failed}; close what uses it and run again. Nothing was changed", managed=True)
@@ -316,6 +350,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             fstype=dict(type="str", required=True),
+            types=dict(type="list", elements="str", default=[]),
             source=dict(type="str", default=""),
             opts=dict(type="str", default="defaults"),
             helper=dict(type="str", default=""),
@@ -331,6 +366,7 @@ def main():
     p = module.params
     p["path"] = p["path"].rstrip("/") or "/"
     p["source"] = same_form(p["source"])
+    p["types"] = p["types"] or [p["fstype"]]
     try:
         record = load_record(p["record"], "mount")
     except ValueError as exc:

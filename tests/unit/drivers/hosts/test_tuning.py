@@ -36,4 +36,4 @@ def test_a_hosts_node_gets_the_parallel_file_systems_mount_from_the_stack():
     spec, plan = load(EXAMPLE)
     v = drivers.node_vars(spec, plan, plan.nodes[0].name)
     assert (v["parallel_fs_kind"], v["parallel_fs_mount"], v["parallel_fs_source"], v["parallel_fs_options"]) == \
-        ("lustre", "/mnt/pfs", "198.18.102.10@tcp,198.18.102.11@tcp:/lustre", "")
+        ("lustre", "/mnt/pfs", "198.18.103.250@tcp:198.18.103.251@tcp:/lustre", "")
