@@ -135,6 +135,27 @@ def test_a_second_ensure_restarts_nothing_and_delete_leaves_nothing(fabric):
                    for r in plan.routers())
 
 
+def test_a_changed_configuration_restarts_that_switch_only_and_its_sessions_come_back(fabric):
+    plan, _ = fabric
+
+    def pids() -> dict[str, set[int]]:
+        return {name: {p.pid for p in proc.in_namespaces({net.netns_inode(names.switch_ns(STACK, name))})}
+                for name in routers.read(STACK)["switches"]}
+
+    before = pids()
+    switches = switches_of(plan)
+    changed = switches[0]["name"]
+    switches[0] = {**switches[0], "frr_conf": switches[0]["frr_conf"] + "! edited\n"}
+    routers.ensure(STACK, switches, plan.networks.compute.mtu)
+    after = pids()
+    assert {n for n in before if before[n] != after[n]} == {changed}
+    try:
+        states = routers.wait_established(STACK, [changed])
+        assert states[changed] and set(states[changed].values()) == {"Established"}
+    finally:
+        routers.ensure(STACK, switches_of(plan), plan.networks.compute.mtu)
+
+
 def test_delete_all_leaves_no_namespace_process_or_directory(fabric):
     plan, _ = fabric
     ensured = routers.read(STACK)["switches"]
