@@ -214,6 +214,8 @@ def render(s: dict[str, Any], out: TextIO) -> None:
         w(f"  bgp               {_n(b['asns'])} ASNs from {b['asn_base']}, {_n(b['sessions'])} sessions\n")
     if "p2p" in f:
         w(f"  p2p               {_n(f['p2p']['links'])} /31 links\n")
+    if "loopbacks" in f:
+        w(f"  loopbacks         {_n(f['loopbacks']['switches'])} from {f['loopbacks']['cidr']}\n")
     if "qos" in f:
         q = f["qos"]
         w(f"  lossless qos      RoCE priority {q['roce_priority']} (TC{q['roce_traffic_class']}), "

@@ -60,6 +60,7 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "plan/*/*/networks.*.mtu": "added: each network's MTU, from the fixture table",
     # Issue 16, part 3: a RoCE switch's loopback, and the ETS classes as the QoS commands use them.
     "plan/*/detail/detail.switches*.loopback": "added: each RoCE switch's loopback (BGP router id)",
+    "plan/*/*/fabrics.compute.loopbacks": "added: where a RoCE fabric's switch loopbacks come from",
     "plan/*/*/fabrics.compute.qos.ets_strict": "added: the ETS strict classes, parsed from the fixture's row",
     "plan/*/*/fabrics.compute.qos.ets_wrr": "added: the ETS WRR classes and shares, parsed from the fixture's row",
 }

@@ -79,7 +79,7 @@ def qos_defaults() -> dict[str, Any]:
 
 
 def roce_summary(plan: Any) -> dict[str, Any]:
-    """The RoCE additions to a fabric summary: ASN plan, /31 links, QoS."""
+    """The RoCE additions to a fabric summary: ASN plan, /31 links, switch loopbacks, QoS."""
     # plan: a FabricPlan, untyped here so that planner.py -> roce.py stays one-way.
     links = plan.link_counts()
     p2p_links = links["leaf_spine"] + links["spine_core"]
@@ -89,6 +89,8 @@ def roce_summary(plan: Any) -> dict[str, Any]:
                 if plan.cidr is not None else {}},
         "qos": qos_defaults(),
     }
+    if plan.loopback_cidr is not None:
+        out["loopbacks"] = {"cidr": str(plan.loopback_cidr), "switches": plan.leaves + plan.spines + plan.cores}
     base = plan.asn_base
     if base is not None:
         pools = {}

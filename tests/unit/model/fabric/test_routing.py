@@ -146,3 +146,10 @@ def test_an_infiniband_fabric_has_no_routers():
     _, plan = load(STACKS / "Pulumi.lab.yaml")
     with pytest.raises(ValueError, match="a infiniband fabric has no BGP routers|infiniband fabric has no BGP"):
         plan.routers()
+
+
+def test_the_summary_says_where_the_loopbacks_come_from_and_how_many():
+    _, plan = load(STACKS / "Pulumi.lab-virtual.yaml")
+    assert plan.summary()["fabrics"]["compute"]["loopbacks"] == {"cidr": "198.18.64.0/18", "switches": 3}
+    _, ib = load(STACKS / "Pulumi.lab.yaml")
+    assert "loopbacks" not in ib.summary()["fabrics"]["compute"]
