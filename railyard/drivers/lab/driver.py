@@ -112,8 +112,9 @@ class LabDriver(Driver):
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle:
         mtu = self.plan.networks.compute.mtu
+        on_leaves = self._switches_route()
         rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}", "mtu": mtu,
-                  **self._rail_gateway(nic.rail), **({"leaf": nic.leaf} if self._switches_route() else {})}
+                  **self._rail_gateway(nic.rail), **({"leaf": nic.leaf} if on_leaves else {})}
                  for nic in node.nics]
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,

@@ -246,12 +246,17 @@ def _existing(stack: str) -> list[str]:
 
 
 def read(stack: str, root: Path | None = None) -> dict:
+    inodes = {name: net.netns_inode(names.switch_ns(stack, name)) for name in _existing(stack)}
+    # One walk of /proc for every switch, not one each.
+    daemons: dict[int, set[str]] = {}
+    for p in proc.in_namespaces({i for i in inodes.values() if i is not None}):
+        if p.argv:
+            daemons.setdefault(p.netns, set()).add(p.argv[0].rsplit("/", 1)[-1])
     switches = {}
-    for name in _existing(stack):
-        ns = names.switch_ns(stack, name)
-        links = net.links(ns, with_addresses=False)
+    for name, ino in inodes.items():
+        links = net.links(names.switch_ns(stack, name), with_addresses=False)
         switches[name] = {"ports": sorted(p for p in links if _PORT.fullmatch(p)),
-                          "frr": sorted({p.argv[0].rsplit("/", 1)[-1] for p in _daemons(ns) if p.argv})}
+                          "frr": sorted(daemons.get(ino, ()))}
     return {"id": names.switches_id(stack), "stack": stack, "switches": switches}
 
 
