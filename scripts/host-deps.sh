@@ -24,6 +24,12 @@ declare -A want=(
   [ibnetdiscover]=infiniband-diags
   # RoCE switches of the lab as routers (zebra, bgpd under watchfrr, one pathspace per switch).
   [vtysh]=frr
+  # Slurm in the lab's nodes (railyard:slurm): munge for its authentication, the controller and the
+  # node daemon, and the client commands (scontrol, sbatch) the tests and users run.
+  [munged]=munge
+  [slurmctld]=slurmctld
+  [slurmd]=slurmd
+  [scontrol]=slurm-client
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
@@ -46,7 +52,9 @@ fi
 echo "railyard: installing host packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 # opensm's package would start a subnet manager on any real HCA of this machine; Railyard runs it
-# only against ibsim. frr's would start routing daemons in the host's own namespace. No service starts during the install (policy-rc.d), and systemd's is disabled.
+# only against ibsim. frr's would start routing daemons in the host's own namespace, and munge's and
+# Slurm's daemons on the host itself. No service starts during the install (policy-rc.d), and
+# systemd's are disabled.
 policy=/usr/sbin/policy-rc.d
 own_policy=
 if [ ! -e "$policy" ]; then
@@ -55,8 +63,8 @@ fi
 trap 'if [ -n "$own_policy" ]; then rm -f "$policy"; fi' EXIT
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Likewise frr's: the lab runs FRR only inside its own switch namespaces.
-for unit in opensm.service frr.service; do
+# The lab runs FRR only inside its own switch namespaces, and munged and Slurm only inside its nodes.
+for unit in opensm.service frr.service munge.service slurmctld.service slurmd.service; do
   if [ -d /run/systemd/system ] && systemctl list-unit-files "$unit" >/dev/null 2>&1; then
     systemctl disable --now "$unit" >/dev/null 2>&1 || true
   fi
