@@ -135,6 +135,10 @@ class _Rules:
             where = "runs its own control plane" if caps.kubernetes == "runs" else "uses the provider's cluster"
             problems.append(Problem("railyard:kubernetes.kubeconfig", "a kubeconfig", f"nothing for driver {name}",
                                     f"driver {name} {where}; remove railyard:kubernetes.kubeconfig"))
+        if spec.slurm is not None and caps.tuned_by != "railyard":
+            problems.append(Problem("railyard:slurm", "Slurm configured by Railyard", f"no railyard:slurm for driver {name}",
+                                    f"driver {name}'s machines come tuned by the platform, and Railyard configures "
+                                    "Slurm only on machines it tunes"))
         if self.module is None:
             return None, problems
         config, more = self.module.parse(section, spec)

@@ -22,6 +22,7 @@ from railyard.model.fabric.routing import Router
 from railyard.model.host_tuning import TuningTargets, tuning_targets
 from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
+from railyard.model.slurm import plan_slurm
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
 
@@ -319,6 +320,11 @@ class Plan:
         if tenant.gpu_quota is not None:
             return tenant.gpu_quota
         return sum(self.pool_gpus(p) for p in tenant.pools)
+
+    @functools.cached_property
+    def slurm(self) -> Any:
+        """Slurm's nodes and topology (railyard.model.slurm.SlurmPlan), None without railyard:slurm."""
+        return plan_slurm(self)
 
     @functools.cached_property
     def kubernetes(self) -> Any:

@@ -69,4 +69,14 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
     out["dataset_cache_bucket"] = obj.bucket if obj is not None else ""
     out["dataset_cache_endpoint"] = object_endpoint if object_endpoint is not None else (obj.endpoint if obj else "")
     out["dataset_cache_prefix"] = dataset_prefix
+
+    # --- Slurm: every node its name and the controller; the controller the whole configuration
+    slurm = plan.slurm
+    if slurm is not None:
+        out["slurm_node_name"] = node.name
+        out["slurm_gpus"] = len(getattr(sku, "gpus", ()))
+        out["slurm_controller"] = slurm.controller.name
+        out["slurm_controller_address"] = slurm.controller.address
+        if node.name == slurm.controller.name:
+            out["slurm_cluster"] = slurm.to_json()
     return out

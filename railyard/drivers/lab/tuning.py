@@ -10,6 +10,16 @@ from railyard.drivers.lab.node import HW_TREE
 # host's /sys and /proc (which nodes see read-only).
 TUNING_ROLES = ("hugepages", "iommu", "sriov", "gpu_nic_affinity", "verify")
 
+# Slurm in a node: no systemd (daemons by pid file), this machine's /usr (packages come from
+# scripts/host-deps.sh), no cgroups delegated (linuxproc, no task binding), and counts the node
+# cannot show (an HGX board presented on a few CPUs) taken from slurm.conf. The cgroup plugin slurmd
+# loads regardless is v1's, which reads nothing at start (this machine's hierarchy is hybrid).
+SLURM_VARS = {"slurm_service_manager": "direct", "slurm_install_packages": False,
+              "slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugin": "task/none",
+              "slurm_cgroup_plugin": "cgroup/v1", "slurm_slurmd_parameters": "config_overrides",
+              # No GPU driver makes /dev/nvidia<N> in a node: empty files in its own /run/railyard stand in.
+              "slurm_gpu_device_prefix": "/run/railyard/nvidia", "slurm_gpu_stand_ins": True}
+
 
 def tuning_vars() -> dict[str, Any]:
     # Lab nodes run this machine's /usr: naming the interpreter spares a discovery run per host.
@@ -18,3 +28,8 @@ def tuning_vars() -> dict[str, Any]:
         out[f"{role}_sysfs_root"] = f"{HW_TREE}/sys"
         out[f"{role}_procfs_root"] = f"{HW_TREE}/proc"
     return out
+
+
+def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+    # Only where Slurm runs, so a stack without it keeps its tuning's inputs as they were.
+    return dict(SLURM_VARS) if spec.slurm is not None else {}

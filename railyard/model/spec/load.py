@@ -27,8 +27,8 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
-    Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, Spec,
+    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
+    Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
 
@@ -331,6 +331,7 @@ class _Parser(CrossFieldRules):
         kind = fabric.compute.kind if fabric else None
         tenants = self.tenants(ours, kind, pools)
         kubernetes = self.kubernetes(ours)
+        slurm = self.slurm(ours, layout, pools, region)
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
@@ -341,7 +342,7 @@ class _Parser(CrossFieldRules):
 
         spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
                     fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
-                    kubernetes=kubernetes, ephemeral=ephemeral, protect=protect)
+                    kubernetes=kubernetes, slurm=slurm, ephemeral=ephemeral, protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None:
             section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
@@ -687,6 +688,43 @@ class _Parser(CrossFieldRules):
         return KubernetesSpec(label_prefix=prefixes["labelPrefix"] or DEFAULT_LABEL_PREFIX,
                               resource_prefix=prefixes["resourcePrefix"] or DEFAULT_RESOURCE_PREFIX,
                               kubeconfig=kubeconfig)
+
+    # --- slurm ----------------------------------------------------------------------------------
+
+    def slurm(self, ours: Mapping, layout: str | None, pools: list[NodePool], region: str | None) -> SlurmSpec | None:
+        path = f"{NAMESPACE}:slurm"
+        if "slurm" not in ours:
+            return None
+        sm = self.mapping(ours.get("slurm"), path, "slurm")
+        if sm is None:
+            return None
+        if layout == "virtual":
+            # Jobs would run in the VMs, and Railyard configures no guest yet.
+            self.problem(path, "Slurm on a virtual layout", "railyard:slurm on a bare-metal stack",
+                         "a virtual layout's jobs run in its VMs, which Railyard does not configure yet")
+            return None
+        hosts = [addressing.node_name(p.name, i) for p in pools if p.name and p.count for i in range(p.count)]
+        controller = self.string(sm, "controller", f"{path}.controller", default=hosts[0] if hosts else "",
+                                 what="a host of the stack's node pools, e.g. gpu-0")
+        if controller is not None and hosts and controller not in set(hosts):
+            shown = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+            self.problem(f"{path}.controller", _show(controller), f"a host of the stack's node pools: {shown}",
+                         _did_you_mean(controller, hosts, ""))
+            controller = None
+        what = "a Slurm cluster name: lowercase letters, digits and '-', at most 40"
+        cluster = self.string(sm, "clusterName", f"{path}.clusterName", default=region or "railyard", what=what)
+        if cluster is not None and (len(cluster) > 40 or not _DNS_LABEL.match(cluster)):
+            self.problem(f"{path}.clusterName", _show(cluster), what)
+            cluster = None
+        what = "a partition name: letters, digits, '-' and '_'"
+        partition = self.string(sm, "partition", f"{path}.partition", default="gpu", what=what)
+        if partition is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", partition):
+            self.problem(f"{path}.partition", _show(partition), what)
+            partition = None
+        wait = self.integer(sm, "maxSwitchWait", f"{path}.maxSwitchWait", default=SLURM_MAX_SWITCH_WAIT, minimum=0)
+        if None in (controller, cluster, partition, wait):
+            return None
+        return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait)
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

@@ -66,7 +66,7 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
-         "ephemeral", "protect"),
+         "slurm", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
@@ -86,6 +86,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tuning.sriov": ("vfsPerPf",),
     "tuning.affinity": ("policy",),
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
+    "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
     "ephemeral": ("ttl",),
 }
 
@@ -240,6 +241,21 @@ class KubernetesSpec:
     """The cluster's kubeconfig where the driver is given one (hosts); the lab runs its own."""
 
 
+# Slurm's own default for how long a job asking for --switches waits for that many switches.
+SLURM_MAX_SWITCH_WAIT = 300
+
+
+@dataclass(frozen=True)
+class SlurmSpec:
+    """railyard:slurm: Slurm on the stack's nodes, its topology from the fabric (railyard.model.slurm)."""
+
+    controller: str
+    """The node slurmctld runs on (a planned host name); default: the first pool's first node."""
+    cluster_name: str
+    partition: str = "gpu"
+    max_switch_wait: int = SLURM_MAX_SWITCH_WAIT
+
+
 @dataclass(frozen=True)
 class ObjectTier:
     """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
@@ -341,6 +357,8 @@ class Spec:
     tuning: TuningSpec = TuningSpec()
     kubernetes: KubernetesSpec | None = None
     """None: the stack has no Kubernetes layer."""
+    slurm: SlurmSpec | None = None
+    """None: the stack runs no Slurm."""
     ephemeral: Ephemeral | None = None
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).
