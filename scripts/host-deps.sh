@@ -30,6 +30,8 @@ declare -A want=(
   [slurmctld]=slurmctld
   [slurmd]=slurmd
   [scontrol]=slurm-client
+  # Acceptance's bandwidth probes between the lab's nodes (ib_write_bw needs RDMA devices it lacks).
+  [iperf3]=iperf3
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
@@ -63,8 +65,8 @@ fi
 trap 'if [ -n "$own_policy" ]; then rm -f "$policy"; fi' EXIT
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The lab runs FRR only inside its own switch namespaces, and munged and Slurm only inside its nodes.
-for unit in opensm.service frr.service munge.service slurmctld.service slurmd.service; do
+# The lab runs FRR only inside its own switch namespaces, and munged, Slurm and iperf3 only inside its nodes.
+for unit in opensm.service frr.service munge.service slurmctld.service slurmd.service iperf3.service; do
   if [ -d /run/systemd/system ] && systemctl list-unit-files "$unit" >/dev/null 2>&1; then
     systemctl disable --now "$unit" >/dev/null 2>&1 || true
   fi
