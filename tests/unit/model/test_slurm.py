@@ -139,3 +139,40 @@ def test_only_the_controller_carries_the_configuration():
     assert ctl["slurm_cluster"] == plan.slurm.to_json() and "slurm_cluster" not in other
     assert other["slurm_controller"] == "gpu-5" and other["slurm_controller_address"] == plan.node_named("gpu-5").management_ip
     assert (other["slurm_node_name"], other["slurm_gpus"]) == ("gpu-0", 8)
+
+
+def render(template: str, plan, **more) -> str:
+    """A role template as Ansible renders it (trim_blocks, undefined is an error)."""
+    import jinja2
+    import yaml
+
+    from railyard.paths import PROJECT_ROOT
+
+    role = PROJECT_ROOT / "playbooks/roles/slurm"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(role / "templates")), trim_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text())
+    internal = {k: v for k, v in yaml.safe_load((role / "vars/main.yml").read_text()).items()
+                if isinstance(v, str) and "{{" not in v}
+    return env.get_template(template).render(**{**defaults, **internal, "slurm_cluster": plan.slurm.to_json(),
+                                                "slurm_controller": "gpu-0", "slurm_controller_address": "198.18.0.2",
+                                                "__slurm_ctld_host": {"stdout": "dgx-a01"}, **more})
+
+
+def test_each_group_of_nodes_gets_its_own_counts_and_gpus_their_files():
+    plan = plan_of(config(pools=[{"name": "gpu", "sku": "dgx-h100", "count": 2},
+                                 {"name": "oem", "sku": "hgx-h100", "count": 2}]))
+    conf = render("slurm.conf.j2", plan)
+    lines = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert lines == [
+        "NodeName=gpu-[0-1] NodeAddr=198.18.0.2,198.18.0.3 CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 "
+        f"RealMemory={int((2048 - 204.8) * 1024)} Gres=gpu:h100:8",
+        f"NodeName=oem-[0-1] NodeAddr={plan.node_named('oem-0').management_ip},{plan.node_named('oem-1').management_ip} "
+        "CPUs=224 Gres=gpu:h100:8",
+    ]
+    assert "SlurmctldHost=dgx-a01(198.18.0.2)" in conf and "GresTypes=gpu" in conf
+    assert "PartitionName=gpu Nodes=gpu-[0-1],oem-[0-1] Default=YES" in conf
+    gres = render("gres.conf.j2", plan)
+    assert "NodeName=gpu-[0-1] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in gres
+    topo = render("topology.conf.j2", plan).splitlines()
+    assert "SwitchName=spine Switches=gpu-su0,oem-su0" in topo
