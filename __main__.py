@@ -49,3 +49,5 @@ if cluster.kubeconfig is not None:
     pulumi.export("kubeconfig", cluster.kubeconfig)  # secret: the Cluster made it so
 if cluster.kubernetes is not None:
     pulumi.export("kubernetes", cluster.kubernetes.summary)
+if cluster.acceptance is not None:
+    pulumi.export("acceptance", cluster.acceptance.summary)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pulumi
 
 from railyard.drivers.base import Driver
+from components.acceptance import Acceptance, AcceptanceArgs
 from components.fabric import Fabric, FabricArgs
 from components.host_tuning import HostTuning, HostTuningArgs
 from components.kubernetes import KubernetesLayer, KubernetesLayerArgs
@@ -81,6 +82,14 @@ class Cluster(pulumi.ComponentResource):
         # The virtual layout, ordered as on real hosts: hypervisor -> host tuning (and its reboots) -> VMs.
         self.vms: list[tuple[str, VirtualMachine]] = []
         after = ([self.tuning] + self.boot) if self.tuning is not None else machines
+        # Before the cluster is called ready: acceptance, where Railyard reaches the tuned nodes.
+        self.acceptance: Acceptance | None = None
+        if self.tuning is not None and args.plan.acceptance is not None:
+            self.acceptance = Acceptance(
+                f"{name}-acceptance", AcceptanceArgs(plan=args.plan, host_inputs=self.tuning.host_inputs,
+                                                     secret_vars=self.tuning.secret_vars, access=self.access,
+                                                     tuned=self.tuning.run.last_run),
+                depends_on=after, opts=child)
         for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
                 for vm in plan_node.vms:
@@ -118,6 +127,8 @@ class Cluster(pulumi.ComponentResource):
         }
         if self.tuning is not None:
             outputs["tuning"] = {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed}
+        if self.acceptance is not None:
+            outputs["acceptance"] = self.acceptance.summary
         if self.kubeconfig is not None:
             outputs["kubeconfig"] = self.kubeconfig
         if self.kubernetes is not None:

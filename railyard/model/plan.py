@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from railyard.model import addressing as addr
+from railyard.model.acceptance import plan_acceptance
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
@@ -320,6 +321,11 @@ class Plan:
         if tenant.gpu_quota is not None:
             return tenant.gpu_quota
         return sum(self.pool_gpus(p) for p in tenant.pools)
+
+    @functools.cached_property
+    def acceptance(self) -> Any:
+        """What `up` checks after tuning (railyard.model.acceptance.AcceptancePlan), None when off."""
+        return plan_acceptance(self)
 
     @functools.cached_property
     def slurm(self) -> Any:

@@ -1,4 +1,5 @@
-"""The host-tuning resource: one run of the site playbook over the cluster's nodes.
+"""The host-tuning resource: one run of the site playbook over the cluster's nodes; and the
+acceptance resource, one run of the acceptance playbook after it.
 
 Its inputs are every node's role variables and a digest of the playbooks, so `pulumi preview`
 shows which nodes' tuning changes and why (the property paths under `hosts.<node>.vars`), and an
@@ -76,4 +77,49 @@ class TuningRun(Resource):
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
             "secret_vars": pulumi.Output.secret(secret_vars or {}), "forks": forks, "last_run": None,
             "changed": None,
+        }, opts)
+
+
+class AcceptanceProvider(ResourceProvider):
+    """Runs acceptance (railyard.tuning.acceptance) on create and on every update: a change to the
+    nodes, their tuning (its last run is an input) or the checks runs it again."""
+
+    def _run(self, props: dict) -> dict:
+        from railyard.tuning import acceptance
+
+        return acceptance.run({**props, "hosts": _wire_numbers(props["hosts"])})
+
+    def create(self, props):
+        return CreateResult(id_=f"acceptance-{props['stack']}", outs={**props, **self._run(props)})
+
+    def diff(self, _id, olds, news):
+        keys = ("stack", "user", "digest", "hosts", "mtu", "tolerance", "on_failure", "controller", "after")
+        return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
+
+    def update(self, _id, _olds, news):
+        return UpdateResult(outs={**news, **self._run(news)})
+
+    def read(self, id_, props):
+        return ReadResult(id_=id_, outs=props)
+
+
+class AcceptanceRun(Resource):
+    passed: pulumi.Output[bool]
+    findings: pulumi.Output[list]
+    drained: pulumi.Output[list]
+    flagged: pulumi.Output[list]
+    median_gbps: pulumi.Output[float]
+    rail_pairs: pulumi.Output[int]
+    seconds: pulumi.Output[float]
+    report: pulumi.Output[str]
+
+    def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
+                 secret_vars: Any, mtu: int, tolerance: float, on_failure: str, controller: str | None, after: Any,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(AcceptanceProvider(), name, {
+            "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
+            "secret_vars": pulumi.Output.secret(secret_vars or {}), "mtu": mtu, "tolerance": tolerance,
+            "on_failure": on_failure, "controller": controller, "after": after,
+            **{k: None for k in ("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds",
+                                 "report", "last_run")},
         }, opts)

@@ -76,6 +76,8 @@ class RunResult:
     hosts: dict[str, HostResult] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    reports: dict[str, Any] = field(default_factory=dict)
+    """Per host, what a module reported under the key `acceptance` (the acceptance playbook)."""
 
     @property
     def ok(self) -> bool:
@@ -226,6 +228,8 @@ def run(
                 res = data.get("res") or {}
                 msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
                 result.failures.append(Failure(host, task, str(msg).strip()))
+            elif kind == "runner_on_ok" and isinstance((data.get("res") or {}).get("acceptance"), dict):
+                result.reports[host] = data["res"]["acceptance"]
             elif kind in ("runner_on_ok", "runner_item_on_ok") and check and (data.get("res") or {}).get("changed"):
                 res = data.get("res") or {}
                 items = res.get("results") if isinstance(res.get("results"), list) else []
@@ -352,8 +356,10 @@ def _main() -> None:
              for n, h in sorted(request["hosts"].items())]
     result = run(request["stack"], hosts, request.get("private_key") or None, user=request.get("user", "root"),
                  check=bool(request.get("check")), forks=request.get("forks"),
-                 secret_vars=request.get("secret_vars") or None, playbook=request.get("playbook") or "site.yml")
+                 secret_vars=request.get("secret_vars") or None, playbook=request.get("playbook") or "site.yml",
+                 tags=request.get("tags") or None)
     print(json.dumps({"ok": result.ok, "status": result.status, "rc": result.rc, "changed": result.changed,
+                      "reports": result.reports,
                       "failures": [str(f) for f in result.failures], "changes": [str(c) for c in result.changes],
                       "run_dir": str(result.run_dir)}))
 

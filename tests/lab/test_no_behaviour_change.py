@@ -87,6 +87,18 @@ def _routed_switch_step(name: str, step: dict) -> bool:
     return False
 
 
+# Issue 17, part 2 (docs/acceptance.md): `up` gains an acceptance stage after tuning, on by default,
+# so every stack gains its component and its one run: created, nothing else touched.
+def _acceptance_step(step: dict) -> bool:
+    urn = step.get("urn", "")
+    return step.get("op") == "create" and (("railyard:index:Acceptance::" in urn and urn.endswith("-acceptance"))
+                                           or urn.endswith("-acceptance-run"))
+
+
+def _deliberate(name: str, step: dict) -> bool:
+    return _routed_switch_step(name, step) or _acceptance_step(step)
+
+
 def _without_rail(spec: Any, *keys: str) -> Any:
     if not isinstance(spec, dict):
         return spec
@@ -358,7 +370,7 @@ def test_preview_with_the_new_code_replaces_and_deletes_nothing(takeover):
         out = proc.stdout
         preview = json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
         assert preview.get("steps"), f"preview of the {name} copy listed no steps:\n{out[-3000:]}"
-        steps = [s for s in preview.get("steps") or () if not _routed_switch_step(name, s)]
+        steps = [s for s in preview.get("steps") or () if not _deliberate(name, s)]
         bad += [f"  {name}: {step}" for step in forbidden_steps(steps)]
         # Not even an update: a user's first preview after the change must show nothing to do.
         changed += [f"  {name}: {s['op']} {s['urn']}" for s in steps if s.get("op") != "same" and not allowed_update(s)]
@@ -368,7 +380,12 @@ def test_preview_with_the_new_code_replaces_and_deletes_nothing(takeover):
                 routed[s["op"]] = routed.get(s["op"], 0) + 1
         if name == ROUTED and (routed.get("delete"), routed.get("create")) != (1, 1):
             changed += [f"  {name}: the spine's delete and the switches' create, once each, not {routed}"]
-        summary = {op: n - routed.get(op, 0) for op, n in (preview.get("changeSummary") or {}).items() if op != "same"}
+        added = sum(1 for s in preview.get("steps") or () if _acceptance_step(s))
+        if added != 2:
+            changed += [f"  {name}: the acceptance stage's component and run, created once each, not {added} steps"]
+        deliberate = {**routed, "create": routed.get("create", 0) + added}
+        summary = {op: n - deliberate.get(op, 0) for op, n in (preview.get("changeSummary") or {}).items()
+                   if op != "same"}
         summary = {op: n for op, n in summary.items() if n}
         updates = sum(1 for s in steps if allowed_update(s))
         if set(summary) - {"update"} or summary.get("update", 0) != updates:
@@ -390,12 +407,14 @@ def test_up_with_the_new_code_replaces_and_deletes_nothing(takeover):
         # The engine's summary counts the RoCE stack's one delete (the spine) and one create (the
         # switches); the step events say which resources they were.
         expected = {"delete": 1, "create": 1} if name == ROUTED else {}
+        # and every stack the acceptance stage's component and run.
+        expected["create"] = expected.get("create", 0) + 2
         changes = {op: n - expected.get(op, 0) for op, n in (summaries[name].get("resourceChanges") or {}).items()
                    if op in FORBIDDEN_OPS or op not in ("same", "update")}
         changes = {op: n for op, n in {**{op: -n for op, n in expected.items()}, **changes}.items() if n}
         bad += [f"  {name}: {s['op']} {s['urn']}" for s in steps
-                if s.get("op") == "create" and not _routed_switch_step(name, s)]
-        steps = [s for s in steps if not _routed_switch_step(name, s)]
+                if s.get("op") == "create" and not _deliberate(name, s)]
+        steps = [s for s in steps if not _deliberate(name, s)]
         updates = [s for s in steps if s.get("op") == "update"]
         bad += [f"  {name}: update {s['urn']} ({', '.join(sorted(changed_inputs(s)))})"
                 for s in updates if not allowed_update(s)]

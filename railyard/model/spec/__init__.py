@@ -22,6 +22,7 @@ import `railyard.model.spec.<name>` and never a submodule.
 from railyard.model.spec.load import parse, read_stack_file, stack_name_of
 from railyard.model.spec.show import did_you_mean, is_secret, one_of, show
 from railyard.model.spec.types import (
+    ACCEPTANCE_ON_FAILURE,
     AFFINITY_POLICIES,
     DEFAULT_ASN_BASE,
     DEFAULT_CIDRS,
@@ -44,6 +45,7 @@ from railyard.model.spec.types import (
     SPEEDS_BY_KIND,
     TOPOLOGIES,
     TTL_UNITS,
+    AcceptanceSpec,
     Affinity,
     ComputeFabric,
     DriverRules,
@@ -71,11 +73,11 @@ from railyard.model.spec.types import (
 )
 
 __all__ = [
-    "AFFINITY_POLICIES", "DEFAULT_ASN_BASE", "DEFAULT_CIDRS", "DEFAULT_SPEED", "DEFAULT_SWITCH", "FABRIC_KINDS",
+    "ACCEPTANCE_ON_FAILURE", "AFFINITY_POLICIES", "DEFAULT_ASN_BASE", "DEFAULT_CIDRS", "DEFAULT_SPEED", "DEFAULT_SWITCH", "FABRIC_KINDS",
     "HOST_RESERVE_MIN_THREADS", "HOST_RESERVE_THREAD_FRACTION", "HUGEPAGE_SIZES", "IOMMU_MODES", "KEYS",
     "LAYOUTS", "LOCAL_FILESYSTEMS", "NAMESPACE", "OS_RESERVE_FRACTION", "OS_RESERVE_MIN_GIB",
     "PARALLEL_FS_KINDS", "RAID_LEVELS", "SLURM_MAX_SWITCH_WAIT", "SPEEDS_BY_KIND", "TOPOLOGIES", "TTL_UNITS",
-    "Affinity", "ComputeFabric", "DriverRules", "Ephemeral", "Fabric", "Hugepages", "KubernetesSpec", "LocalCache", "Network",
+    "AcceptanceSpec", "Affinity", "ComputeFabric", "DriverRules", "Ephemeral", "Fabric", "Hugepages", "KubernetesSpec", "LocalCache", "Network",
     "NodePool", "ObjectTier", "ParallelFs", "Secret", "SlurmSpec", "Spec", "Sriov", "StorageSpec", "Tenant", "TuningSpec",
     "VmSpec",
     "documented_keys", "host_reserve_threads", "os_reserve_gib", "parse", "parse_ttl", "read_stack_file",

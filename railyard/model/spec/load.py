@@ -25,9 +25,9 @@ from railyard.model.fabric import FabricPlan
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
-    AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, Affinity, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -332,6 +332,7 @@ class _Parser(CrossFieldRules):
         tenants = self.tenants(ours, kind, pools)
         kubernetes = self.kubernetes(ours)
         slurm = self.slurm(ours, layout, pools, region)
+        acceptance = self.acceptance(ours, slurm, kubernetes)
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
@@ -342,7 +343,8 @@ class _Parser(CrossFieldRules):
 
         spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
                     fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
-                    kubernetes=kubernetes, slurm=slurm, ephemeral=ephemeral, protect=protect)
+                    kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, ephemeral=ephemeral,
+                    protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None:
             section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
@@ -725,6 +727,26 @@ class _Parser(CrossFieldRules):
         if None in (controller, cluster, partition, wait):
             return None
         return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait)
+
+    # --- acceptance -----------------------------------------------------------------------------
+
+    def acceptance(self, ours: Mapping, slurm: SlurmSpec | None, kubernetes: KubernetesSpec | None) -> AcceptanceSpec:
+        path = f"{NAMESPACE}:acceptance"
+        am = self.mapping(ours.get("acceptance"), path, "acceptance") or {}
+        enabled = self.boolean(am, "enabled", f"{path}.enabled", default=True)
+        on_failure = self.choice(am, "onFailure", f"{path}.onFailure", ACCEPTANCE_ON_FAILURE, default="fail")
+        if on_failure == "cordon" and slurm is None and kubernetes is None and "slurm" not in ours:
+            self.problem(f"{path}.onFailure", "'cordon'", "'fail' on a stack without a scheduler",
+                         "cordon takes a node out of Slurm or Kubernetes: add railyard:slurm or railyard:kubernetes")
+        tolerance = self.raw(am, "bandwidthTolerance", f"{path}.bandwidthTolerance", required=False, what="a fraction")
+        if tolerance is _ABSENT:
+            tolerance = 0.25
+        elif isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
+            self.problem(f"{path}.bandwidthTolerance", _show(tolerance), "a fraction between 0 and 1, e.g. 0.25",
+                         "a rail this far below the median of its node's rails is flagged")
+            tolerance = 0.25
+        return AcceptanceSpec(enabled=True if enabled is None else enabled, on_failure=on_failure or "fail",
+                              bandwidth_tolerance=float(tolerance))
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

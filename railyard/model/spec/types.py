@@ -66,7 +66,7 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
-         "slurm", "ephemeral", "protect"),
+         "slurm", "acceptance", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
@@ -87,6 +87,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tuning.affinity": ("policy",),
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
     "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
+    "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "ephemeral": ("ttl",),
 }
 
@@ -256,6 +257,20 @@ class SlurmSpec:
     max_switch_wait: int = SLURM_MAX_SWITCH_WAIT
 
 
+ACCEPTANCE_ON_FAILURE = ("fail", "cordon")
+
+
+@dataclass(frozen=True)
+class AcceptanceSpec:
+    """railyard:acceptance: the checks `up` runs after tuning (railyard.model.acceptance)."""
+
+    enabled: bool = True
+    on_failure: str = "fail"
+    """fail: `up` fails naming node, rail and check; cordon: the node leaves scheduling, `up` goes on."""
+    bandwidth_tolerance: float = 0.25
+    """A rail more than this fraction below the median of its node's rails is flagged."""
+
+
 @dataclass(frozen=True)
 class ObjectTier:
     """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
@@ -359,6 +374,7 @@ class Spec:
     """None: the stack has no Kubernetes layer."""
     slurm: SlurmSpec | None = None
     """None: the stack runs no Slurm."""
+    acceptance: AcceptanceSpec = AcceptanceSpec()
     ephemeral: Ephemeral | None = None
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).

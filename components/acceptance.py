@@ -1,0 +1,54 @@
+"""Acceptance: the checks `up` runs after the nodes are tuned (and rebooted into their boot
+settings), before the cluster is called ready (railyard.model.acceptance, docs/acceptance.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from railyard.drivers.base import Access
+from railyard.model.plan import Plan
+from railyard.tuning import runner
+from railyard.tuning.resource import AcceptanceRun
+
+
+@dataclass
+class AcceptanceArgs:
+    plan: Plan
+    host_inputs: pulumi.Output
+    """The tuned nodes as the tuning run has them: name -> {address, host_key, vars}."""
+    secret_vars: pulumi.Output
+    """The tuning run's secret variables (the object store's credentials, for the object read)."""
+    access: Access
+    tuned: pulumi.Output
+    """The tuning run's last run: a new one runs acceptance again."""
+
+
+class Acceptance(pulumi.ComponentResource):
+    """Outputs: `passed`, `findings` (node, rail, check, message), `drained`, `flagged` rail
+    pairs, `median_gbps`, `seconds`, and `report` (the Markdown report beside the run's artifacts)."""
+
+    TYPE = "railyard:index:Acceptance"
+
+    def __init__(self, name: str, args: AcceptanceArgs, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        plan, checks = args.plan, args.plan.acceptance
+
+        def hosts(inputs: dict[str, Any]) -> dict[str, Any]:
+            return {n: {**h, "vars": {**h["vars"], **checks.node_vars(n)}} for n, h in inputs.items()}
+
+        self.run = AcceptanceRun(
+            f"{name}-run", stack=plan.spec.stack, user=args.access.user, digest=runner.roles_digest(),
+            hosts=args.host_inputs.apply(hosts), private_key=args.access.private_key, secret_vars=args.secret_vars,
+            mtu=checks.mtu, tolerance=checks.tolerance, on_failure=checks.on_failure,
+            controller=plan.slurm.controller.name if plan.slurm is not None else None, after=args.tuned,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
+        self.summary = pulumi.Output.all(self.run.passed, self.run.findings, self.run.drained, self.run.flagged,
+                                         self.run.median_gbps, self.run.rail_pairs, self.run.seconds,
+                                         self.run.report).apply(
+            lambda v: dict(zip(("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds",
+                                "report"), v)))
+        self.register_outputs({"summary": self.summary})

@@ -1,0 +1,71 @@
+"""Acceptance, outside the engine: the acceptance playbook over the nodes, its reports judged by
+railyard.model.acceptance, the Markdown report written beside the run's artifacts, and, where the
+stack says `onFailure: cordon`, the failed nodes drained in Slurm. Pulumi-free: the AcceptanceRun
+resource calls it from its provider (railyard/tuning/resource.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from railyard.model.acceptance import Finding, evaluate, markdown
+from railyard.tuning import runner
+
+REPORT = "acceptance.md"
+
+
+class AcceptanceFailed(Exception):
+    pass
+
+
+def run(props: dict[str, Any]) -> dict[str, Any]:
+    """props: stack, user, private_key, secret_vars, hosts {name: {address, host_key, vars}}, mtu,
+    tolerance, on_failure, controller (the Slurm controller, or None). The outputs, or
+    AcceptanceFailed naming every node, rail and check that failed (onFailure: fail)."""
+    base = {"stack": props["stack"], "private_key": props["private_key"], "user": props["user"],
+            "secret_vars": props.get("secret_vars") or {}, "playbook": "acceptance.yml"}
+    started = time.monotonic()
+    result = runner.run_isolated({**base, "hosts": props["hosts"], "tags": "acceptance"})
+    seconds = time.monotonic() - started
+    judged = evaluate(result.get("reports") or {}, sorted(props["hosts"]), mtu=int(props["mtu"]),
+                      tolerance=float(props["tolerance"]))
+    findings: list[Finding] = judged["findings"]
+    # A node whose run failed outright says why in the run's failures; that beats "reported nothing".
+    failed_runs = {f.split(":", 1)[0]: f for f in result.get("failures") or []}
+    findings = [Finding(f.node, "node", failed_runs[f.node].split(": ", 1)[-1]) if f.check == "node" and f.node in failed_runs
+                else f for f in findings]
+    report = Path(result["run_dir"]) / REPORT if result.get("run_dir") else None
+    if report is not None:
+        report.write_text(markdown({**judged, "findings": findings}, mtu=int(props["mtu"]),
+                                   tolerance=float(props["tolerance"]), seconds=seconds))
+    drained: list[str] = []
+    if findings and props["on_failure"] == "cordon":
+        drained = _drain(base, props, findings)
+    elif findings:
+        raise AcceptanceFailed("acceptance failed:\n  " + "\n  ".join(str(f) for f in findings)
+                               + (f"\nreport: {report}" if report else ""))
+    return {"passed": not findings, "findings": [f.to_json() for f in findings], "drained": drained,
+            "rail_pairs": len(judged["rails"]), "median_gbps": judged["median_gbps"],
+            "flagged": [{"node": e["node"], "rail": e["rail"], "peer": e["peer"], "gbps": e["gbps"]}
+                        for e in judged["rails"] if e["flagged"]],
+            "seconds": round(seconds, 1), "report": str(report) if report else None,
+            "last_run": Path(result["run_dir"]).name if result.get("run_dir") else None}
+
+
+def _drain(base: dict, props: dict, findings: list[Finding]) -> list[str]:
+    """Drain the failed nodes in Slurm, each with its first finding as the reason; the nodes drained."""
+    controller = props.get("controller")
+    if not controller or controller not in props["hosts"]:
+        raise AcceptanceFailed("acceptance failed, and onFailure: cordon has no scheduler to take the nodes out of:\n  "
+                               + "\n  ".join(str(f) for f in findings))
+    reasons: dict[str, str] = {}
+    for f in findings:
+        reasons.setdefault(f.node, f"railyard acceptance: {f}"[:120])
+    host = dict(props["hosts"][controller])
+    host["vars"] = {**host["vars"], "acceptance_drain": [{"node": n, "reason": r} for n, r in sorted(reasons.items())]}
+    result = runner.run_isolated({**base, "hosts": {controller: host}, "tags": "drain"})
+    if not result.get("ok"):
+        raise AcceptanceFailed("acceptance failed, and draining the failed nodes did too:\n  "
+                               + "\n  ".join(result.get("failures") or []))
+    return sorted(reasons)
