@@ -10,7 +10,7 @@ import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from railyard.drivers.base import DriverNotImplemented, load_driver
-from railyard import paths
+from railyard import drivers, paths
 from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
@@ -20,6 +20,8 @@ stack = pulumi.get_stack()
 stack_file = paths.stack_file(stack, Path.cwd())
 try:
     spec, plan = load(stack_file)
+    if spec.acceptance.enabled and drivers.entry(spec.driver).capabilities.tuned_by != "railyard":
+        pulumi.log.info(f"acceptance: not run by this driver ({spec.driver}'s machines come tuned by its platform)")
     driver = load_driver(spec, plan)
 except (SpecError, DriverNotImplemented) as exc:
     # A RunError is shown without a Python traceback; nothing has been registered yet.

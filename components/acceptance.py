@@ -24,6 +24,8 @@ class AcceptanceArgs:
     access: Access
     tuned: pulumi.Output
     """The tuning run's last run: a new one runs acceptance again."""
+    extra_vars: dict[str, Any] | None = None
+    """The driver's own role variables for acceptance (Driver.acceptance_vars)."""
 
 
 class Acceptance(pulumi.ComponentResource):
@@ -38,7 +40,8 @@ class Acceptance(pulumi.ComponentResource):
         plan, checks = args.plan, args.plan.acceptance
 
         def hosts(inputs: dict[str, Any]) -> dict[str, Any]:
-            return {n: {**h, "vars": {**h["vars"], **checks.node_vars(n)}} for n, h in inputs.items()}
+            return {n: {**h, "vars": {**h["vars"], **(args.extra_vars or {}), **checks.node_vars(n)}}
+                    for n, h in inputs.items()}
 
         self.run = AcceptanceRun(
             f"{name}-run", stack=plan.spec.stack, user=args.access.user, digest=runner.roles_digest(),

@@ -88,7 +88,8 @@ class Cluster(pulumi.ComponentResource):
             self.acceptance = Acceptance(
                 f"{name}-acceptance", AcceptanceArgs(plan=args.plan, host_inputs=self.tuning.host_inputs,
                                                      secret_vars=self.tuning.secret_vars, access=self.access,
-                                                     tuned=self.tuning.run.last_run),
+                                                     tuned=self.tuning.run.last_run,
+                                                     extra_vars=driver.acceptance_vars()),
                 depends_on=after, opts=child)
         for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
@@ -118,7 +119,8 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
                                                           renders_networks=own,
                                                           node_names=driver.kubernetes_node_names()),
-                depends_on=[*after, *(v for _, v in self.vms)], opts=child)
+                depends_on=[*after, *(v for _, v in self.vms), *([self.acceptance] if self.acceptance else [])],
+                opts=child)
         outputs = {
             "inventory": self.inventory,
             "fabric": self.fabric.summary,

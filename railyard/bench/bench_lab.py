@@ -24,6 +24,9 @@ from railyard.bench.stack_project import StackProject
 SIZES = (2, 8, 32)
 QUICK_SIZES = (2,)
 TARGET_UP_S = {32: 180.0}
+# Acceptance's bounds (issue 17): the run's step in a first up, at 2 and at 32 nodes.
+TARGET_ACCEPTANCE_S = {2: 15.0, 32: 60.0}
+ACCEPTANCE_RUN_SUFFIX = "-acceptance-run"
 TARGET_RERUN_RATIO = 0.5
 RUN_TIMEOUT_S = 1_800
 # Where the bench's stacks take their networks (a /23 each: the planner cuts every network into
@@ -157,6 +160,7 @@ def lab_size(ctx: Context, nodes: int):
         label = f"{nodes} nodes"
         first, info = up()
         tuning = step_seconds(info["events"], TUNING_RUN_SUFFIX)
+        acceptance = step_seconds(info["events"], ACCEPTANCE_RUN_SUFFIX)
         state = state_figures(project, nodes)
         second, again = up()
         changes = {k: v for k, v in (again["summary"].get("resourceChanges") or {}).items() if k != "same"}
@@ -166,13 +170,17 @@ def lab_size(ctx: Context, nodes: int):
         destroyed = True
         figures += [
             Sample(f"up, {label}: wall", first.wall_s, "s", target=TARGET_UP_S.get(nodes),
-                   note="pulumi up --skip-preview of a fresh stack, host tuning included"),
+                   note="pulumi up --skip-preview of a fresh stack, host tuning and acceptance included"),
             Sample(f"up, {label}: peak RSS (process tree)", first.peak_rss_mib, "MiB",
                    note="pulumi, the program, providers and Ansible; not the nodes' sshd or the object store"),
         ]
         if tuning is not None:
             figures.append(Sample(f"tuning run, {label}: wall", tuning, "s",
                                   note="the TuningRun resource's step in the first up (engine events)"))
+        if acceptance is not None:
+            figures.append(Sample(f"acceptance run, {label}: wall", acceptance, "s",
+                                  target=TARGET_ACCEPTANCE_S.get(nodes),
+                                  note="the AcceptanceRun resource's step in the first up: probes, judging, report"))
         figures += [
             Sample(f"idempotent up, {label}: wall", second.wall_s, "s"),
             Sample(f"idempotent up, {label}: ratio to first up", second.wall_s / first.wall_s, "x",

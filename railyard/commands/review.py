@@ -80,6 +80,13 @@ def runnable(driver: str | None) -> bool:
     return entry is not None and entry.implementation is not None
 
 
+def checked_by_acceptance(doc: dict | None) -> bool:
+    """Whether `up` runs acceptance on the stack: its driver's machines are Railyard's to tune (the
+    stack may still turn it off, railyard:acceptance.enabled)."""
+    entry = drivers.DRIVERS.get(driver_of(doc) or "")
+    return entry is None or entry.capabilities.tuned_by == "railyard"
+
+
 def read_yaml(text: str | None) -> dict | None:
     if text is None:
         return None
@@ -132,6 +139,8 @@ def review(stacks: list[str] | None, base: str | None,
         before = read_yaml(git("show", f"{merge_base}:{paths.stack_file_name(stack)}", check=False) or None) \
             if merge_base else None
         r = render.StackReview(stack, why, config=rules.config_changes(before, doc) if merge_base else [])
+        if not checked_by_acceptance(doc):
+            r.notes.append("acceptance: not run by this driver")
         if doc is None:
             r.skipped = f"{paths.stack_file_name(stack)} is missing or not YAML"
         elif stack not in in_backend:

@@ -162,6 +162,14 @@ def tuning_vars(driver: str) -> dict[str, Any]:
     return hook() if hook is not None else {}
 
 
+def acceptance_vars(driver: str) -> dict[str, Any]:
+    """Role variables of the acceptance playbook that a driver's machines need (the lab's nodes
+    install nothing and have no RDMA devices); most drivers add none."""
+    name = entry(driver).tuning
+    hook = getattr(importlib.import_module(name), "acceptance_vars", None) if name else None
+    return hook() if hook is not None else {}
+
+
 def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
     """Role and connection variables of one node that its driver adds (Pulumi-free, for `railyard
     tune` and the Pulumi program alike); most drivers add none."""

@@ -152,6 +152,10 @@ class Driver(abc.ABC):
         the lab's nodes keep them pending (docs/lab.md)."""
         return []
 
+    def acceptance_vars(self) -> dict[str, Any]:
+        """Role variables of the acceptance playbook the driver's machines need (railyard.drivers.acceptance_vars)."""
+        return drivers.acceptance_vars(self.name)
+
     def tuning_vars(self) -> dict[str, Any]:
         """Role variables the driver's machines need on top of the plan's (railyard.drivers.tuning_vars)."""
         return drivers.tuning_vars(self.name)

@@ -125,34 +125,46 @@ def plan_acceptance(plan: Any) -> AcceptancePlan | None:
 def evaluate(reports: dict[str, dict], nodes: Iterable[str], *, mtu: int, tolerance: float) -> dict[str, Any]:
     """Findings from what each node reported (the acceptance_probe module's `acceptance`), with
     the bandwidth of every rail pair, which were flagged, and the median of all of them. A node
-    that reported nothing (it was unreachable, or its run failed) is a finding of its own."""
-    findings: list[Finding] = []
+    that reported nothing (it was unreachable, or its run failed) is a finding of its own, and the
+    probes sent to it are not held against their senders."""
+    nodes = list(nodes)
+    silent = {n for n in nodes if reports.get(n) is None}
+    findings = [Finding(n, "node", "reported nothing: unreachable, or its acceptance run failed") for n in nodes
+                if n in silent]
     rails: list[dict[str, Any]] = []
-    lost: list[tuple[str, dict]] = []  # (sender, its report of the probe) of every probe that got nothing through
+    lost: list[tuple[str, dict, str]] = []    # probes that got nothing through: (sender, probe, what)
+    no_rate: list[tuple[str, dict, str]] = []  # reachable, but no bandwidth figure
     for node in nodes:
         report = reports.get(node)
         if report is None:
-            findings.append(Finding(node, "node", "reported nothing: unreachable, or its acceptance run failed"))
             continue
         for r in report.get("rails", []):
-            entry = {"node": node, "peer": r["peer"], "rail": r["rail"], "gbps": r.get("gbps"), "flagged": False}
+            if r["peer"] in silent:
+                continue
+            gbps = r.get("gbps") if (r.get("gbps") or 0) > 0 else None
+            entry = {"node": node, "peer": r["peer"], "rail": r["rail"], "gbps": gbps, "flagged": False}
             rails.append(entry)
             if not r.get("ping_ok"):
-                lost.append((node, r))
+                lost.append((node, r, f"to {r['peer']} ({r['ip']}): {r.get('ping_error') or 'lost'}"))
+                continue
+            if r.get("routers") is not None and r.get("routers_error"):
+                findings.append(Finding(node, "rail-path", f"the route to {r['peer']} could not be traced: "
+                                        f"{r['routers_error']}", r["rail"]))
             elif r.get("routers") is not None and r.get("routers_seen") is not None \
                     and r["routers_seen"] != r["routers"]:
                 findings.append(Finding(node, "rail-path", f"the route to {r['peer']} crosses {r['routers_seen']} "
                                         f"routers, the plan {r['routers']}", r["rail"]))
-            if r.get("ping_ok") and r.get("gbps") is None:
-                findings.append(Finding(node, "bandwidth", f"no figure to {r['peer']}: {r.get('iperf_error') or 'none'}",
-                                        r["rail"]))
+            if gbps is None:
+                no_rate.append((node, r, f"to {r['peer']}: {r.get('iperf_error') or 'no figure'}"))
         for tier in ("object", "cache", "pfs"):
             err = (report.get("storage") or {}).get(tier)
             if err:
                 findings.append(Finding(node, tier, err))
-    findings[:0] = _lost(lost, mtu)
+    findings += _blame(lost, "rail-mtu", f"no {mtu}-byte unfragmented ping ")
+    findings += _blame(no_rate, "bandwidth", "no bandwidth figure ")
     # A rail's peers are the other rails of its node, measured one after the other from the same
     # node: what the node itself cannot send (a busy host, a slow CPU) does not single out a rail.
+    slow: list[tuple[str, dict, str]] = []
     for node in {e["node"] for e in rails}:
         own = [e for e in rails if e["node"] == node and e["gbps"] is not None]
         if len(own) < 2:
@@ -161,36 +173,34 @@ def evaluate(reports: dict[str, dict], nodes: Iterable[str], *, mtu: int, tolera
         for e in own:
             if e["gbps"] < (1 - tolerance) * median:
                 e["flagged"] = True
-                findings.append(Finding(node, "bandwidth", f"{e['gbps']:.2f} Gb/s to {e['peer']}, more than "
-                                        f"{tolerance:.0%} below the median of {node}'s rails ({median:.2f} Gb/s)",
-                                        e["rail"]))
+                slow.append((node, e, f"to {e['peer']}: {e['gbps']:.2f} Gb/s, more than {tolerance:.0%} below "
+                                      f"the median of {node}'s rails ({median:.2f} Gb/s)"))
+    findings += _blame(slow, "bandwidth", "")
     measured = [e["gbps"] for e in rails if e["gbps"] is not None]
     findings.sort(key=lambda f: (f.check != "node", f.node, f.rail if f.rail is not None else -1))
     return {"findings": findings, "rails": rails, "median_gbps": statistics.median(measured) if measured else None}
 
 
-def _lost(lost: list[tuple[str, dict]], mtu: int) -> list[Finding]:
-    """A dead or misconfigured NIC fails both ring probes that touch it, the one it sends and the
-    one it receives: on each rail, a node in two lost probes is named, not its two neighbours.
-    A lost probe whose ends are in no other (one direction only) names its sender."""
+def _blame(bad: list[tuple[str, dict, str]], check: str, lead: str) -> list[Finding]:
+    """A dead, slow or misconfigured NIC spoils both ring probes that touch it, the one it sends
+    and the one it receives: on each rail, a node in two bad probes is named, not its neighbours.
+    A bad probe whose ends are in no other names its sender. (Two bad NICs side by side in a ring,
+    and both nodes of a two-node ring, are named with their neighbours: a ring cannot tell them apart.)"""
     out = []
-    for rail in sorted({r["rail"] for _, r in lost}):
-        probes = [(src, r) for src, r in lost if r["rail"] == rail]
+    for rail in sorted({r["rail"] for _, r, _ in bad}):
+        probes = [(src, r, what) for src, r, what in bad if r["rail"] == rail]
         count: dict[str, int] = {}
-        for src, r in probes:
+        for src, r, _ in probes:
             count[src] = count.get(src, 0) + 1
             count[r["peer"]] = count.get(r["peer"], 0) + 1
         culprits = sorted(n for n, c in count.items() if c >= 2)
         for node in culprits:
-            sent = [r for src, r in probes if src == node]
-            got = [src for src, r in probes if r["peer"] == node]
-            what = [f"to {r['peer']} ({r['ip']}): {r.get('ping_error') or 'lost'}" for r in sent]
-            what += [f"from {src}" for src in got]
-            out.append(Finding(node, "rail-mtu", f"no {mtu}-byte unfragmented ping " + "; ".join(what), rail))
-        for src, r in probes:
+            what = [w for src, _, w in probes if src == node] + [f"from {src}" for src, r, _ in probes
+                                                                 if r["peer"] == node]
+            out.append(Finding(node, check, lead + "; ".join(what), rail))
+        for src, r, what in probes:
             if src not in culprits and r["peer"] not in culprits:
-                out.append(Finding(src, "rail-mtu", f"no {mtu}-byte unfragmented ping to {r['peer']} ({r['ip']}): "
-                                   f"{r.get('ping_error') or 'lost'}", rail))
+                out.append(Finding(src, check, lead + what, rail))
     return out
 
 

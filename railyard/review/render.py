@@ -48,6 +48,7 @@ class StackReview:
     preview: Preview | None = None
     skipped: str | None = None  # why there is no preview
     config: list[tuple[str, Any, Any]] = field(default_factory=list)  # rules.config_changes
+    notes: list[str] = field(default_factory=list)  # what the stack's driver does not do, said after its line
 
 
 @dataclass
@@ -173,6 +174,10 @@ def stack_verdict(review: StackReview, units: list[Unit]) -> Verdict:
 
 
 def summary_line(review: StackReview) -> str:
+    return _summary(review) + "".join(f" · {note}" for note in review.notes)
+
+
+def _summary(review: StackReview) -> str:
     head = f"- **`{review.stack}`**"
     if review.preview is None:
         return f"{head}: not previewed: {review.skipped}"

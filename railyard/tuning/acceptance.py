@@ -5,6 +5,7 @@ resource calls it from its provider (railyard/tuning/resource.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,16 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
     judged = evaluate(result.get("reports") or {}, sorted(props["hosts"]), mtu=int(props["mtu"]),
                       tolerance=float(props["tolerance"]))
     findings: list[Finding] = judged["findings"]
+    failures = result.get("failures") or []
+    # A failure of the run itself (no inventory host to pin it on: ansible-playbook, the runner)
+    # says nothing about the nodes.
+    unpinned = [f for f in failures if f.split(":", 1)[0] not in props["hosts"]]
+    if unpinned or (not result.get("ok") and not failures):
+        raise AcceptanceFailed("the acceptance run failed before judging any node:\n  " + "\n  ".join(
+            unpinned or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"])
+            + (f"\nartifacts: {result['run_dir']}" if result.get("run_dir") else ""))
     # A node whose run failed outright says why in the run's failures; that beats "reported nothing".
-    failed_runs = {f.split(":", 1)[0]: f for f in result.get("failures") or []}
+    failed_runs = {f.split(":", 1)[0]: f for f in failures}
     findings = [Finding(f.node, "node", failed_runs[f.node].split(": ", 1)[-1]) if f.check == "node" and f.node in failed_runs
                 else f for f in findings]
     report = Path(result["run_dir"]) / REPORT if result.get("run_dir") else None
@@ -40,6 +49,11 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
         report.write_text(markdown({**judged, "findings": findings}, mtu=int(props["mtu"]),
                                    tolerance=float(props["tolerance"]), seconds=seconds))
     drained: list[str] = []
+    if findings and props["on_failure"] == "cordon" and {f.node for f in findings} >= set(props["hosts"]):
+        # Every node at once is the checks' own failure (a missing tool, a bad argument), or the
+        # fabric's: draining the whole cluster would hide it.
+        raise AcceptanceFailed("acceptance failed on every node; nothing was drained:\n  "
+                               + "\n  ".join(str(f) for f in findings) + (f"\nreport: {report}" if report else ""))
     if findings and props["on_failure"] == "cordon":
         drained = _drain(base, props, findings)
     elif findings:
@@ -61,7 +75,8 @@ def _drain(base: dict, props: dict, findings: list[Finding]) -> list[str]:
                                + "\n  ".join(str(f) for f in findings))
     reasons: dict[str, str] = {}
     for f in findings:
-        reasons.setdefault(f.node, f"railyard acceptance: {f}"[:120])
+        # What a node reported lands in an inventory variable, which Ansible templates: no braces.
+        reasons.setdefault(f.node, re.sub(r"[{}%]", "", f"railyard acceptance: {f}")[:120])
     host = dict(props["hosts"][controller])
     host["vars"] = {**host["vars"], "acceptance_drain": [{"node": n, "reason": r} for n, r in sorted(reasons.items())]}
     result = runner.run_isolated({**base, "hosts": {controller: host}, "tags": "drain"})

@@ -93,7 +93,8 @@ class AcceptanceProvider(ResourceProvider):
         return CreateResult(id_=f"acceptance-{props['stack']}", outs={**props, **self._run(props)})
 
     def diff(self, _id, olds, news):
-        keys = ("stack", "user", "digest", "hosts", "mtu", "tolerance", "on_failure", "controller", "after")
+        keys = ("stack", "user", "digest", "hosts", "secret_vars", "mtu", "tolerance", "on_failure", "controller",
+                "after")
         return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id, _olds, news):

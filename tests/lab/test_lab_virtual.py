@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -96,9 +97,15 @@ def test_the_switches_route_with_frr_and_vms_cross_rails_with_an_uplink_down(pro
     try:
         # The route to rail 1's leaf loses exactly that uplink, and traffic still crosses.
         other = planned[plan.nodes[1].nics[1].leaf]
-        [best] = [r for r in routers.status(STACK, leaf.name)["routes"][other.host_prefixes[0]] if r.get("selected")]
-        assert {h["interfaceName"] for h in best["nexthops"] if h.get("active")} == \
-            {x.interface for x in leaf.sessions} - {down}
+        want = {x.interface for x in leaf.sessions} - {down}
+        deadline = time.monotonic() + 60  # until zebra has taken the downed uplink out of the route
+        while True:
+            [best] = [r for r in routers.status(STACK, leaf.name)["routes"][other.host_prefixes[0]] if r.get("selected")]
+            hops = {h["interfaceName"] for h in best["nexthops"] if h.get("active")}
+            if hops == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert hops == want
         got = project.ssh("vela-0-vm0", f"ping -c3 -W2 -i 0.3 -I {src} {dst}", check=False)
         assert got.returncode == 0, got.stdout + got.stderr
     finally:

@@ -33,3 +33,9 @@ def tuning_vars() -> dict[str, Any]:
 def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
     # Only where Slurm runs, so a stack without it keeps its tuning's inputs as they were.
     return dict(SLURM_VARS) if spec.slurm is not None else {}
+
+
+def acceptance_vars() -> dict[str, Any]:
+    # The probes' tools come from scripts/host-deps.sh; the presented NICs have no verbs devices,
+    # and a real one of this machine's is not the node's to measure.
+    return {"acceptance_install_packages": False, "acceptance_dev_root": f"{HW_TREE}/dev"}

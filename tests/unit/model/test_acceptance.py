@@ -87,19 +87,32 @@ def test_a_slow_rail_is_flagged_and_only_that_one():
                "gpu-1": report([(r, "gpu-0", True, 10.0) for r in range(8)])}
     out = evaluate(reports, ["gpu-0", "gpu-1"], mtu=4092, tolerance=0.25)
     assert [(f.node, f.rail, f.check) for f in out["findings"]] == [("gpu-0", 5, "bandwidth")]
-    assert "0.20 Gb/s to gpu-1" in str(out["findings"][0]) and "median of gpu-0's rails" in str(out["findings"][0])
+    assert "to gpu-1: 0.20 Gb/s" in str(out["findings"][0]) and "median of gpu-0's rails" in str(out["findings"][0])
     assert [e["rail"] for e in out["rails"] if e["flagged"]] == [5]
 
 
 def test_a_lost_rail_a_failed_tier_and_a_silent_node_are_named():
-    reports = {"gpu-0": report([(0, "gpu-1", True, 10.0), (1, "gpu-1", False, None)], {"cache": "", "object": "denied"})}
-    out = evaluate(reports, ["gpu-0", "gpu-1"], mtu=4092, tolerance=0.25)
+    reports = {"gpu-0": report([(0, "gpu-1", True, 10.0), (1, "gpu-1", False, None)], {"cache": "", "object": "denied"}),
+               "gpu-1": report([(0, "gpu-2", False, None), (1, "gpu-2", True, 10.0)])}
+    out = evaluate(reports, ["gpu-0", "gpu-1", "gpu-2"], mtu=4092, tolerance=0.25)
     shown = [str(f) for f in out["findings"]]
-    assert shown == ["gpu-1: node: reported nothing: unreachable, or its acceptance run failed",
+    # gpu-2 said nothing: what gpu-1 sent it is not held against gpu-1.
+    assert shown == ["gpu-2: node: reported nothing: unreachable, or its acceptance run failed",
                      "gpu-0: object: denied",
                      "gpu-0 rail1: rail-mtu: no 4092-byte unfragmented ping to gpu-1 (198.19.1.9): 100% loss"]
     text = markdown(out, mtu=4092, tolerance=0.25, seconds=3.2)
     assert "| gpu-0 | 1 | gpu-1 | — |  |" in text and "- gpu-0: object: denied" in text
+
+
+def test_a_slow_receiving_nic_is_named_and_a_zero_figure_is_no_figure():
+    ring = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    # gpu-2's rail 1 receives slowly and sends slowly: gpu-1's probe to it and its own are slow.
+    reports = {n: report([(r, ring[(i + 1) % 4], True, 2.0 if r == 1 and "gpu-2" in (n, ring[(i + 1) % 4])
+                           else 10.0) for r in range(4)]) for i, n in enumerate(ring)}
+    reports["gpu-3"]["rails"][3]["gbps"] = 0.0
+    out = evaluate(reports, ring, mtu=9000, tolerance=0.25)
+    assert [(f.node, f.rail, f.check) for f in out["findings"]] == [("gpu-2", 1, "bandwidth"), ("gpu-3", 3, "bandwidth")]
+    assert "from gpu-1" in out["findings"][0].message and "no bandwidth figure" in out["findings"][1].message
 
 
 def test_the_keys_are_checked_and_cordon_needs_a_scheduler():

@@ -241,3 +241,13 @@ def test_a_comment_stays_within_what_github_accepts():
     assert len(text) <= 65536
     assert text.count("\n- **`s") == 40, "every stack keeps its summary line"
     assert "do not fit in one comment; `make review` prints them" in text
+
+
+def test_a_stack_whose_machines_the_platform_tunes_says_acceptance_is_not_run():
+    from railyard.commands.review import checked_by_acceptance
+
+    cw = {"config": {"railyard:driver": "coreweave"}}
+    assert not checked_by_acceptance(cw) and checked_by_acceptance({"config": {"railyard:driver": "lab"}})
+    line = render.summary_line(render.StackReview("us-east-bm", "test", skipped="not in this backend",
+                                                  notes=["acceptance: not run by this driver"]))
+    assert line == "- **`us-east-bm`**: not previewed: not in this backend · acceptance: not run by this driver"

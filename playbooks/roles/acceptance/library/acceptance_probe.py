@@ -8,8 +8,8 @@ DOCUMENTATION = r"""
 module: acceptance_probe
 short_description: Probe a node's rails and storage tiers, each probe bounded by a count and a timeout
 description:
-  - C(serve) starts one iperf3 server per rail address this node is the ring peer of; C(stop)
-    ends them. The role runs C(serve) on every node before
+  - C(serve) starts one iperf3 server per rail address this node is the ring peer of, each under
+    C(timeout I(server_lifetime)) so that none outlives a run cut short for long; C(stop) ends them. The role runs C(serve) on every node before
     any node runs C(probe).
   - C(probe), for each entry of I(probes), all rails at once, an unfragmented ping that fills the
     MTU (ping -M do) and the routers the route crosses where I(probes[].routers) is given
@@ -17,7 +17,8 @@ description:
     measured alike, each for I(seconds), and once more for a rail more than I(tolerance) below the
     median of the node's rails (the better figure counts, since a slow rail is slow twice and a busy moment
     once); then it writes and reads back I(cache_mount) and I(pfs_mount), and reads the
-    first object under I(object_prefix) from the object tier. Only the stack's own addresses are
+    first I(storage_bytes) of the first object under I(object_prefix) from the object tier, each
+    storage probe given up after I(io_timeout). Only the stack's own addresses are
     sent to.
   - Bandwidth is measured with ib_write_bw (perftest) over the rail's RDMA device where the kernel
     shows that device (C(/sys/class/infiniband/<device>)) and its verbs (C(/dev/infiniband/uverbs*)),
@@ -48,6 +49,8 @@ options:
   run_dir: {description: Where the iperf3 servers' pid files go., type: path, default: /run/railyard}
   sysfs_root: {description: Where the kernel's sysfs is (RDMA devices are looked up there)., type: path, default: /sys}
   dev_root: {description: Where the device files are (an RDMA device is real with its verbs device there)., type: path, default: /dev}
+  server_lifetime: {description: Seconds after which a probe server ends whatever happened to the run., type: int, default: 300}
+  io_timeout: {description: Seconds after which a storage probe is given up (a hung mount)., type: int, default: 30}
 author: Railyard
 """
 
@@ -77,7 +80,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -97,14 +102,27 @@ def _run(argv, timeout):
 
 
 def _pidfile(params, port):
-    return os.path.join(params["run_dir"], f"acceptance-iperf3-{port}.pid")
+    return os.path.join(params["run_dir"], f"acceptance-server-{port}.pid")
+
+
+def _ours(pid):
+    """Whether the pid is still a probe server this module started (a pid file outlives its process,
+    and the pid may be another's by now)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return argv[:1] == [b"timeout"] and any(a in (b"iperf3", b"ib_write_bw") for a in argv)
 
 
 def _stop(params):
-    for path in glob.glob(os.path.join(params["run_dir"], "acceptance-iperf3-*.pid")):
+    for path in glob.glob(os.path.join(params["run_dir"], "acceptance-server-*.pid")):
         try:
             with open(path) as fh:
-                os.kill(int(fh.read().strip()), signal.SIGTERM)
+                pid = int(fh.read().strip())
+            if _ours(pid):
+                os.killpg(pid, signal.SIGTERM)  # the timeout wrapper and its server: one session
         except (OSError, ValueError):
             pass
         try:
@@ -120,26 +138,47 @@ def _rdma(params, device):
         and bool(glob.glob(os.path.join(params["dev_root"], "infiniband/uverbs*")))
 
 
+def _listening(ip, port, wait):
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with socket.create_connection((ip, port), timeout=0.5):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
 def _serve(module, params):
+    """One server per rail address, each under `timeout` (a run cut short leaves none for long), in
+    a session of its own; a server that does not listen fails the task, naming its rail."""
     _stop(params)  # what an interrupted run left
     os.makedirs(params["run_dir"], exist_ok=True)
+    budget = str(params["server_lifetime"])
+    started = []
     for s in params["serve"]:
         if _rdma(params, s.get("device")):
-            # ib_write_bw serves one client and exits; it has no daemon mode, so it is detached here.
-            # Without perftest the peer's probe says so.
             if not shutil.which("ib_write_bw"):
-                continue
-            proc = subprocess.Popen(["ib_write_bw", "-d", s["device"], "-p", str(s["port"]), "-D",
-                                     str(params["seconds"]), "--report_gbits", "-F"],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)
-            with open(_pidfile(params, s["port"]), "w") as fh:
-                fh.write(str(proc.pid))
-            continue
-        rc, out, err = _run(["iperf3", "--server", "--daemon", "--bind", s["ip"], "--port", str(s["port"]),
-                             "--pidfile", _pidfile(params, s["port"])], 10)
-        if rc != 0:
-            module.fail_json(msg=f"iperf3 server on {s['ip']}:{s['port']} (rail {s['rail']}): {(err or out).strip()}")
+                continue  # the peer's probe says perftest is missing
+            # One test, then it exits; a second measurement of an RDMA rail gets no server.
+            argv = ["ib_write_bw", "-d", s["device"], "-p", str(s["port"]), "-D", str(params["seconds"]),
+                    "--report_gbits", "-F"]
+        else:
+            if not shutil.which("iperf3"):
+                module.fail_json(msg="iperf3 is not installed: install it (Debian: iperf3), or perftest where the "
+                                     "rails have RDMA devices")
+            argv = ["iperf3", "--server", "--bind", s["ip"], "--port", str(s["port"])]
+            started.append(s)
+        proc = subprocess.Popen(["timeout", budget, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        with open(_pidfile(params, s["port"]), "w") as fh:
+            fh.write(str(proc.pid))
+    deaf = [s for s in started if not _listening(s["ip"], s["port"], 5)]
+    if deaf:
+        _stop(params)
+        module.fail_json(msg="iperf3 does not listen on " + ", ".join(f"rail {s['rail']} ({s['ip']}:{s['port']})"
+                                                                     for s in deaf))
 
 
 def _ping(params, p):
@@ -154,9 +193,9 @@ def _ping(params, p):
 
 
 def _routers(p):
-    rc, out, _ = _run(["traceroute", "-n", "-q", "1", "-w", "1", "-m", "8", "-s", p["source_ip"], p["ip"]], 20)
+    rc, out, err = _run(["traceroute", "-n", "-q", "1", "-w", "1", "-m", "8", "-s", p["source_ip"], p["ip"]], 20)
     if rc != 0:
-        return None
+        return (err or out).strip()[-200:] or f"traceroute exited {rc}"
     hops = [line.split() for line in out.splitlines()[1:] if line.strip()]
     # Every hop before the one that is the peer itself is a router.
     return sum(1 for h in hops if len(h) > 1 and h[1] != p["ip"])
@@ -186,7 +225,8 @@ def _reach(params, p):
     out = {"rail": p["rail"], "peer": p["peer"], "ip": p["ip"], "routers": p.get("routers"),
            "tool": "ib_write_bw" if _rdma(params, p.get("device")) else "iperf3"}
     out["ping_ok"], out["ping_error"] = _ping(params, p)
-    out["routers_seen"] = _routers(p) if p.get("routers") is not None and out["ping_ok"] else None
+    seen = _routers(p) if p.get("routers") is not None and out["ping_ok"] else None
+    out["routers_seen"], out["routers_error"] = (seen, "") if not isinstance(seen, str) else (None, seen)
     return out
 
 
@@ -203,6 +243,16 @@ def _measure(params, probes, rails):
             again, _ = _bandwidth(params, p)
             r["measured"] = [r["gbps"], again]
             r["gbps"] = max(r["gbps"], again or 0)
+
+
+def _bounded(fn, seconds, what):
+    """fn() in a thread given up after `seconds` (a hung mount blocks in the kernel: the thread is
+    left behind, and the module's process ends anyway)."""
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    return box["r"] if "r" in box else f"{what}: no answer in {seconds} s"
 
 
 def _file_roundtrip(mount, name, size):
@@ -242,9 +292,11 @@ def _object(params):
         objects = listed.get("Contents") or []
         if not objects:
             return f"no object under s3://{params['object_bucket']}/{params['object_prefix']}"
-        body = s3.get_object(Bucket=params["object_bucket"], Key=objects[0]["Key"])["Body"].read()
-        if len(body) != objects[0]["Size"]:
-            return f"read {len(body)} of {objects[0]['Size']} bytes of {objects[0]['Key']}"
+        want = min(objects[0]["Size"], params["storage_bytes"])  # at most that much of it, whatever its size
+        body = s3.get_object(Bucket=params["object_bucket"], Key=objects[0]["Key"],
+                             Range=f"bytes=0-{max(want - 1, 0)}")["Body"].read()
+        if len(body) != want:
+            return f"read {len(body)} of the first {want} bytes of {objects[0]['Key']}"
         return ""
     except Exception as exc:  # what the node would say: the endpoint, the credentials, the bucket
         said = re.sub(r"\s+", " ", str(exc))[:300]
@@ -267,6 +319,7 @@ def main():
             object_secret_key=dict(type="str", default="", no_log=True),
             node=dict(type="str", default=""), run_dir=dict(type="path", default="/run/railyard"),
             sysfs_root=dict(type="path", default="/sys"), dev_root=dict(type="path", default="/dev"),
+            server_lifetime=dict(type="int", default=300), io_timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )
@@ -283,12 +336,15 @@ def main():
     _measure(params, params["probes"], rails)
     name = params["node"] or os.uname().nodename
     storage = {}
+    limit = params["io_timeout"]
     if params["cache_mount"]:
-        storage["cache"] = _file_roundtrip(params["cache_mount"], name, params["storage_bytes"])
+        storage["cache"] = _bounded(lambda: _file_roundtrip(params["cache_mount"], name, params["storage_bytes"]),
+                                    limit, params["cache_mount"])
     if params["pfs_mount"]:
-        storage["pfs"] = _file_roundtrip(params["pfs_mount"], name, params["storage_bytes"])
+        storage["pfs"] = _bounded(lambda: _file_roundtrip(params["pfs_mount"], name, params["storage_bytes"]),
+                                  limit, params["pfs_mount"])
     if params["object_bucket"]:
-        storage["object"] = _object(params)
+        storage["object"] = _bounded(lambda: _object(params), limit, f"s3://{params['object_bucket']}")
     module.exit_json(changed=False, acceptance={"rails": rails, "storage": storage,
                                                 "seconds": round(time.monotonic() - started, 2)})
 
