@@ -212,6 +212,9 @@ def _cloud_driver(tuned_by: str):
         def tuning_vars(self):
             return {}
 
+        def acceptance_vars(self):
+            return {}
+
         def kubeconfig(self, name, parent, depends_on):
             return pulumi.Output.from_input("apiVersion: v1\nkind: Config\n")
 
