@@ -102,6 +102,9 @@ def stack_config(c, hosts: list[dict], pinned: bool = True) -> dict:
             "management": {"cidr": c.mgmt_cidr},
         },
         # The lab's kernel has no md: the cache is one drive (the default, raid0, is refused there).
+        # The stand-in servers' fabric ports are the fixture's plain veths (MTU 1500), not the
+        # planned fabric: acceptance's MTU pings are proven on lab stacks (test_lab_acceptance.py).
+        "railyard:acceptance": {"enabled": False},
         "railyard:storage": {"localCache": {"raid": "none"}},
         "railyard:tuning": {"hugepages": {"size": "1G", "percentOfMemory": 1, "perNuma": True},
                             "sriov": {"vfsPerPf": 0}},
