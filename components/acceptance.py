@@ -39,14 +39,19 @@ class Acceptance(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         plan, checks = args.plan, args.plan.acceptance
 
+        extra = dict(args.extra_vars or {})
+        # The stack's tolerance, else the driver's (the lab's rails are veths on shared CPUs), else the default.
+        tolerance = checks.tolerance if plan.spec.acceptance.bandwidth_tolerance is not None else \
+            float(extra.get("acceptance_tolerance", checks.tolerance))
+
         def hosts(inputs: dict[str, Any]) -> dict[str, Any]:
-            return {n: {**h, "vars": {**h["vars"], **(args.extra_vars or {}), **checks.node_vars(n)}}
+            return {n: {**h, "vars": {**h["vars"], **extra, **checks.node_vars(n), "acceptance_tolerance": tolerance}}
                     for n, h in inputs.items()}
 
         self.run = AcceptanceRun(
             f"{name}-run", stack=plan.spec.stack, user=args.access.user, digest=runner.roles_digest(),
             hosts=args.host_inputs.apply(hosts), private_key=args.access.private_key, secret_vars=args.secret_vars,
-            mtu=checks.mtu, tolerance=checks.tolerance, on_failure=checks.on_failure,
+            mtu=checks.mtu, tolerance=tolerance, on_failure=checks.on_failure,
             controller=plan.slurm.controller.name if plan.slurm is not None else None, after=args.tuned,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         self.summary = pulumi.Output.all(self.run.passed, self.run.findings, self.run.drained, self.run.flagged,

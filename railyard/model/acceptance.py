@@ -29,6 +29,9 @@ ICMP_OVERHEAD = 28
 
 PATHS = {1: "leaf", 3: "spine", 5: "core"}
 
+# railyard:acceptance.bandwidthTolerance where the stack gives none (and its driver no default).
+DEFAULT_TOLERANCE = 0.25
+
 
 @dataclass(frozen=True)
 class RailProbe:
@@ -116,7 +119,9 @@ def plan_acceptance(plan: Any) -> AcceptancePlan | None:
             probes.append(RailProbe(rail, a.name, a.nics[rail].ip, b.name, b.nics[rail].ip, a.nics[rail].name,
                                     b.nics[rail].name, PATHS[hops]))
     pfs = spec.storage.parallel_fs
-    return AcceptancePlan(mtu=plan.networks.compute.mtu, probes=tuple(probes), tolerance=spec.acceptance.bandwidth_tolerance,
+    tolerance = spec.acceptance.bandwidth_tolerance
+    return AcceptancePlan(mtu=plan.networks.compute.mtu, probes=tuple(probes),
+                          tolerance=tolerance if tolerance is not None else DEFAULT_TOLERANCE,
                           on_failure=spec.acceptance.on_failure, cache_mount=spec.storage.local_cache.mount,
                           pfs_mount=pfs.mount if pfs is not None else "", object_store=spec.storage.object is not None,
                           routed=spec.fabric.compute.kind == "roce")

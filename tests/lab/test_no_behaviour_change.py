@@ -314,8 +314,10 @@ class Takeover:
     def state_tuning(self, stack: str) -> dict:
         """Each host's role variables as the program handed them to the tuning resource."""
         deployment = json.loads(self.project.pulumi("stack", "export", stack=stack).stdout)["deployment"]
+        # (Acceptance's run has hosts and a digest too, and the tuning's variables among its own.)
         runs = [r for r in deployment.get("resources") or ()
-                if isinstance(r.get("inputs", {}).get("hosts"), dict) and "digest" in r["inputs"]]
+                if isinstance(r.get("inputs", {}).get("hosts"), dict) and "digest" in r["inputs"]
+                and not r["urn"].endswith("-acceptance-run")]
         assert runs, f"stack {stack} has no tuning resource (inputs `hosts` and `digest`) in its state"
         return {host: h.get("vars") for r in runs for host, h in r["inputs"]["hosts"].items()}
 

@@ -38,4 +38,9 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
 def acceptance_vars() -> dict[str, Any]:
     # The probes' tools come from scripts/host-deps.sh; the presented NICs have no verbs devices,
     # and a real one of this machine's is not the node's to measure.
-    return {"acceptance_install_packages": False, "acceptance_dev_root": f"{HW_TREE}/dev"}
+    # The rails are veths, whose bandwidth is CPU time on this machine's few cores: under load one
+    # rail of a node swings 30 % below the others for no fault of its own. Unless the stack says
+    # otherwise, a lab rail is flagged only at a quarter of its node's others (a real fault, such
+    # as a 100 Mb/s shaper, is 99 % below).
+    return {"acceptance_install_packages": False, "acceptance_dev_root": f"{HW_TREE}/dev",
+            "acceptance_tolerance": 0.75}

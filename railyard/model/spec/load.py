@@ -740,13 +740,13 @@ class _Parser(CrossFieldRules):
                          "cordon takes a node out of Slurm or Kubernetes: add railyard:slurm or railyard:kubernetes")
         tolerance = self.raw(am, "bandwidthTolerance", f"{path}.bandwidthTolerance", required=False, what="a fraction")
         if tolerance is _ABSENT:
-            tolerance = 0.25
+            tolerance = None
         elif isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
             self.problem(f"{path}.bandwidthTolerance", _show(tolerance), "a fraction between 0 and 1, e.g. 0.25",
                          "a rail this far below the median of its node's rails is flagged")
-            tolerance = 0.25
+            tolerance = None
         return AcceptanceSpec(enabled=True if enabled is None else enabled, on_failure=on_failure or "fail",
-                              bandwidth_tolerance=float(tolerance))
+                              bandwidth_tolerance=float(tolerance) if tolerance is not None else None)
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

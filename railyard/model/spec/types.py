@@ -267,8 +267,9 @@ class AcceptanceSpec:
     enabled: bool = True
     on_failure: str = "fail"
     """fail: `up` fails naming node, rail and check; cordon: the node leaves scheduling, `up` goes on."""
-    bandwidth_tolerance: float = 0.25
-    """A rail more than this fraction below the median of its node's rails is flagged."""
+    bandwidth_tolerance: float | None = None
+    """A rail more than this fraction below the median of its node's rails is flagged; None: the
+    driver's default (railyard.model.acceptance.DEFAULT_TOLERANCE unless the driver says otherwise)."""
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,9 @@ def test_a_dead_nic_is_named_not_its_two_neighbours():
     # Two nodes: each is in both lost probes, so both are named.
     two = {"gpu-0": report([(2, "gpu-1", False, None)]), "gpu-1": report([(2, "gpu-0", False, None)])}
     assert [f.node for f in evaluate(two, ["gpu-0", "gpu-1"], mtu=9000, tolerance=0.25)["findings"]] == ["gpu-0", "gpu-1"]
+
+
+def test_the_tolerance_is_the_stacks_else_the_default():
+    assert parse_config(config(), stack="t").acceptance.bandwidth_tolerance is None
+    assert plan_of(config()).acceptance.tolerance == 0.25
+    assert plan_of(config(acceptance={"bandwidthTolerance": 0.1})).acceptance.tolerance == 0.1
