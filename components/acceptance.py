@@ -11,7 +11,7 @@ import pulumi
 from railyard.drivers.base import Access
 from railyard.model.plan import Plan
 from railyard.tuning import runner
-from railyard.tuning.resource import AcceptanceRun
+from railyard.tuning.resource import ACCEPTANCE_OUTPUTS, AcceptanceRun
 
 
 @dataclass
@@ -54,9 +54,6 @@ class Acceptance(pulumi.ComponentResource):
             mtu=checks.mtu, tolerance=tolerance, on_failure=checks.on_failure,
             controller=plan.slurm.controller.name if plan.slurm is not None else None, after=args.tuned,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
-        self.summary = pulumi.Output.all(self.run.passed, self.run.findings, self.run.drained, self.run.flagged,
-                                         self.run.median_gbps, self.run.rail_pairs, self.run.seconds,
-                                         self.run.report).apply(
-            lambda v: dict(zip(("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds",
-                                "report"), v)))
+        self.summary = pulumi.Output.all(*(getattr(self.run, k) for k in ACCEPTANCE_OUTPUTS)).apply(
+            lambda v: dict(zip(ACCEPTANCE_OUTPUTS, v)))
         self.register_outputs({"summary": self.summary})

@@ -150,6 +150,13 @@ def rules() -> dict[str, Any]:
     return {name: _Rules(e) for name, e in DRIVERS.items()}
 
 
+def _tuning_hook(driver: str, hook: str, *args: Any) -> dict[str, Any]:
+    """What the driver's Pulumi-free tuning module's `hook` returns, or {} where it has none."""
+    name = entry(driver).tuning
+    fn = getattr(importlib.import_module(name), hook, None) if name else None
+    return fn(*args) if fn is not None else {}
+
+
 def tuning_vars(driver: str) -> dict[str, Any]:
     """Role variables a driver's machines need on top of the plan's (the lab presents sysfs and
     procfs somewhere else); real hosts show theirs where tuning looks, so most drivers add none.
@@ -157,25 +164,19 @@ def tuning_vars(driver: str) -> dict[str, Any]:
     Pulumi-free so that `railyard tune` and the Pulumi program read the same values without the
     components package, which only the Pulumi program has on its path.
     """
-    name = entry(driver).tuning
-    hook = getattr(importlib.import_module(name), "tuning_vars", None) if name else None
-    return hook() if hook is not None else {}
+    return _tuning_hook(driver, "tuning_vars")
 
 
 def acceptance_vars(driver: str) -> dict[str, Any]:
     """Role variables of the acceptance playbook that a driver's machines need (the lab's nodes
     install nothing and have no RDMA devices); most drivers add none."""
-    name = entry(driver).tuning
-    hook = getattr(importlib.import_module(name), "acceptance_vars", None) if name else None
-    return hook() if hook is not None else {}
+    return _tuning_hook(driver, "acceptance_vars")
 
 
 def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
     """Role and connection variables of one node that its driver adds (Pulumi-free, for `railyard
     tune` and the Pulumi program alike); most drivers add none."""
-    name = entry(spec.driver).tuning
-    hook = getattr(importlib.import_module(name), "node_vars", None) if name else None
-    return hook(spec, plan, node) if hook is not None else {}
+    return _tuning_hook(spec.driver, "node_vars", spec, plan, node)
 
 
 def cli_modules() -> list[Any]:

@@ -32,16 +32,17 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
     judged = evaluate(result.get("reports") or {}, sorted(props["hosts"]), mtu=int(props["mtu"]),
                       tolerance=float(props["tolerance"]))
     findings: list[Finding] = judged["findings"]
-    failures = result.get("failures") or []
+    # Each failure is "host: task '...': message", by host.
+    failures = [(f.split(":", 1)[0], f) for f in result.get("failures") or []]
     # A failure of the run itself (no inventory host to pin it on: ansible-playbook, the runner)
     # says nothing about the nodes.
-    unpinned = [f for f in failures if f.split(":", 1)[0] not in props["hosts"]]
+    unpinned = [f for host, f in failures if host not in props["hosts"]]
     if unpinned or (not result.get("ok") and not failures):
         raise AcceptanceFailed("the acceptance run failed before judging any node:\n  " + "\n  ".join(
             unpinned or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"])
             + (f"\nartifacts: {result['run_dir']}" if result.get("run_dir") else ""))
     # A node whose run failed outright says why in the run's failures; that beats "reported nothing".
-    failed_runs = {f.split(":", 1)[0]: f for f in failures}
+    failed_runs = dict(failures)
     findings = [Finding(f.node, "node", failed_runs[f.node].split(": ", 1)[-1]) if f.check == "node" and f.node in failed_runs
                 else f for f in findings]
     report = Path(result["run_dir"]) / REPORT if result.get("run_dir") else None

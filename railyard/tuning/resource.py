@@ -104,6 +104,10 @@ class AcceptanceProvider(ResourceProvider):
         return ReadResult(id_=id_, outs=props)
 
 
+# What an acceptance run hands back (railyard.tuning.acceptance.run), stack output and all.
+ACCEPTANCE_OUTPUTS = ("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds", "report")
+
+
 class AcceptanceRun(Resource):
     passed: pulumi.Output[bool]
     findings: pulumi.Output[list]
@@ -121,6 +125,5 @@ class AcceptanceRun(Resource):
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
             "secret_vars": pulumi.Output.secret(secret_vars or {}), "mtu": mtu, "tolerance": tolerance,
             "on_failure": on_failure, "controller": controller, "after": after,
-            **{k: None for k in ("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds",
-                                 "report", "last_run")},
+            **{k: None for k in (*ACCEPTANCE_OUTPUTS, "last_run")},
         }, opts)
