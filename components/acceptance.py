@@ -26,10 +26,13 @@ class AcceptanceArgs:
     """The tuning run's last run: a new one runs acceptance again."""
     extra_vars: dict[str, Any] | None = None
     """The driver's own role variables for acceptance (Driver.acceptance_vars)."""
+    kubernetes: bool = False
+    """The stack has the Kubernetes layer, which cordons the nodes this takes out (`cordoned`)."""
 
 
 class Acceptance(pulumi.ComponentResource):
-    """Outputs: `passed`, `findings` (node, rail, check, message), `drained`, `flagged` rail
+    """Outputs: `passed`, `findings` (node, rail, check, message), `drained` and `cordoned` (the
+    nodes taken out of scheduling, and why, under onFailure: cordon), `flagged` rail
     pairs, `median_gbps`, `seconds`, and `report` (the Markdown report beside the run's artifacts)."""
 
     TYPE = "railyard:index:Acceptance"
@@ -53,6 +56,7 @@ class Acceptance(pulumi.ComponentResource):
             hosts=args.host_inputs.apply(hosts), private_key=args.access.private_key, secret_vars=args.secret_vars,
             mtu=checks.mtu, tolerance=tolerance, on_failure=checks.on_failure,
             controller=plan.slurm.controller.name if plan.slurm is not None else None, after=args.tuned,
+            kubernetes=args.kubernetes,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         self.summary = pulumi.Output.all(*(getattr(self.run, k) for k in ACCEPTANCE_OUTPUTS)).apply(
             lambda v: dict(zip(ACCEPTANCE_OUTPUTS, v)))

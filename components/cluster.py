@@ -89,7 +89,8 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-acceptance", AcceptanceArgs(plan=args.plan, host_inputs=self.tuning.host_inputs,
                                                      secret_vars=self.tuning.secret_vars, access=self.access,
                                                      tuned=self.tuning.run.last_run,
-                                                     extra_vars=driver.acceptance_vars()),
+                                                     extra_vars=driver.acceptance_vars(),
+                                                     kubernetes=args.plan.kubernetes is not None),
                 depends_on=after, opts=child)
         for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
@@ -115,10 +116,14 @@ class Cluster(pulumi.ComponentResource):
             # Nodes are registered or labelled once they are what the plan says: tuned, rebooted
             # into their boot settings, their VMs up.
             own = caps.kubernetes == "runs"
+            # Only under onFailure: cordon does a Node's spec wait on acceptance's verdict.
+            cordoned = self.acceptance.run.cordoned if self.acceptance is not None and \
+                args.plan.acceptance.on_failure == "cordon" else None
             self.kubernetes = KubernetesLayer(
                 f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
                                                           renders_networks=own,
-                                                          node_names=driver.kubernetes_node_names()),
+                                                          node_names=driver.kubernetes_node_names(),
+                                                          cordoned=cordoned),
                 depends_on=[*after, *(v for _, v in self.vms), *([self.acceptance] if self.acceptance else [])],
                 opts=child)
         outputs = {

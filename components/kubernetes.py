@@ -34,6 +34,9 @@ class KubernetesLayerArgs:
     """Create the NetworkAttachmentDefinitions the SR-IOV operator would render (no operator there)."""
     node_names: dict[str, str] | None = None
     """Plan node -> its Node's name where the cluster's differs (Driver.kubernetes_node_names)."""
+    cordoned: pulumi.Output | None = None
+    """Under acceptance's onFailure: cordon, the machines it took out (node -> reason): their
+    Nodes are cordoned, and the others are not."""
 
 
 class KubernetesLayer(pulumi.ComponentResource):
@@ -53,7 +56,8 @@ class KubernetesLayer(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=self.provider)
 
         names = args.node_names or {}
-        self.nodes = [self._node(name, n, names.get(n.name, n.name), args.registers_nodes, child) for n in plan.nodes]
+        self.nodes = [self._node(name, n, names.get(n.name, n.name), args.registers_nodes, self._cordon(plan, n, args),
+                                 child) for n in plan.nodes]
 
         # Kueue keeps a ClusterQueue, a ResourceFlavor and a Topology while anything uses them (a
         # finalizer), so they are made in dependency order and deleted in reverse: each tenant's
@@ -99,23 +103,39 @@ class KubernetesLayer(pulumi.ComponentResource):
             {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta, "spec": obj.get("spec"), **extra},
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after)))
 
-    def _node(self, name: str, node: Any, node_name: str, registers: bool,
+    @staticmethod
+    def _cordon(plan: KubernetesPlan, node: Any, args: KubernetesLayerArgs) -> tuple[Any, Any]:
+        """(spec, annotations) as Outputs of acceptance's verdict; (None, {}) where nothing can
+        cordon the node, so that its inputs stay what they were before cordoning existed."""
+        if args.cordoned is None:
+            return None, {}
+        both = args.cordoned.apply(lambda c: plan.cordon(node, c or {}))
+        return both.apply(lambda b: b[0]), both.apply(lambda b: b[1])
+
+    def _node(self, name: str, node: Any, node_name: str, registers: bool, cordon: tuple[Any, Any],
               opts: pulumi.ResourceOptions) -> pulumi.Resource:
+        spec, cordon_annotations = cordon
+
+        def annotations(base: dict[str, str]) -> Any:
+            return pulumi.Output.from_input(cordon_annotations).apply(lambda a: {**base, **a}) if spec is not None \
+                else base
+
         if not registers:
             # The kubelet owns kubernetes.io/hostname (and everything else of its Node).
             labels = {k: v for k, v in node.labels.items() if k != HOSTNAME}
             return k8s.core.v1.NodePatch(
                 f"{name}-node-{node.name}",
                 metadata={"name": node_name, "labels": labels,
-                          "annotations": {"pulumi.com/patchFieldManager": FIELD_MANAGER}},
-                opts=opts)
+                          "annotations": annotations({"pulumi.com/patchFieldManager": FIELD_MANAGER})},
+                spec=spec, opts=opts)
         # A Node as a kubelet registers it: the API server keeps the status of a Node that is
         # created, which is how kwok's nodes get their capacity (core/v1 Node takes no status).
         return pulumi.CustomResource(
             "kubernetes:core/v1:Node", f"{name}-node-{node.name}",
             {"apiVersion": "v1", "kind": "Node",
-             "metadata": {"name": node.name, "labels": node.labels, "annotations": KWOK_ANNOTATION},
-             "spec": {}, "status": {"capacity": node.capacity, "allocatable": node.allocatable}},
+             "metadata": {"name": node.name, "labels": node.labels,
+                          "annotations": annotations(KWOK_ANNOTATION)},
+             "spec": {} if spec is None else spec, "status": {"capacity": node.capacity, "allocatable": node.allocatable}},
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 # Capacity is status, which an apply after create does not change: a new capacity
                 # registers the node again.

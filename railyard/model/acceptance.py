@@ -67,6 +67,15 @@ class Finding:
         return {"node": self.node, "rail": self.rail, "check": self.check, "message": self.message}
 
 
+def cordon_reasons(findings: Iterable[Finding]) -> dict[str, str]:
+    """Each failed node's reason for leaving scheduling (Slurm's drain reason, Kubernetes' cordon
+    annotation): its first finding."""
+    reasons: dict[str, str] = {}
+    for f in findings:
+        reasons.setdefault(f.node, f"railyard acceptance: {f}")
+    return reasons
+
+
 @dataclass(frozen=True)
 class AcceptancePlan:
     mtu: int

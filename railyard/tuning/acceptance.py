@@ -1,6 +1,7 @@
 """Acceptance, outside the engine: the acceptance playbook over the nodes, its reports judged by
 railyard.model.acceptance, the Markdown report written beside the run's artifacts, and, where the
-stack says `onFailure: cordon`, the failed nodes drained in Slurm. Pulumi-free: the AcceptanceRun
+stack says `onFailure: cordon`, the failed nodes drained in Slurm (their Kubernetes cordon is the
+layer's, components/kubernetes.py, from the `cordoned` this hands back). Pulumi-free: the AcceptanceRun
 resource calls it from its provider (railyard/tuning/resource.py)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from railyard.model.acceptance import Finding, evaluate, markdown
+from railyard.model.acceptance import Finding, cordon_reasons, evaluate, markdown
 from railyard.tuning import runner
 
 REPORT = "acceptance.md"
@@ -22,7 +23,8 @@ class AcceptanceFailed(Exception):
 
 def run(props: dict[str, Any]) -> dict[str, Any]:
     """props: stack, user, private_key, secret_vars, hosts {name: {address, host_key, vars}}, mtu,
-    tolerance, on_failure, controller (the Slurm controller, or None). The outputs, or
+    tolerance, on_failure, controller (the Slurm controller, or None), kubernetes (the stack has
+    the Kubernetes layer, which cordons what this reports in `cordoned`). The outputs, or
     AcceptanceFailed naming every node, rail and check that failed (onFailure: fail)."""
     base = {"stack": props["stack"], "private_key": props["private_key"], "user": props["user"],
             "secret_vars": props.get("secret_vars") or {}, "playbook": "acceptance.yml"}
@@ -49,18 +51,18 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
     if report is not None:
         report.write_text(markdown({**judged, "findings": findings}, mtu=int(props["mtu"]),
                                    tolerance=float(props["tolerance"]), seconds=seconds))
-    drained: list[str] = []
+    cordoned: dict[str, str] = {}
     if findings and props["on_failure"] == "cordon" and {f.node for f in findings} >= set(props["hosts"]):
         # Every node at once is the checks' own failure (a missing tool, a bad argument), or the
         # fabric's: draining the whole cluster would hide it.
         raise AcceptanceFailed("acceptance failed on every node; nothing was drained:\n  "
                                + "\n  ".join(str(f) for f in findings) + (f"\nreport: {report}" if report else ""))
     if findings and props["on_failure"] == "cordon":
-        drained = _drain(base, props, findings)
+        cordoned = _take_out(base, props, findings)
     elif findings:
         raise AcceptanceFailed("acceptance failed:\n  " + "\n  ".join(str(f) for f in findings)
                                + (f"\nreport: {report}" if report else ""))
-    return {"passed": not findings, "findings": [f.to_json() for f in findings], "drained": drained,
+    return {"passed": not findings, "findings": [f.to_json() for f in findings], "drained": sorted(cordoned), "cordoned": cordoned,
             "rail_pairs": len(judged["rails"]), "median_gbps": judged["median_gbps"],
             "flagged": [{"node": e["node"], "rail": e["rail"], "peer": e["peer"], "gbps": e["gbps"]}
                         for e in judged["rails"] if e["flagged"]],
@@ -68,20 +70,23 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
             "last_run": Path(result["run_dir"]).name if result.get("run_dir") else None}
 
 
-def _drain(base: dict, props: dict, findings: list[Finding]) -> list[str]:
-    """Drain the failed nodes in Slurm, each with its first finding as the reason; the nodes drained."""
+def _take_out(base: dict, props: dict, findings: list[Finding]) -> dict[str, str]:
+    """The failed nodes out of scheduling, each with its first finding as the reason: drained in
+    Slurm here, where the stack has it; cordoned by the Kubernetes layer, where it has that. The
+    nodes and their reasons."""
     controller = props.get("controller")
-    if not controller or controller not in props["hosts"]:
+    slurm = bool(controller) and controller in props["hosts"]
+    if not slurm and not props.get("kubernetes"):
         raise AcceptanceFailed("acceptance failed, and onFailure: cordon has no scheduler to take the nodes out of:\n  "
                                + "\n  ".join(str(f) for f in findings))
-    reasons: dict[str, str] = {}
-    for f in findings:
+    reasons = cordon_reasons(findings)
+    if slurm:
         # What a node reported lands in an inventory variable, which Ansible templates: no braces.
-        reasons.setdefault(f.node, re.sub(r"[{}%]", "", f"railyard acceptance: {f}")[:120])
-    host = dict(props["hosts"][controller])
-    host["vars"] = {**host["vars"], "acceptance_drain": [{"node": n, "reason": r} for n, r in sorted(reasons.items())]}
-    result = runner.run_isolated({**base, "hosts": {controller: host}, "tags": "drain"})
-    if not result.get("ok"):
-        raise AcceptanceFailed("acceptance failed, and draining the failed nodes did too:\n  "
-                               + "\n  ".join(result.get("failures") or []))
-    return sorted(reasons)
+        drain = [{"node": n, "reason": re.sub(r"[{}%]", "", r)[:120]} for n, r in sorted(reasons.items())]
+        host = dict(props["hosts"][controller])
+        host["vars"] = {**host["vars"], "acceptance_drain": drain}
+        result = runner.run_isolated({**base, "hosts": {controller: host}, "tags": "drain"})
+        if not result.get("ok"):
+            raise AcceptanceFailed("acceptance failed, and draining the failed nodes did too:\n  "
+                                   + "\n  ".join(result.get("failures") or []))
+    return reasons

@@ -94,7 +94,7 @@ class AcceptanceProvider(ResourceProvider):
 
     def diff(self, _id, olds, news):
         keys = ("stack", "user", "digest", "hosts", "secret_vars", "mtu", "tolerance", "on_failure", "controller",
-                "after")
+                "kubernetes", "after")
         return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id, _olds, news):
@@ -105,13 +105,14 @@ class AcceptanceProvider(ResourceProvider):
 
 
 # What an acceptance run hands back (railyard.tuning.acceptance.run), stack output and all.
-ACCEPTANCE_OUTPUTS = ("passed", "findings", "drained", "flagged", "median_gbps", "rail_pairs", "seconds", "report")
+ACCEPTANCE_OUTPUTS = ("passed", "findings", "drained", "cordoned", "flagged", "median_gbps", "rail_pairs", "seconds", "report")
 
 
 class AcceptanceRun(Resource):
     passed: pulumi.Output[bool]
     findings: pulumi.Output[list]
     drained: pulumi.Output[list]
+    cordoned: pulumi.Output[dict]
     flagged: pulumi.Output[list]
     median_gbps: pulumi.Output[float]
     rail_pairs: pulumi.Output[int]
@@ -120,8 +121,10 @@ class AcceptanceRun(Resource):
 
     def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
                  secret_vars: Any, mtu: int, tolerance: float, on_failure: str, controller: str | None, after: Any,
-                 opts: pulumi.ResourceOptions | None = None):
-        super().__init__(AcceptanceProvider(), name, {
+                 kubernetes: bool = False, opts: pulumi.ResourceOptions | None = None):
+        # kubernetes only where set: an input earlier runs never had would show as their change.
+        extra = {"kubernetes": True} if kubernetes else {}
+        super().__init__(AcceptanceProvider(), name, {**extra,
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
             "secret_vars": pulumi.Output.secret(secret_vars or {}), "mtu": mtu, "tolerance": tolerance,
             "on_failure": on_failure, "controller": controller, "after": after,

@@ -13,7 +13,9 @@ import base64
 import copy
 import http.client
 import json
+import re
 import ssl
+import subprocess
 import time
 
 import pytest
@@ -23,6 +25,8 @@ from railyard import paths
 from railyard.drivers.lab import control_plane, gc, names, net
 from railyard.drivers.lab.control_plane.api import Client
 from railyard.engine import control_plane as binaries
+from railyard.model.plan import make_plan
+from railyard.stack import parse_config
 
 from .railyard_project import free_networks
 from .stack_project import StackProject
@@ -232,6 +236,69 @@ def test_second_up_changes_nothing_and_a_quota_change_is_one_update_in_place(pro
     changed = {(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps
                if s["op"] != "same" and "$kubernetes:" in s["urn"]}
     assert changed == {("update", "tk8s-kubernetes-clusterqueue-tk8s-vision")}
+
+
+def pinned_pod(api: Client, node: str) -> str:
+    """A Pod that may run on `node` only, unqueued and asking for nothing: only a cordon keeps it off."""
+    name = f"pinned-{node}"
+    status, body = api.request("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                 "containers": [{"name": "c", "image": "pause:latest"}]}})
+    assert status == 201, body
+    return name
+
+
+def scheduling(api: Client, pod: str, timeout: float = 60) -> tuple[str | None, str]:
+    """(node, message) once the scheduler has bound the Pod or said why not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        p = api.get(f"/api/v1/namespaces/default/pods/{pod}")
+        cond = next((c for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"), None)
+        if p["spec"].get("nodeName") or cond is not None:
+            return p["spec"].get("nodeName"), (cond or {}).get("message", "")
+        assert time.monotonic() < deadline, p["status"]
+        time.sleep(0.5)
+
+
+def rerun_acceptance(project) -> None:
+    urn = next(r["urn"] for r in json.loads(project.pulumi("stack", "export").stdout)["deployment"]["resources"]
+               if r["urn"].endswith("-acceptance-run"))
+    project.pulumi("up", "--yes", "--skip-preview", "--replace", urn, timeout=900)
+
+
+def test_cordon_takes_the_node_acceptance_failed_out_of_kubernetes_and_a_pass_brings_it_back(project, api):
+    config = copy.deepcopy(project.config)
+    config["railyard:acceptance"] = {"onFailure": "cordon"}
+    node, rail = "gpu-6", 2
+    dev = make_plan(parse_config(config, stack=STACK)).node_named(node).nics[rail].netdev
+    link = ["ip", "netns", "exec", names.node_ns(STACK, node), "ip", "link", "set", dev]
+    subprocess.run([*link, "down"], check=True)
+    try:
+        project.write(config)
+        project.config = config
+        project.pulumi("up", "--yes", "--skip-preview", timeout=900)  # onFailure changed: acceptance runs again
+        out = project.outputs()["acceptance"]
+        assert out["drained"] == [node] and [(f["node"], f["rail"]) for f in out["findings"]] == [(node, rail)], out
+        cordoned = api.get(f"/api/v1/nodes/{node}")
+        assert cordoned["spec"].get("unschedulable") is True
+        assert re.match(rf"railyard acceptance: {node} rail{rail}: rail-mtu",
+                        cordoned["metadata"]["annotations"]["railyard.io/cordon-reason"]), cordoned["metadata"]
+        assert not any(n["spec"].get("unschedulable") for n in api.get("/api/v1/nodes")["items"]
+                       if n["metadata"]["name"] != node)
+        pod = pinned_pod(api, node)
+        bound, why = scheduling(api, pod)
+        assert bound is None and "unschedulable" in why, why
+    finally:
+        subprocess.run([*link, "up"], check=True)
+    rerun_acceptance(project)
+    assert project.outputs()["acceptance"]["passed"]
+    back = api.get(f"/api/v1/nodes/{node}")
+    assert not back["spec"].get("unschedulable") and "railyard.io/cordon-reason" not in back["metadata"]["annotations"]
+    deadline = time.monotonic() + 60
+    while api.get(f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName") != node:
+        assert time.monotonic() < deadline, "the pinned pod was not scheduled once the node was uncordoned"
+        time.sleep(0.5)
 
 
 def test_destroy_stops_the_control_plane_and_leaves_nothing(project):

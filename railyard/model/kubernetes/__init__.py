@@ -17,7 +17,7 @@ from typing import Any
 
 from railyard.model.kubernetes import kueue, sriov
 from railyard.model.kubernetes.nodes import (
-    GPU_RESOURCE, HOSTNAME, KubeNode, kube_nodes, label_keys, rail_resource,
+    GPU_RESOURCE, HOSTNAME, KubeNode, cordon, kube_nodes, label_keys, rail_resource,
 )
 
 
@@ -149,6 +149,11 @@ class KubernetesPlan:
     def network_attachments(self) -> list[dict[str, Any]]:
         """What the operator's controller would render for each network."""
         return [sriov.network_attachment(n, self.resource_prefix) for n in self.sriov_networks]
+
+    def cordon(self, node: KubeNode, cordoned: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The Node's spec and annotations, given acceptance's cordoned machines (node -> reason).
+        Acceptance checks machines: a VM leaves scheduling with its hypervisor."""
+        return cordon(self.label_prefix, cordoned.get(node.hypervisor or node.name))
 
     # --- views ---------------------------------------------------------------------------------
 

@@ -60,6 +60,15 @@ def label_keys(prefix: str) -> dict[str, str]:
             ("pool", "sku", "su", "spine-group", "host", "fabric", "fabric-speed")}
 
 
+def cordon(label_prefix: str, reason: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """A Node's spec and annotations under acceptance's verdict: cordoned (unschedulable, as
+    `kubectl cordon` leaves it) with the reason beside it, or neither. Neither field is sent for a
+    node that passed, so an apply after the node recovers releases them and it is schedulable again."""
+    if reason is None:
+        return {}, {}
+    return {"unschedulable": True}, {f"{label_prefix}/cordon-reason": reason}
+
+
 def rail_resource(resource_prefix: str, rail: int, sriov: bool) -> str:
     """The device-plugin resource of a rail: its VFs (SR-IOV) or its whole HCA (RDMA)."""
     return f"{resource_prefix}/rail{rail}" if sriov else f"{RDMA_PREFIX}/rail{rail}"

@@ -63,3 +63,31 @@ def test_one_node_object_per_node_and_the_rest_per_pool_rail_or_tenant(registers
     assert len(nads) == (16 if registers else 0)  # where an operator runs, it renders them itself
     providers = by_type(state, "pulumi:providers:kubernetes")
     assert len(providers) == 1 and providers[0]["enableServerSideApply"] in (True, "true")
+
+
+def build_cordoned(registers: bool, cordoned: dict[str, str]):
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="lab-k8s", preview=False)
+    from components.kubernetes import KubernetesLayer, KubernetesLayerArgs
+
+    _, plan = load(ROOT / "stacks" / "Pulumi.lab-k8s.yaml")
+    KubernetesLayer("c-kubernetes", KubernetesLayerArgs(plan=plan.kubernetes, kubeconfig=pulumi.Output.secret("kc"),
+                                                        registers_nodes=registers, renders_networks=registers,
+                                                        cordoned=pulumi.Output.from_input(cordoned)))
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
+    monitor = pulumi.runtime.settings.get_monitor()
+    node_type = "kubernetes:core/v1:Node" if registers else "kubernetes:core/v1:NodePatch"
+    return {s["metadata"]["name"]: s for u, s in ((u, monitor.resources[u].state) for u in monitor.resources)
+            if u.split("::")[2].rsplit("$", 1)[-1] == node_type}
+
+
+@pytest.mark.parametrize("registers", [True, False])
+def test_a_node_acceptance_took_out_is_cordoned_with_its_reason_and_only_that_one(registers):
+    reason = "railyard acceptance: gpu-5 rail2: rail-mtu: no reply"
+    nodes = build_cordoned(registers, {"gpu-5": reason})
+    assert nodes["gpu-5"]["spec"] == {"unschedulable": True}
+    assert nodes["gpu-5"]["metadata"]["annotations"]["railyard.io/cordon-reason"] == reason
+    # The node's own annotations stay: kwok's, or the patch's field manager.
+    kept = "kwok.x-k8s.io/node" if registers else "pulumi.com/patchFieldManager"
+    assert kept in nodes["gpu-5"]["metadata"]["annotations"]
+    # The others send no unschedulable field at all, which releases a cordon of an earlier run.
+    assert nodes["gpu-4"]["spec"] == {} and "railyard.io/cordon-reason" not in nodes["gpu-4"]["metadata"]["annotations"]

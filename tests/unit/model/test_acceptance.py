@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from railyard.model.acceptance import evaluate, markdown
+from railyard.model.acceptance import Finding, cordon_reasons, evaluate, markdown
 from railyard.model.catalog import load_catalog
 from railyard.model.errors import SpecError
 from railyard.model.plan import make_plan
@@ -122,6 +122,8 @@ def test_the_keys_are_checked_and_cordon_needs_a_scheduler():
                                                     "railyard:acceptance.bandwidthTolerance"}
     ok = parse_config(config(acceptance={"onFailure": "cordon"}, extra={"railyard:slurm": {}}), stack="t")
     assert ok.acceptance.on_failure == "cordon"
+    assert parse_config(config(acceptance={"onFailure": "cordon"}, extra={"railyard:kubernetes": {}}),
+                        stack="t").acceptance.on_failure == "cordon"
     assert plan_of(config(acceptance={"enabled": False})).acceptance is None
 
 
@@ -141,3 +143,10 @@ def test_the_tolerance_is_the_stacks_else_the_default():
     assert parse_config(config(), stack="t").acceptance.bandwidth_tolerance is None
     assert plan_of(config()).acceptance.tolerance == 0.25
     assert plan_of(config(acceptance={"bandwidthTolerance": 0.1})).acceptance.tolerance == 0.1
+
+
+def test_a_node_leaves_scheduling_with_its_first_finding_as_the_reason():
+    found = [Finding("gpu-2", "rail-mtu", "no reply at 4092 bytes", rail=1), Finding("gpu-2", "pfs", "not mounted"),
+             Finding("gpu-5", "node", "unreachable")]
+    assert cordon_reasons(found) == {"gpu-2": "railyard acceptance: gpu-2 rail1: rail-mtu: no reply at 4092 bytes",
+                                     "gpu-5": "railyard acceptance: gpu-5: node: unreachable"}
