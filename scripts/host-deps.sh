@@ -32,6 +32,11 @@ declare -A want=(
   [scontrol]=slurm-client
   # Acceptance's bandwidth probes between the lab's nodes (ib_write_bw needs RDMA devices it lacks).
   [iperf3]=iperf3
+  # The virtual layout's libvirt domains, checked against libvirt's own schemas (libvirt0 ships them)
+  # by virt-xml-validate (which runs xmllint) and defined on virsh's daemonless test driver.
+  [virsh]=libvirt-clients
+  [virt-xml-validate]=libvirt-clients
+  [xmllint]=libxml2-utils
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi

@@ -19,6 +19,7 @@ import sys
 from typing import Any, TextIO
 
 from railyard.model.errors import SpecError
+from railyard.model.sysfs_discovery import format_cpulist
 
 
 def register(sub) -> None:
@@ -274,3 +275,29 @@ def render_detail(plan: Any, out: TextIO) -> None:
         a_port = link.a_port if link.tier == "node_leaf" else label(link.a_port)
         ips = f"  {link.a_ip} - {link.b_ip}" if link.a_ip else ""
         w(f"  {link.tier:<11}{link.a_device}:{a_port} -> {link.b_device}:{label(link.b_port)}{ips}\n")
+    render_guests(plan, out)
+
+
+def render_guests(plan: Any, out: TextIO) -> None:
+    """Each VM shape's guest topology and libvirt domain, from the pool's first host: every host
+    of a pool gives its VMs the same, under their own names."""
+    from railyard.guests import domain_xml, host_addresses
+
+    for pool in plan.spec.node_pools:
+        guests = plan.guests(pool.name)
+        if not guests:
+            continue
+        host = plan.node(pool.name, 0)
+        sku = plan.catalog.nodes[pool.sku]
+        for vm, guest in zip(host.vms, guests):
+            out.write(f"\nguest {vm.name} on {host.name} ({guest.level}-level PCIe layout, "
+                      f"{'pinned' if guest.emulator_cpus is not None else 'not pinned: the catalog has no CPU lists'})\n")
+            for cell in guest.cells:
+                pins = f" on host CPUs {format_cpulist(cell.pins)}" if cell.pins is not None else ""
+                out.write(f"  cell {cell.id} (host NUMA {cell.host_numa}): vCPUs {format_cpulist(cell.vcpus)}{pins}, "
+                          f"{cell.memory_mib} MiB\n")
+            for d in guest.devices:
+                pair = f" (pairs with {d.pair})" if d.pair else ""
+                out.write(f"  {d.name:<6} {d.address}  host {d.host}{pair}\n")
+            out.write(f"\nlibvirt domain of {vm.name}\n")
+            out.write(domain_xml(vm.name, host.name, guest, host_addresses(sku, guest)))

@@ -101,6 +101,8 @@ class GpuSpec:
     pci_device: str | None
     pci_class: str | None
     parent: str | None
+    pcie_link: str | None = None
+    """Its PCIe link as NCCL writes it, `32.0 GT/s PCIe x16`; None where no source gives it."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class NicSpec:
     parent: str | None
     osfp: str | None = None
     connectx: str | None = None
+    pcie_link: str | None = None
+    """As GpuSpec.pcie_link."""
 
     @property
     def name(self) -> str:
@@ -203,6 +207,12 @@ class NodeSku:
     @property
     def threads(self) -> int | None:
         return self.cpus.threads
+
+    @property
+    def threads_per_core(self) -> int | None:
+        """Hardware threads of a core (SMT), where the catalog gives threads and cores."""
+        c = self.cpus
+        return c.threads // c.cores if c.threads and c.cores and c.threads % c.cores == 0 else None
 
     def gpu(self, name: str) -> GpuSpec:
         for g in self.gpus:
@@ -570,13 +580,14 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
         interconnect = r.get(gi, "description", "gpu_interconnect", _text, unknown=True)
 
     gm = r.mapping(data.get("gpu_model"), "gpu_model", "a mapping {model, memory_gib, pci_vendor, pci_device, pci_class}") or {}
-    r.keys(gm, "gpu_model", ("model", "memory_gib", "pci_vendor", "pci_device", "pci_class"))
+    r.keys(gm, "gpu_model", ("model", "memory_gib", "pci_vendor", "pci_device", "pci_class"), ("pcie_link",))
     gpu_common = dict(
         model=r.get(gm, "model", "gpu_model", _text, unknown=True),
         memory_gib=r.get(gm, "memory_gib", "gpu_model", _int_min(1), unknown=True),
         pci_vendor=r.get(gm, "pci_vendor", "gpu_model", _hex(4), unknown=True),
         pci_device=r.get(gm, "pci_device", "gpu_model", _hex(4), unknown=True),
         pci_class=r.get(gm, "pci_class", "gpu_model", _hex(6), unknown=True),
+        pcie_link=r.get(gm, "pcie_link", "gpu_model", _PCIE_LINK, default=None),
     )
     gpus: list[GpuSpec] = []
     for i, item in enumerate(r.items(data.get("gpus"), "gpus", "{index, name, numa, pci_bus_id, parent}") or ()):
@@ -607,7 +618,8 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
         m = r.mapping(item, p, "a mapping {model, link, pci_vendor, pci_device, pci_class, ports, speed_gbps, sriov_total_vfs}")
         if m is None:
             continue
-        r.keys(m, p, ("model", "link", "pci_vendor", "pci_device", "pci_class", "ports", "speed_gbps", "sriov_total_vfs"))
+        r.keys(m, p, ("model", "link", "pci_vendor", "pci_device", "pci_class", "ports", "speed_gbps", "sriov_total_vfs"),
+               ("pcie_link",))
         nic_models[str(mid)] = dict(
             model=r.get(m, "model", p, _text, unknown=True),
             link=r.get(m, "link", p, _choice(NIC_LINKS), unknown=True),
@@ -617,6 +629,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
             ports=r.get(m, "ports", p, _int_min(1), unknown=True),
             speed_gbps=r.get(m, "speed_gbps", p, _int_min(1), unknown=True),
             sriov_total_vfs=r.get(m, "sriov_total_vfs", p, _int_min(0), unknown=True),
+            pcie_link=r.get(m, "pcie_link", p, _PCIE_LINK, default=None),
         )
     nics: list[NicSpec] = []
     nic_keys = ("rdma", "netdev", "role", "nic_model", "port", "numa", "pci_bus_id", "parent")
@@ -643,7 +656,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
             osfp=r.get(m, "osfp", p, _pattern(r"OSFP\d+P\d+", "OSFP<cage>P<port>"), default=None),
             connectx=r.get(m, "connectx", p, _pattern(r"CX\d+", "CX<n>"), default=None),
             **(model or dict.fromkeys(("model", "link", "pci_vendor", "pci_device", "pci_class", "ports",
-                                       "speed_gbps", "sriov_total_vfs"))),
+                                       "speed_gbps", "sriov_total_vfs", "pcie_link"))),
         )
         nics.append(nic)
     _unique(r, "nics", "rdma", [n.rdma for n in nics])
@@ -913,6 +926,7 @@ def _hex(digits: int) -> Callable[[Any], str]:
 
 
 _bus_id = _pattern(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", 'a quoted PCI address like "0000:18:00.0"')
+_PCIE_LINK = _pattern(r"\d+\.\d GT/s PCIe x\d+", '"<speed> GT/s PCIe x<width>", as "32.0 GT/s PCIe x16"')
 _cpulist = _pattern(r"\d+(-\d+)?(,\d+(-\d+)?)*", 'a quoted cpulist like "0-55,112-167"')
 
 

@@ -20,10 +20,12 @@ from railyard.model.acceptance import plan_acceptance
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
+from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
 from railyard.model.host_tuning import TuningTargets, tuning_targets
 from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
 from railyard.model.slurm import plan_slurm
+from railyard.model.spec.types import host_reserve_threads
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
 
@@ -170,6 +172,7 @@ class Plan:
         self._pairings: dict[str, dict[str, str]] = {}
         self._netdevs: dict[str, dict[str, str | None]] = {}
         self._tuning: dict[str, TuningTargets] = {}
+        self._guests: dict[str, tuple[GuestTopology, ...]] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -221,19 +224,15 @@ class Plan:
                                      addr.nic_ip(comp, kind, self._rails, ordinal, index, rail, stride),
                                      rail_prefix, leaf, port, netdevs.get(nic.rdma), gateways[rail]))
         vms = []
-        gpus = [g.name for g in getattr(sku, "gpus", ())]
         per_vm = pool.vm.gpus if (virtual and pool.vm is not None and pool.vm.gpus) else 0
-        for j in range(vms_per_host):
-            vf_plans = []
-            for k in range(vfs):
-                rail, slot = addr.vf_placement(j, k, vfs, len(nics))
-                vf_plans.append(VfPlan(f"vf{k}", rail, nic_plans[rail].name, slot,
-                                       addr.vf_ip(comp, kind, self._rails, ordinal, index, rail, slot, stride),
-                                       rail_prefix, gateways[rail]))
+        for j, devices in enumerate(vm_devices(sku, vms_per_host, per_vm, vfs)):
+            vf_plans = [VfPlan(v.name, v.rail, v.pf, v.slot,
+                               addr.vf_ip(comp, kind, self._rails, ordinal, index, v.rail, v.slot, stride),
+                               rail_prefix, gateways[v.rail]) for v in devices.vfs]
             vms.append(VmPlan(addr.vm_name(pool_name, index, j), j,
                               addr.guest_ip(mgmt, ordinal, index, j, vms_per_host),
                               addr.guest_ip(stor, ordinal, index, j, vms_per_host),
-                              tuple(gpus[j * per_vm:(j + 1) * per_vm]), tuple(vf_plans)))
+                              devices.gpus, tuple(vf_plans)))
         return NodePlan(addr.node_name(pool_name, index), pool_name, index, pool.sku,
                         addr.host_ip(mgmt, ordinal, index, vms_per_host),
                         addr.host_ip(stor, ordinal, index, vms_per_host), tuple(nic_plans), tuple(vms))
@@ -264,6 +263,25 @@ class Plan:
         if sku.id not in self._netdevs:
             self._netdevs[sku.id] = {n.rdma: netdev_name(sku, n.rdma) for n in sku.compute_nics}
         return self._netdevs[sku.id]
+
+    def guests(self, pool_name: str) -> tuple[GuestTopology, ...]:
+        """What each VM of a pool's hosts sees (railyard.model.guest_topology), by VM index: the
+        same on every host of the pool. Empty outside the virtual layout."""
+        if pool_name not in self._guests:
+            spec, pool = self.spec, self.spec.pool(pool_name)
+            out: tuple[GuestTopology, ...] = ()
+            if spec.virtual and pool.vms_per_host and pool.vm is not None:
+                sku = self.catalog.nodes[pool.sku]
+                hp = spec.tuning.hugepages
+                backed = bool(hp.count or hp.percent_of_memory)
+                # Validation laid them out already (rules.check_vm): this cannot refuse.
+                out = plan_guests(sku, self.node(pool_name, 0).vms, self.pairing(pool.sku),
+                                  vcpus=pool.vm.vcpus, memory_gib=pool.vm.memory_gib,
+                                  reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
+                                  hugepage_kib=hp.page_bytes // 1024 if backed else None,
+                                  key=f"railyard:nodePools[{self._ordinal[pool_name]}].vm")
+            self._guests[pool_name] = out
+        return self._guests[pool_name]
 
     def tuning(self, node: NodePlan | str) -> TuningTargets:
         """What host tuning sets on `node` (a NodePlan or a host name): computed once per node."""
@@ -377,6 +395,9 @@ class Plan:
         """The summary plus every node, switch and link (large)."""
         out = self.summary()
         out["detail"] = {"nodes": [n.to_json() for n in self.iter_nodes()], **self.fabric.detail()}
+        guests = {p.name: [g.to_json() for g in self.guests(p.name)] for p in self.spec.node_pools}
+        if any(guests.values()):
+            out["detail"]["guests"] = {k: v for k, v in guests.items() if v}
         return out
 
 

@@ -103,7 +103,7 @@ def sku_counts(sku: Any) -> dict[str, int | None]:
     cpu = sku.cpus
     sockets = cpu.sockets
     cores = cpu.cores // sockets if cpu.cores and sockets and cpu.cores % sockets == 0 else None
-    threads = cpu.threads // cpu.cores if cpu.threads and cpu.cores and cpu.threads % cpu.cores == 0 else None
+    threads = sku.threads_per_core
     if not (sockets and cores and threads):
         sockets = cores = threads = None
     # Below the memory the host reports, or slurmd's registration drains it (Low RealMemory).

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Iterable
 from dataclasses import dataclass, field
 
 try:
@@ -335,6 +336,20 @@ def parse_cpulist(text: str) -> list[int]:
         else:
             out.append(int(part))
     return out
+
+
+def format_cpulist(ids: Iterable[int]) -> str:
+    """CPUs as a kernel cpulist (0,1,2,5 -> ``0-2,5``), the syntax libvirt's cpusets share."""
+    out: list[str] = []
+    items = sorted(ids)
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def cpumask(text: str) -> str:

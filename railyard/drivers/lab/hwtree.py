@@ -56,7 +56,7 @@ from typing import Any, Iterable
 
 from railyard.model.catalog import NicSpec, NodeSku
 from railyard.model.pci_layout import Function, layout, netdev_name
-from railyard.model.sysfs_discovery import natural_key as _natural
+from railyard.model.sysfs_discovery import format_cpulist, natural_key as _natural
 
 MSI_VECTORS = 4
 FIRST_IRQ = 100
@@ -228,8 +228,8 @@ def _local_cpulist(sku: NodeSku, numa: int | None, all_cpus: str | None) -> str 
 def _memory(w: "_Writer", sku: NodeSku, all_cpus: str | None) -> None:
     numa_ids = sorted(n.id for n in sku.numa_nodes)
     if numa_ids:
-        w.file("sys/devices/system/node/online", _ranges(numa_ids))
-        w.file("sys/devices/system/node/possible", _ranges(numa_ids))
+        w.file("sys/devices/system/node/online", format_cpulist(numa_ids))
+        w.file("sys/devices/system/node/possible", format_cpulist(numa_ids))
     for n in sku.numa_nodes:
         base = f"sys/devices/system/node/node{n.id}"
         w.file(f"{base}/cpulist", n.cpulist)
@@ -288,20 +288,6 @@ def _nvme(w: "_Writer", sku: NodeSku) -> dict[str, str] | None:
             # No device/ (the controller with model, numa_node, address): the catalog gives
             # neither the drive model nor where the drive sits on the PCI buses.
     return names
-
-
-def _ranges(ids: Iterable[int]) -> str:
-    out: list[str] = []
-    ids = sorted(ids)
-    start = prev = ids[0]
-    for i in ids[1:] + [None]:  # type: ignore[operator]
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ",".join(out)
 
 
 class _Writer:

@@ -22,6 +22,7 @@ import yaml
 from railyard.model import addressing, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
+from railyard.model.guest_topology import default_vcpus, vm_devices
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
@@ -416,6 +417,7 @@ class _Parser(CrossFieldRules):
         if vm_m is None:
             return vms, None, frozenset()
         keys = frozenset(k for k in vm_m if vm_m[k] is not None)
+        derive_vcpus = False
         vfs = self.integer(vm_m, "vfs", f"{vpath}.vfs", default=None)
         shape_id = self.string(vm_m, "shape", f"{vpath}.shape", what="a VM shape id from the catalog")
         if "shape" in keys:
@@ -444,8 +446,7 @@ class _Parser(CrossFieldRules):
                         self.problem(f"{ipath}.vmsPerHost", _show(vms), f"at most {host_gpus} (one GPU per VM)",
                                      f"{sku.id} has {host_gpus} GPUs")
                         gpus = None
-                if vcpus is None and "vcpus" not in keys and threads is not None:
-                    vcpus = max(1, (threads - host_reserve_threads(threads)) // vms)
+                derive_vcpus = vcpus is None and "vcpus" not in keys and threads is not None
                 if memory is None and "memoryGiB" not in keys and host_mem is not None:
                     memory = max(1, int((host_mem - os_reserve_gib(host_mem)) // vms))
                 # A default cannot be derived from a fact the catalog does not know: ask for it.
@@ -457,6 +458,11 @@ class _Parser(CrossFieldRules):
         if vfs is None and "vfs" not in keys and sku is not None:
             # One VF on every rail: a VM reaches each rail of the rail-optimized fabric.
             vfs = max(1, len(sku.compute_nics))
+        if derive_vcpus and gpus and vfs is not None and vms and vms > 0:
+            # The most every VM can have pinned beside its devices (guest_topology), once the
+            # hypervisor's reserve is kept.
+            reserve = host_reserve_threads(sku.threads)
+            vcpus = default_vcpus(sku, vm_devices(sku, vms, gpus, vfs), (sku.threads - reserve) // vms, reserve)
         return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=vfs, shape=shape_id), keys
 
     # --- fabric ---------------------------------------------------------------------------------

@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from railyard.model import addressing
+from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
 from railyard.model.fabric import FabricError, FabricPlan, group_name, plan_fabric, unit_name
 from railyard.model.spec.show import _fmt, _one_of, _show
+from railyard.model.topology import Topology
 from railyard.model.spec.types import (
     NAMESPACE, ComputeFabric, Fabric, Hugepages, NodePool, Spec, Sriov, TuningSpec, host_reserve_threads,
     os_reserve_gib,
@@ -75,7 +76,7 @@ class CrossFieldRules:
             self.check_hugepages(pool, fact, tuning.hugepages, layout)
             self.check_sriov(pool, fact, layout, tuning.sriov)
             if layout == "virtual" and pool.vm is not None:
-                self.check_vm(pool, fact, compute)
+                self.check_vm(pool, fact, compute, tuning.hugepages)
             if compute is not None and compute.kind and compute.speed:
                 self.check_nics(pool, fact, compute)
 
@@ -128,10 +129,11 @@ class CrossFieldRules:
                              f"{pool.vms_per_host} VM(s) x {pool.vm.vfs} VFs over {len(nics)} compute PFs need "
                              f"{need} VFs per PF on {pool.sku}; raise {NAMESPACE}:tuning.sriov.vfsPerPf")
 
-    def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None) -> None:
+    def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None, hp: Hugepages) -> None:
         vm, sku, vms = pool.vm, fact.sku, pool.vms_per_host
         if vms is None:
             return
+        before = len(self.problems)
         vpath = f"{fact.path}.vm"
 
         def where(key: str) -> str:
@@ -163,6 +165,8 @@ class CrossFieldRules:
                              f"vmsPerHost x vm.memoryGiB <= {math.floor(most)}",
                              f"{pool.sku} has {_fmt(mem)} GiB and keeps {_fmt(os_reserve_gib(mem))} GiB for the "
                              f"hypervisor; {vms} x {vm.memory_gib} GiB ({what}) = {vm.memory_gib * vms} GiB")
+        if len(self.problems) == before and vm.gpus and vm.vcpus and vm.memory_gib and vm.vfs:
+            self.check_guests(pool, fact, hp)
         shape = self.catalog.vm_shapes.get(vm.shape) if vm.shape else None
         if shape is None:
             return
@@ -174,6 +178,23 @@ class CrossFieldRules:
         if compute is not None and compute.kind and shape.fabric and shape.fabric != compute.kind:
             self.problem(f"{vpath}.shape", _show(vm.shape), f"a shape whose compute NICs join {compute.kind}",
                          f"{vm.shape} reaches a {shape.fabric} fabric; {NAMESPACE}:fabric.compute.kind is {compute.kind}")
+
+    def check_guests(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages) -> None:
+        """The VMs laid out on their host (railyard.model.guest_topology): vCPUs pinned beside their
+        devices, a cell's memory, the guest's PCIe tree."""
+        vm, sku = pool.vm, fact.sku
+        try:
+            guest_topology.plan_guests(
+                sku, guest_topology.vm_devices(sku, pool.vms_per_host, vm.gpus, vm.vfs),
+                Topology.from_sku(sku).pairing(), vcpus=vm.vcpus, memory_gib=vm.memory_gib,
+                reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
+                hugepage_kib=hp.page_bytes // 1024 if (hp.count or hp.percent_of_memory) else None,
+                key=f"{fact.path}.vm")
+        except guest_topology.GuestTopologyError as exc:
+            key = exc.key
+            if "shape" in fact.vm_keys and key.rsplit(".", 1)[-1] in ("vcpus", "memoryGiB"):
+                key = f"{fact.path}.vm.shape"
+            self.problem(key, exc.found, exc.allowed, exc.why)
 
     def check_nics(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric) -> None:
         # The catalog refuses a SKU without compute NICs, so every pool here has at least one.
