@@ -299,6 +299,8 @@ def test_cordon_takes_the_node_acceptance_failed_out_of_kubernetes_and_a_pass_br
     while api.get(f"/api/v1/namespaces/default/pods/{pod}")["spec"].get("nodeName") != node:
         assert time.monotonic() < deadline, "the pinned pod was not scheduled once the node was uncordoned"
         time.sleep(0.5)
+    # A Node's spec now waits on acceptance's verdict, and a verdict that stands changes nothing.
+    assert project.pulumi("preview", "--diff", "--expect-no-changes").returncode == 0
 
 
 def test_destroy_stops_the_control_plane_and_leaves_nothing(project):
