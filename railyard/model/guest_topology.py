@@ -24,9 +24,11 @@ connections"; NVIDIA/nccl #1464, kubevirt #19103).
   each serves, largest remainder), in whole hugepages where the host backs guests with them.
 
 Guest PCI addresses are the ones the guest's firmware gives: it numbers buses depth first from
-each expander bus's `busNr`. The plan sets those downwards from 255, as libvirt does when it picks
-them itself: the numbers between one expander's busNr and the next higher one's are that
-expander's (libvirt's docs), and those below the lowest are pcie-root's.
+each expander bus's `busNr`. The numbers between one expander's busNr and the next higher one's
+are that expander's, and those below the lowest are pcie-root's (libvirt's docs). The plan gives
+the expanders the top of the range in guest order upwards, so that bus order is device order: the
+guest numbers its GPUs (nvidia-smi, CUDA's PCI order) and its VFs (mlx5_N, probe order) as the host
+numbers them.
 
 Pure: the same SKU, VM shape and pairing always give the same topology, for every host of a pool.
 """
@@ -400,13 +402,16 @@ def _tree(tree: pcie.PcieTree, order: list[tuple[str, str, str, Any]], cell_of: 
 
     controllers: list[GuestController] = []
     placed: dict[int, tuple[int, int, int | None]] = {}
-    low, index = MAX_BUS + 1, 1
+    # The expanders take the top of the bus numbers, in guest order upwards, so that bus order is
+    # device order: the guest numbers its GPUs (nvidia-smi) and its VFs (mlx5_N) as the host does.
+    low, index = MAX_BUS + 1 - sum(buses(hb) for hb in bridges), 1
+    if low < ROOT_BUSES:
+        raise GuestTopologyError(key, f"{len(order)} devices", f"a VM whose PCIe tree leaves pcie-root "
+                                 f"{ROOT_BUSES} buses", "the VM's expander buses would need more than "
+                                 f"{MAX_BUS + 1 - ROOT_BUSES} bus numbers")
     for n, hb in enumerate(bridges):
-        low -= buses(hb)
-        if low < ROOT_BUSES:
-            raise GuestTopologyError(key, f"{len(order)} devices", f"a VM whose PCIe tree leaves pcie-root "
-                                     f"{ROOT_BUSES} buses", "the VM's expander buses would need more than "
-                                     f"{MAX_BUS + 1 - ROOT_BUSES} bus numbers")
+        if n:
+            low += buses(bridges[n - 1])
         pxb = index
         controllers.append(GuestController(pxb, EXPANDER, 0, FIRST_EXPANDER_SLOT + n, low, hb, cell_of[tree.numa(hb)]))
         index, bus = index + 1, low

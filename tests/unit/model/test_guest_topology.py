@@ -62,12 +62,13 @@ def test_a_dgx_vm_keeps_each_gpu_and_its_hosts_nic_vf_under_one_virtual_switch()
 
 def test_guest_addresses_are_the_buses_firmware_numbers_below_each_expander():
     (guest,) = dgx(vcpus=200, memoryGiB=1600).guests("gpu")
-    # Expander k takes 5 buses from the top down: its own, the root port's, the switch's internal
-    # bus and one per downstream port; its GPU sits on the first downstream port, the VF on the next.
+    # Each expander takes 5 buses, its own, the root port's, the switch's internal bus and one per
+    # downstream port, the 8 of them the top 40 in GPU order; the GPU sits on the first downstream
+    # port, the VF on the next. So the guest's bus order is GPU order, as the host's.
     assert [(guest.device(f"GPU{i}").address, guest.device(f"vf{i}").address) for i in range(8)] == [
-        (f"0000:{0xfe - 5 * i:02x}:00.0", f"0000:{0xff - 5 * i:02x}:00.0") for i in range(8)]
+        (f"0000:{0xdb + 5 * i:02x}:00.0", f"0000:{0xdc + 5 * i:02x}:00.0") for i in range(8)]
     expanders = [c for c in guest.controllers if c.model == "pcie-expander-bus"]
-    assert [e.bus for e in expanders] == [0xfb - 5 * i for i in range(8)]
+    assert [e.bus for e in expanders] == [0xd8 + 5 * i for i in range(8)]
     by_index = {c.index: c for c in guest.controllers}
     # Every bus below an expander lies inside its range (up to the next higher expander's busNr).
     for c in guest.controllers:
