@@ -289,6 +289,10 @@ def render_guests(plan: Any, out: TextIO) -> None:
             continue
         host = plan.node(pool.name, 0)
         sku = plan.catalog.nodes[pool.sku]
+        isolation = plan.tuning(host).cpu_isolation
+        if isolation is not None:
+            out.write(f"\nhypervisor {host.name} ({isolation.mode} CPU isolation): CPUs "
+                      f"{format_cpulist(isolation.isolated)} for its VMs, {format_cpulist(isolation.housekeeping)} its own\n")
         for vm, guest in zip(host.vms, guests):
             out.write(f"\nguest {vm.name} on {host.name} ({guest.level}-level PCIe layout, "
                       f"{'pinned' if guest.emulator_cpus is not None else 'not pinned: the catalog has no CPU lists'})\n")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.model.sysfs_discovery import format_cpulist
+
 # What the iommu role writes for each vendor and mode (kernel-parameters.txt: intel_iommu=,
 # amd_iommu=, iommu=pt); "off" adds nothing.
 IOMMU_ARGS = {
@@ -39,9 +41,19 @@ def hugepage_args(size: str, per_numa: dict[int, int], total: int) -> tuple[str,
     return (f"default_hugepagesz={size}", f"hugepagesz={size}", f"hugepages={count}")
 
 
+def isolation_args(isolation: Any) -> tuple[str, ...]:
+    """isolcpus (off the scheduler's load balancing, and managed interrupts off them), nohz_full and
+    rcu_nocbs for the CPUs pinned to VMs, under cpuIsolation: kernel (kernel-parameters.txt)."""
+    if isolation is None or isolation.mode != "kernel" or not isolation.isolated:
+        return ()
+    cpus = format_cpulist(isolation.isolated)
+    return (f"isolcpus=managed_irq,domain,{cpus}", f"nohz_full={cpus}", f"rcu_nocbs={cpus}")
+
+
 def kernel_args(spec: Any, plan: Any, node: Any) -> tuple[str, ...]:
     """What `node`'s next boot must have on its command line: the hugepage reservation, then the
-    IOMMU mode (none for a vendor the catalog does not name: the role decides that on the host)."""
+    IOMMU mode (none for a vendor the catalog does not name: the role decides that on the host),
+    then the CPU isolation of a hypervisor."""
     if isinstance(node, str):
         node = plan.node_named(node)
     targets = plan.tuning(node)
@@ -49,7 +61,7 @@ def kernel_args(spec: Any, plan: Any, node: Any) -> tuple[str, ...]:
     vendor = cpu_vendor(plan.catalog.nodes[node.sku])
     if vendor != "auto":
         out += IOMMU_ARGS[vendor][spec.tuning.iommu]
-    return out
+    return out + isolation_args(targets.cpu_isolation)
 
 
 def missing(wanted: tuple[str, ...] | list[str], cmdline: str) -> list[str]:

@@ -80,6 +80,18 @@ def vf_assignments(stack: str, node_plan, vfs_per_pf: int, compute_nics: list[st
 
 
 @dataclass(frozen=True)
+class CpuIsolation:
+    """A hypervisor's CPUs split between its VMs and itself (railyard:nodePools[].cpuIsolation)."""
+
+    mode: str
+    """`kernel` (isolcpus, nohz_full, rcu_nocbs) or `systemd` (CPUAffinity of its services)."""
+    isolated: tuple[int, ...]
+    """Exactly the CPUs pinned to its VMs (railyard.model.guest_topology)."""
+    housekeeping: tuple[int, ...]
+    """Every other CPU of the host: its services, interrupts and the VMs' emulator threads."""
+
+
+@dataclass(frozen=True)
 class TuningTargets:
     """Everything host tuning sets on one host, as numbers and names the roles only apply."""
 
@@ -100,10 +112,13 @@ class TuningTargets:
     nccl_cross_nic: int
     """NCCL_CROSS_NIC: 0 on a rail-optimized fabric (a GPU talks to its own rail's peers), else 2
     (NCCL decides)."""
+    cpu_isolation: CpuIsolation | None = None
 
 
-def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drives: int) -> TuningTargets:
-    """The targets of `node_plan` (a NodePlan of `sku`) under the stack's tuning settings."""
+def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drives: int,
+                   cpu_isolation: CpuIsolation | None = None) -> TuningTargets:
+    """The targets of `node_plan` (a NodePlan of `sku`) under the stack's tuning settings;
+    cpu_isolation: the plan's, from its VMs' pinning."""
     hp = spec.tuning.hugepages
     pages = hp.pages_for(sku.memory_gib) if (hp.count is not None or sku.memory_gib is not None) else 0
     # In proportion to the GPUs each NUMA node serves (those given to VMs, if any).
@@ -120,4 +135,5 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
     return TuningTargets(hugepage_size=hp.size, hugepages_per_numa=per_numa,
                          hugepages_total=0 if per_numa else pages, compute_pfs=pfs, vfs_per_pf=vfs_per_pf,
                          vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives,
-                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2)
+                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2,
+                         cpu_isolation=cpu_isolation)

@@ -21,7 +21,7 @@ from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
 from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
-from railyard.model.host_tuning import TuningTargets, tuning_targets
+from railyard.model.host_tuning import CpuIsolation, TuningTargets, tuning_targets
 from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
 from railyard.model.slurm import plan_slurm
@@ -283,12 +283,23 @@ class Plan:
             self._guests[pool_name] = out
         return self._guests[pool_name]
 
+    def _isolation(self, pool_name: str) -> CpuIsolation | None:
+        """A pool's hypervisors' CPU isolation: isolated, exactly the CPUs pinned to its VMs."""
+        mode = self.spec.pool(pool_name).cpu_isolation
+        guests = self.guests(pool_name)
+        if mode is None or not guests:
+            return None
+        isolated = sorted(p for g in guests for c in g.cells for p in (c.pins or ()))
+        every = [c for n in self.catalog.nodes[self.spec.pool(pool_name).sku].numa_nodes for c in n.cpus() or ()]
+        return CpuIsolation(mode, tuple(isolated), tuple(sorted(set(every) - set(isolated))))
+
     def tuning(self, node: NodePlan | str) -> TuningTargets:
         """What host tuning sets on `node` (a NodePlan or a host name): computed once per node."""
         plan = self.node_named(node) if isinstance(node, str) else node
         if plan.name not in self._tuning:
             self._tuning[plan.name] = tuning_targets(self.spec, self.catalog.nodes[plan.sku], plan,
-                                                     self.pairing(plan.sku), self._cache_drives(plan.pool))
+                                                     self.pairing(plan.sku), self._cache_drives(plan.pool),
+                                                     self._isolation(plan.pool))
         return self._tuning[plan.name]
 
     def _cache_drives(self, pool_name: str) -> int:

@@ -37,8 +37,9 @@ DATA_KINDS = {"StorageTiers"}
 DATA_WORDS = re.compile(r"storage|cache|pfs|lustre|gpfs|object|bucket|volume|disk|nvme", re.I)
 # Components whose delete or replace takes nodes (or what they stand on) away from running jobs.
 NODE_KINDS = {"HgxNode", "NodePool", "VirtualMachine", "Fabric"}
-# Settings applied at boot: the kernel command line (hugepage reservation, IOMMU mode).
-REBOOT_WORDS = re.compile(r"hugepage|iommu|kernel|cmdline|grub|isolcpus|reboot", re.I)
+# Settings applied at boot: the kernel command line (hugepage reservation, IOMMU mode, a
+# hypervisor's CPU isolation, whose systemd mode reaches running services only at the next boot).
+REBOOT_WORDS = re.compile(r"hugepage|iommu|kernel|cmdline|grub|isolcpus|cpu_?isolation|reboot", re.I)
 # A new file system or RAID layout under data means reformatting it.
 FORMAT_WORDS = re.compile(r"(^|[._-])(fs|fstype|filesystem|raid|format)($|[._-])", re.I)
 NODE_IDENTITY = re.compile(r"(^|[._-])sku($|[._-])", re.I)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from railyard.model.boot_args import cpu_vendor
+from railyard.model.sysfs_discovery import format_cpulist
 
 
 def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = None,
@@ -47,6 +48,13 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
     # --- IOMMU: passthrough when VFs or GPUs go to VMs
     out["iommu_mode"] = tuning.iommu
     out["iommu_cpu_vendor"] = cpu_vendor(sku)
+
+    # --- CPU isolation of a hypervisor: only where its pool asks for it (no variable otherwise, so
+    # the other stacks' tuning inputs stay as they were)
+    if targets.cpu_isolation is not None:
+        out["cpu_isolation_mode"] = targets.cpu_isolation.mode
+        out["cpu_isolation_cpus"] = format_cpulist(targets.cpu_isolation.isolated)
+        out["cpu_isolation_housekeeping"] = format_cpulist(targets.cpu_isolation.housekeeping)
 
     # --- GPU/NIC affinity: the pairing is computed on the host from its PCIe tree; the plan's is
     # what the verify role compares it with.

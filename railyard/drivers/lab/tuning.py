@@ -31,8 +31,12 @@ def tuning_vars() -> dict[str, Any]:
 
 
 def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
-    # Only where Slurm runs, so a stack without it keeps its tuning's inputs as they were.
-    return dict(SLURM_VARS) if spec.slurm is not None else {}
+    # Only where Slurm runs, or the hypervisor isolates CPUs, so a stack with neither keeps its
+    # tuning's inputs as they were.
+    out = dict(SLURM_VARS) if spec.slurm is not None else {}
+    if plan.tuning(node).cpu_isolation is not None:
+        out["cpu_isolation_procfs_root"] = f"{HW_TREE}/proc"
+    return out
 
 
 def acceptance_vars() -> dict[str, Any]:

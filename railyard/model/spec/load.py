@@ -22,11 +22,11 @@ import yaml
 from railyard.model import addressing, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
-from railyard.model.guest_topology import default_vcpus, vm_devices
+from railyard.model.guest_topology import default_vcpus, pinning, vm_devices
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
-    ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
     RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
@@ -406,7 +406,19 @@ class _Parser(CrossFieldRules):
                     if key in m:
                         self.problem(f"{ipath}.{key}", "a VM setting", "nothing: the layout is bare-metal",
                                      f"remove it, or set {NAMESPACE}:layout: virtual")
-            pools.append(NodePool(name=name, sku=sku_id, count=count, vms_per_host=vms_per_host, vm=vm))
+            isolation = self.choice(m, "cpuIsolation", f"{ipath}.cpuIsolation", CPU_ISOLATION, default=None)
+            if isolation is not None and layout != "virtual":
+                self.problem(f"{ipath}.cpuIsolation", _show(isolation), "nothing: the pool runs no VMs",
+                             "CPU isolation keeps the hypervisor off its VMs' pinned CPUs; "
+                             f"remove it, or set {NAMESPACE}:layout: virtual")
+                isolation = None
+            elif isolation is not None and sku is not None and pinning(sku) is None:
+                self.problem(f"{ipath}.cpuIsolation", _show(isolation), f"nothing for {sku.id}",
+                             f"the catalog does not give {sku.id}'s CPU lists and threads per core, so no vCPU is "
+                             "pinned and there is nothing to isolate")
+                isolation = None
+            pools.append(NodePool(name=name, sku=sku_id, count=count, vms_per_host=vms_per_host, vm=vm,
+                                  cpu_isolation=isolation))
             facts.append(fact)
         return pools, facts
 

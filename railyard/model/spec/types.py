@@ -67,7 +67,7 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
          "slurm", "acceptance", "ephemeral", "protect"),
-    "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm"),
+    "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm", "cpuIsolation"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
     "fabric": ("compute", "storage", "management"),
     "fabric.compute": (
@@ -164,6 +164,10 @@ class NodePool:
     count: int
     vms_per_host: int = 0
     vm: VmSpec | None = None
+    cpu_isolation: str | None = None
+    """How the hypervisor keeps its own work off the CPUs pinned to VMs: `kernel` (isolcpus,
+    nohz_full, rcu_nocbs on the command line) or `systemd` (CPUAffinity of its services); None:
+    not at all."""
 
     @property
     def vms(self) -> int:
@@ -258,6 +262,7 @@ class SlurmSpec:
 
 
 ACCEPTANCE_ON_FAILURE = ("fail", "cordon")
+CPU_ISOLATION = ("kernel", "systemd")
 
 
 @dataclass(frozen=True)

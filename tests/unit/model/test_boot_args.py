@@ -67,3 +67,15 @@ def test_missing_names_what_the_running_kernel_lacks():
     wanted = ("hugepagesz=1G", "hugepages=0:4,1:2", "intel_iommu=on", "iommu=pt")
     assert missing(wanted, "BOOT_IMAGE=/vmlinuz ro intel_iommu=on hugepagesz=1G hugepages=0:4,1:2 iommu=pt") == []
     assert missing(wanted, "ro hugepagesz=1G hugepages=0:2,1:2") == ["hugepages=0:4,1:2", "intel_iommu=on", "iommu=pt"]
+
+
+def test_a_hypervisors_cpu_isolation_is_what_its_role_writes_and_only_under_the_kernel_mode():
+    from tests.roles.test_roles_cpu_isolation import planned
+
+    spec, plan, node = planned("kernel")
+    v = host_vars(spec, plan, node)
+    wanted = kernel_args(spec, plan, node)
+    role = _render("cpu_isolation", "{{ __cpu_isolation_cmdline }}", v).split()
+    assert [a for a in wanted if a.split("=")[0] in ("isolcpus", "nohz_full", "rcu_nocbs")] == role
+    spec, plan, node = planned("systemd")
+    assert not [a for a in kernel_args(spec, plan, node) if a.startswith(("isolcpus", "nohz_full", "rcu_nocbs"))]

@@ -173,3 +173,29 @@ def test_validate_refuses_what_cannot_be_pinned(tmp_path):
     f.write_text(yaml.safe_dump({"config": cfg}))
     out = subprocess.run([sys.executable, "-m", "railyard.cli", "validate", str(f)], capture_output=True, text=True)
     assert out.returncode == 1 and "railyard:nodePools[0].vm.vcpus" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("layout, sku, why", [
+    ("bare-metal", "dgx-h100", "runs no VMs"),
+    ("virtual", "vela-a100", "nothing to isolate"),
+])
+def test_cpu_isolation_is_refused_where_no_vcpu_is_pinned(layout, sku, why):
+    cfg = copy.deepcopy(BASE)
+    cfg["railyard:layout"] = layout
+    cfg["railyard:nodePools"] = [{"name": "gpu", "count": 2, "sku": sku, "cpuIsolation": "kernel",
+                                  **({"vmsPerHost": 1, "vm": {"vcpus": 8, "memoryGiB": 100}} if layout == "virtual" else {})}]
+    if sku == "vela-a100":
+        cfg["railyard:fabric"]["compute"] = {"kind": "roce", "speed": "100gbe", "switch": "sn5600", "cidr": "198.19.0.0/16"}
+    with pytest.raises(SpecError) as err:
+        make_plan(parse_config(cfg, stack="t"))
+    (problem,) = [p for p in err.value.problems if p.path.endswith("cpuIsolation")]
+    assert problem.path == "railyard:nodePools[0].cpuIsolation" and why in problem.allowed + problem.hint
+
+
+def test_a_hypervisor_isolates_exactly_the_cpus_pinned_to_its_vms():
+    plan = plan_of({"sku": "dgx-h100", "vmsPerHost": 2, "cpuIsolation": "kernel", "vm": {"gpus": 4, "vfs": 4,
+                                                                                         "memoryGiB": 700}})
+    iso = plan.tuning(plan.node("gpu", 0)).cpu_isolation
+    pinned = {p for g in plan.guests("gpu") for c in g.cells for p in c.pins}
+    assert set(iso.isolated) == pinned and set(iso.housekeeping) == set(range(224)) - pinned
+    assert set(plan.guests("gpu")[0].emulator_cpus) <= set(iso.housekeeping)

@@ -61,6 +61,15 @@ def test_a_hugepage_boot_reservation_needs_a_reboot():
     assert rules.classify_path("railyard:tuning.iommu").disruption == Disruption.NEEDS_REBOOT
 
 
+def test_a_hypervisors_cpu_isolation_needs_a_reboot_in_either_mode():
+    parent = urn(TUNING, "c-tuning")
+    old = {"hosts": {"gpu-0": {"vars": {"cpu_isolation_mode": "kernel", "cpu_isolation_cpus": "6-55"}}}}
+    new = {"hosts": {"gpu-0": {"vars": {"cpu_isolation_mode": "systemd", "cpu_isolation_cpus": "6-55"}}}}
+    data = {"steps": [step("update", f"{TUNING}$pulumi-python:dynamic:Resource", "c-tuning-run", parent, old, new)]}
+    assert verdict_of(data).disruption == Disruption.NEEDS_REBOOT
+    assert rules.classify_path("railyard:nodePools[0].cpuIsolation").disruption == Disruption.NEEDS_REBOOT
+
+
 LAYER = "railyard:index:Cluster$railyard:index:KubernetesLayer"
 
 
