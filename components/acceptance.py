@@ -31,8 +31,9 @@ class AcceptanceArgs:
 
 
 class Acceptance(pulumi.ComponentResource):
-    """Outputs: `passed`, `findings` (node, rail, check, message), `drained` and `cordoned` (the
-    nodes taken out of scheduling, and why, under onFailure: cordon), `flagged` rail
+    """Outputs: `passed`, `findings` (node, rail, check, message), `cordoned` (the nodes taken out
+    of scheduling under onFailure: cordon, and why) and `drained` (those of them drained in Slurm),
+    `flagged` rail
     pairs, `median_gbps`, `seconds`, and `report` (the Markdown report beside the run's artifacts)."""
 
     TYPE = "railyard:index:Acceptance"

@@ -90,7 +90,9 @@ class Cluster(pulumi.ComponentResource):
                                                      secret_vars=self.tuning.secret_vars, access=self.access,
                                                      tuned=self.tuning.run.last_run,
                                                      extra_vars=driver.acceptance_vars(),
-                                                     kubernetes=args.plan.kubernetes is not None),
+                                                     # Only cordon reads it: no other stack's acceptance reruns for it.
+                                                     kubernetes=args.plan.kubernetes is not None
+                                                     and args.plan.acceptance.on_failure == "cordon"),
                 depends_on=after, opts=child)
         for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):

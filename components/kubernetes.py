@@ -127,7 +127,8 @@ class KubernetesLayer(pulumi.ComponentResource):
                 f"{name}-node-{node.name}",
                 metadata={"name": node_name, "labels": labels,
                           "annotations": annotations({"pulumi.com/patchFieldManager": FIELD_MANAGER})},
-                spec=spec, opts=opts)
+                # No spec at all for a node that passed, as before cordoning existed.
+                spec=spec.apply(lambda s: s or None) if spec is not None else None, opts=opts)
         # A Node as a kubelet registers it: the API server keeps the status of a Node that is
         # created, which is how kwok's nodes get their capacity (core/v1 Node takes no status).
         return pulumi.CustomResource(

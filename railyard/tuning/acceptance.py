@@ -62,7 +62,7 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
     elif findings:
         raise AcceptanceFailed("acceptance failed:\n  " + "\n  ".join(str(f) for f in findings)
                                + (f"\nreport: {report}" if report else ""))
-    return {"passed": not findings, "findings": [f.to_json() for f in findings], "drained": sorted(cordoned), "cordoned": cordoned,
+    return {"passed": not findings, "findings": [f.to_json() for f in findings], "drained": sorted(cordoned) if _slurm(props) else [], "cordoned": cordoned,
             "rail_pairs": len(judged["rails"]), "median_gbps": judged["median_gbps"],
             "flagged": [{"node": e["node"], "rail": e["rail"], "peer": e["peer"], "gbps": e["gbps"]}
                         for e in judged["rails"] if e["flagged"]],
@@ -70,12 +70,17 @@ def run(props: dict[str, Any]) -> dict[str, Any]:
             "last_run": Path(result["run_dir"]).name if result.get("run_dir") else None}
 
 
+def _slurm(props: dict) -> bool:
+    """Whether the stack's Slurm controller is among the nodes (where the failed ones are drained)."""
+    return bool(props.get("controller")) and props["controller"] in props["hosts"]
+
+
 def _take_out(base: dict, props: dict, findings: list[Finding]) -> dict[str, str]:
     """The failed nodes out of scheduling, each with its first finding as the reason: drained in
     Slurm here, where the stack has it; cordoned by the Kubernetes layer, where it has that. The
     nodes and their reasons."""
     controller = props.get("controller")
-    slurm = bool(controller) and controller in props["hosts"]
+    slurm = _slurm(props)
     if not slurm and not props.get("kubernetes"):
         raise AcceptanceFailed("acceptance failed, and onFailure: cordon has no scheduler to take the nodes out of:\n  "
                                + "\n  ".join(str(f) for f in findings))

@@ -279,7 +279,7 @@ def test_cordon_takes_the_node_acceptance_failed_out_of_kubernetes_and_a_pass_br
         project.config = config
         project.pulumi("up", "--yes", "--skip-preview", timeout=900)  # onFailure changed: acceptance runs again
         out = project.outputs()["acceptance"]
-        assert out["drained"] == [node] and [(f["node"], f["rail"]) for f in out["findings"]] == [(node, rail)], out
+        assert list(out["cordoned"]) == [node] and [(f["node"], f["rail"]) for f in out["findings"]] == [(node, rail)], out
         cordoned = api.get(f"/api/v1/nodes/{node}")
         assert cordoned["spec"].get("unschedulable") is True
         assert re.match(rf"railyard acceptance: {node} rail{rail}: rail-mtu",

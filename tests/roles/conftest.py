@@ -98,9 +98,14 @@ def make_host(sku: str, work: Path, endpoint: str) -> Host:
     v |= {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
-        # Never the host's bootloader: the handler runs a harmless command.
+        # Never the host's bootloader or service manager: the handlers run a harmless command.
         "hugepages_bootloader_command": ["true"],
         "iommu_bootloader_command": ["true"],
+        "cpu_isolation_bootloader_command": ["true"],
+        "cpu_isolation_systemd_command": ["true"],
+        "cpu_isolation_etc_root": str(etc),
+        "cpu_isolation_run_root": str(work / "run"),
+        "cpu_isolation_procfs_root": procfs,
         "sriov_ip_command": [str(ipdir / "ip")],
         "dataset_cache_mount": str(cache),
         "dataset_cache_access_key": "test",

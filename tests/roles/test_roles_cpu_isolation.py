@@ -1,7 +1,8 @@
 """The cpu_isolation role on a dgx-h100 hypervisor's hardware tree (railyard:nodePools[].cpuIsolation):
 check mode writes nothing, the kernel mode's drop-in carries exactly the planned kernel arguments
 (railyard.model.boot_args, which decides the hosts driver's reboots), a second run changes nothing,
-and a change of mode leaves only the new mode's file."""
+a change of mode leaves only the new mode's file, and a host without isolation gets Railyard's
+files removed; each time the role says whether a boot is still needed, and its handlers run."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from railyard.model.sysfs_discovery import format_cpulist
 from railyard.stack import parse_config
 from railyard.tuning.vars import host_vars
 
-from .conftest import PLAYBOOKS, Host
+from .conftest import PLAYBOOKS, Host, Run
 
 CONFIG = {
     "railyard:region": "lab",
@@ -32,6 +33,8 @@ CONFIG = {
 }
 GRUB = "etc/default/grub.d/railyard-cpu-isolation.cfg"
 SYSTEMD = "etc/systemd/system.conf.d/railyard-cpu-isolation.conf"
+MARK = "railyard/cpu-isolation.reboot"
+KEYS = ("cpu_isolation_mode", "cpu_isolation_cpus", "cpu_isolation_housekeeping")
 
 
 def planned(mode: str):
@@ -40,6 +43,20 @@ def planned(mode: str):
     spec = parse_config(cfg, stack="iso")
     plan = make_plan(spec)
     return spec, plan, plan.nodes[0]
+
+
+def mode_vars(mode: str) -> dict:
+    spec, plan, node = planned(mode)
+    v = host_vars(spec, plan, node)
+    return {k: v[k] for k in KEYS}
+
+
+def reboot_required(run: Run) -> bool:
+    facts = [e["event_data"]["res"]["ansible_facts"]["cpu_isolation_reboot_required"] for e in run.events
+             if e.get("event") == "runner_on_ok"
+             and "cpu_isolation_reboot_required" in (e["event_data"].get("res", {}).get("ansible_facts") or {})]
+    assert len(facts) == 1, facts
+    return facts[0] in (True, "True", "true")
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +68,25 @@ def host(tmp_path_factory) -> Host:
     spec, plan, node = planned("kernel")
     v = host_vars(spec, plan, node)
     v |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-          "cpu_isolation_etc_root": str(etc), "cpu_isolation_procfs_root": str(hw / "proc"),
-          # Never this machine's bootloader or service manager: harmless commands.
-          "cpu_isolation_bootloader_command": ["true"], "cpu_isolation_systemd_command": ["true"]}
+          "cpu_isolation_etc_root": str(etc), "cpu_isolation_run_root": str(work / "run"),
+          "cpu_isolation_procfs_root": str(hw / "proc"),
+          # Never this machine's bootloader or service manager: the handlers leave a trace instead.
+          "cpu_isolation_bootloader_command": ["touch", str(work / "bootloader-ran")],
+          "cpu_isolation_systemd_command": ["touch", str(work / "reexec-ran")]}
     return Host("dgx-h100", work, hw, etc, work / "cache", v, work)
+
+
+def handler_ran(host: Host, name: str) -> bool:
+    trace = host.work / name
+    ran = trace.exists()
+    trace.unlink(missing_ok=True)
+    return ran
 
 
 def test_check_mode_reports_the_change_and_writes_nothing(host):
     run = host.run(check=True, tags="cpu_isolation")
     assert run.rc == 0, run.stdout[-3000:]
-    assert run.changed() > 0 and not (host.etc / GRUB).exists()
+    assert run.changed() > 0 and not (host.etc / GRUB).exists() and not handler_ran(host, "bootloader-ran")
 
 
 def test_the_kernel_drop_in_isolates_exactly_the_vms_cpus_and_a_second_run_changes_nothing(host):
@@ -73,34 +99,57 @@ def test_the_kernel_drop_in_isolates_exactly_the_vms_cpus_and_a_second_run_chang
     assert args == list(isolation_args(plan.tuning(node).cpu_isolation))
     pinned = sorted(p for g in plan.guests("gpu") for c in g.cells for p in c.pins)
     assert args[1] == f"nohz_full={format_cpulist(pinned)}"
-    # The hardware tree's kernel was not booted with them: the role says a reboot is pending.
-    assert "the running kernel was not booted with" in run.stdout
+    assert handler_ran(host, "bootloader-ran")
+    # The hardware tree's kernel was not booted with them: a reboot stays pending, run after run.
+    assert reboot_required(run)
     again = host.run(tags="cpu_isolation")
     assert again.rc == 0 and again.changed() == 0, again.changed_tasks()
+    assert reboot_required(again) and not handler_ran(host, "bootloader-ran")
+    # Booted with them, nothing is pending.
+    cmdline = host.hw / "proc/cmdline"
+    before = cmdline.read_text()
+    cmdline.write_text(before.rstrip("\n") + " " + " ".join(args) + "\n")
+    try:
+        assert not reboot_required(host.run(tags="cpu_isolation"))
+    finally:
+        cmdline.write_text(before)
 
 
-def test_the_systemd_mode_replaces_the_kernel_drop_in_with_the_managers_affinity(host):
+def test_the_systemd_mode_replaces_the_kernel_drop_in_and_waits_for_a_boot(host):
     spec, plan, node = planned("systemd")
-    v = host_vars(spec, plan, node)
-    extra = {k: v[k] for k in ("cpu_isolation_mode", "cpu_isolation_cpus", "cpu_isolation_housekeeping")}
+    extra = mode_vars("systemd")
     run = host.run(tags="cpu_isolation", extra=extra)
     assert run.rc == 0 and not run.failed_tasks(), run.stdout[-3000:]
-    assert not (host.etc / GRUB).exists()
+    assert not (host.etc / GRUB).exists() and handler_ran(host, "bootloader-ran")
     conf = (host.etc / SYSTEMD).read_text()
     keep = plan.tuning(node).cpu_isolation.housekeeping
     assert f"CPUAffinity={format_cpulist(keep).replace(',', ' ')}\n" in conf
     assert set(keep).isdisjoint(p for g in plan.guests("gpu") for c in g.cells for p in c.pins)
-    assert host.run(tags="cpu_isolation", extra=extra).changed() == 0
+    assert handler_ran(host, "reexec-ran") and reboot_required(run)
+    # A second run changes nothing, and the reboot stays pending until a boot empties /run.
+    again = host.run(tags="cpu_isolation", extra=extra)
+    assert again.changed() == 0 and reboot_required(again)
+    (host.work / "run" / MARK).unlink()
+    assert not reboot_required(host.run(tags="cpu_isolation", extra=extra))
 
 
-def test_the_absent_tasks_teardown_runs_remove_both_drop_ins(host):
-    host.run(tags="cpu_isolation", extra={"cpu_isolation_mode": "kernel"})
-    assert (host.etc / GRUB).exists()
+def test_a_host_without_isolation_loses_both_drop_ins_as_teardown_does(host):
+    # Both drop-ins at once (a mode switch interrupted half way): the kernel one as the role writes it.
+    (host.etc / GRUB).parent.mkdir(parents=True, exist_ok=True)
+    (host.etc / GRUB).write_text("# Managed by Railyard (role cpu_isolation); do not edit.\n"
+                                 "GRUB_CMDLINE_LINUX=\"${GRUB_CMDLINE_LINUX} isolcpus=1\"\n")
+    assert (host.etc / SYSTEMD).exists()
+    # The site play with no CPUs to isolate (the pool dropped cpuIsolation).
+    run = host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": "", "cpu_isolation_housekeeping": ""})
+    assert run.rc == 0 and not (host.etc / GRUB).exists() and not (host.etc / SYSTEMD).exists(), run.stdout[-3000:]
+    assert reboot_required(run) and handler_ran(host, "bootloader-ran") and handler_ran(host, "reexec-ran")
+    assert not reboot_required(host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": ""}))
     # teardown.yml's own task, alone: the whole teardown would reach roles this host has no roots for.
+    host.run(tags="cpu_isolation")
+    assert (host.etc / GRUB).exists()
     play = host.work / "absent.yml"
     play.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
                     "    - ansible.builtin.include_role: {name: cpu_isolation, tasks_from: absent}\n")
     assert "include_role: {name: cpu_isolation, tasks_from: absent}" in (PLAYBOOKS / "teardown.yml").read_text()
     gone = host.run(playbook=str(play))
-    assert gone.rc == 0 and not (host.etc / GRUB).exists() and not (host.etc / SYSTEMD).exists(), gone.stdout[-3000:]
-    assert host.run(playbook=str(play)).changed() == 0
+    assert gone.rc == 0 and not (host.etc / GRUB).exists(), gone.stdout[-3000:]

@@ -16,6 +16,7 @@ from railyard.stack import load, load_stack_file
 
 ROOT = Path(__file__).resolve().parents[3]
 DYNAMIC = "pulumi-python:dynamic:Resource"
+CORDONED = "railyard acceptance: gpu-0 rail2: rail-mtu: no reply"
 
 
 class Mocks(pulumi.runtime.Mocks):
@@ -24,19 +25,22 @@ class Mocks(pulumi.runtime.Mocks):
         if args.typ == DYNAMIC:
             outs.update(host_key="ssh-ed25519 AAAAmock", public_key="ssh-ed25519 AAAAmockpub",
                         private_key="-----BEGIN OPENSSH PRIVATE KEY-----mock")
+        if args.name.endswith("-acceptance-run"):
+            outs["cordoned"] = {"gpu-0": CORDONED}  # as a run that took gpu-0 out
         return f"{args.name}-id", outs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         return {}
 
 
-def build(stack: str):
-    """Run the program's wiring for a shipped stack under mocks; returns (urns, inputs by name, cluster, plan)."""
+def build(stack: str, path: Path | None = None):
+    """Run the program's wiring for a shipped stack (or the stack file at `path`) under mocks;
+    returns (urns, inputs by name, cluster, plan)."""
     pulumi.runtime.set_mocks(Mocks(), project="railyard", stack=stack, preview=False)
     from components.cluster import Cluster, ClusterArgs
     from railyard.drivers.base import load_driver
 
-    spec, plan = load(ROOT / "stacks" / f"Pulumi.{stack}.yaml")  # as the program loads it
+    spec, plan = load(path or ROOT / "stacks" / f"Pulumi.{stack}.yaml")  # as the program loads it
     cluster = Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
     inventory = _resolve(cluster.inventory)
     # The inventory resolves with the nodes' host keys, before resources that wait on the nodes
@@ -128,3 +132,26 @@ def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(la
     assert state["gpu-0-host-storage"]["spec"]["cache_mount"] == "/mnt/cache"
     assert state["gpu-0-host-storage"]["spec"]["fs"] == "xfs"
     assert state["lab-storage-tiers"]["bucket"] == "datasets"
+
+
+@pytest.mark.parametrize("on_failure", ["fail", "cordon"])
+def test_only_a_cordon_stack_hands_acceptance_its_kubernetes_layer_and_the_nodes_acceptances_verdict(
+        on_failure, tmp_path):
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab-k8s.yaml").read_text())
+    doc["config"]["railyard:acceptance"] = {"onFailure": on_failure}
+    f = tmp_path / "Pulumi.lab-k8s.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    _, inputs, cluster, plan, _ = build("lab-k8s", f)
+    run = next(v for k, v in inputs.items() if k.endswith("-acceptance-run"))
+    gpu0, gpu1 = inputs["lab-k8s-kubernetes-node-gpu-0"], inputs["lab-k8s-kubernetes-node-gpu-1"]
+    if on_failure == "fail":
+        # As before cordoning existed: no new acceptance input, no Node spec waiting on its verdict.
+        assert "kubernetes" not in run and gpu0["spec"] == gpu1["spec"] == {}
+        assert "railyard.io/cordon-reason" not in gpu0["metadata"]["annotations"]
+    else:
+        # The run took gpu-0 out (the mock's verdict): its Node alone is cordoned, with the reason.
+        assert run["kubernetes"] is True
+        assert gpu0["spec"] == {"unschedulable": True} and gpu1["spec"] == {}
+        assert gpu0["metadata"]["annotations"]["railyard.io/cordon-reason"] == CORDONED
