@@ -63,6 +63,8 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     "plan/*/*/fabrics.compute.loopbacks": "added: where a RoCE fabric's switch loopbacks come from",
     "plan/*/*/fabrics.compute.qos.ets_strict": "added: the ETS strict classes, parsed from the fixture's row",
     "plan/*/*/fabrics.compute.qos.ets_wrr": "added: the ETS WRR classes and shares, parsed from the fixture's row",
+    # Issue 14: `plan --detail` of a virtual layout shows each VM's guest topology.
+    "plan/*/detail/detail.guests*": "added: each VM's guest topology (railyard.model.guest_topology)",
 }
 
 # Issue 16, part 3 (docs/lab.md): a lab RoCE stack's switches become FRR routers once. Its one

@@ -27,6 +27,11 @@ def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
             problems.append(Problem(f"railyard:storage.parallelFs.{key}", getattr(pfs, key), "absent for the lab driver",
                                     "the lab's parallel file system is a directory its nodes share; there is no "
                                     "server to mount"))
+    for i, pool in enumerate(spec.node_pools):
+        if pool.cpu_isolation == "systemd":
+            problems.append(Problem(f"railyard:nodePools[{i}].cpuIsolation", "'systemd'", "'kernel' for the lab driver",
+                                    "a lab node runs no service manager whose CPU affinity could be set; the "
+                                    "kernel mode's command line takes effect at the node's reboot"))
     fabric = spec.fabric
     if fabric is None:
         return None, problems

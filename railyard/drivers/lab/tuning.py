@@ -27,16 +27,16 @@ def tuning_vars() -> dict[str, Any]:
     for role in TUNING_ROLES:
         out[f"{role}_sysfs_root"] = f"{HW_TREE}/sys"
         out[f"{role}_procfs_root"] = f"{HW_TREE}/proc"
-    # A node runs no service manager to re-execute (its systemctl says so): the affinity waits for
-    # the node's next boot, which the role's mark under /run records.
-    out["cpu_isolation_procfs_root"] = f"{HW_TREE}/proc"
-    out["cpu_isolation_systemd_command"] = []
     return out
 
 
 def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
-    # Only where Slurm runs, so a stack without it keeps its tuning's inputs as they were.
-    return dict(SLURM_VARS) if spec.slurm is not None else {}
+    # Only where Slurm runs, or the hypervisor isolates CPUs (the kernel mode, the lab's only one,
+    # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
+    out = dict(SLURM_VARS) if spec.slurm is not None else {}
+    if plan.tuning(node).cpu_isolation is not None:
+        out["cpu_isolation_procfs_root"] = f"{HW_TREE}/proc"
+    return out
 
 
 def acceptance_vars() -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from railyard.model.boot_args import hugepage_args, kernel_args, missing
+from railyard.model.boot_args import hugepage_args, isolation_args, kernel_args, missing
 from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
 from railyard.tuning.vars import host_vars
@@ -77,5 +77,7 @@ def test_a_hypervisors_cpu_isolation_is_what_its_role_writes_and_only_under_the_
     wanted = kernel_args(spec, plan, node)
     role = _render("cpu_isolation", "{{ __cpu_isolation_cmdline }}", v).split()
     assert [a for a in wanted if a.split("=")[0] in ("isolcpus", "nohz_full", "rcu_nocbs")] == role
-    spec, plan, node = planned("systemd")
-    assert not [a for a in kernel_args(spec, plan, node) if a.startswith(("isolcpus", "nohz_full", "rcu_nocbs"))]
+    # The systemd mode puts nothing on the command line.
+    from dataclasses import replace
+
+    assert isolation_args(replace(plan.tuning(node).cpu_isolation, mode="systemd")) == ()

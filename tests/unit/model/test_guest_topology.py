@@ -199,3 +199,15 @@ def test_a_hypervisor_isolates_exactly_the_cpus_pinned_to_its_vms():
     pinned = {p for g in plan.guests("gpu") for c in g.cells for p in c.pins}
     assert set(iso.isolated) == pinned and set(iso.housekeeping) == set(range(224)) - pinned
     assert set(plan.guests("gpu")[0].emulator_cpus) <= set(iso.housekeeping)
+
+
+def test_the_lab_driver_refuses_the_systemd_mode_its_nodes_have_no_service_manager_for():
+    cfg = copy.deepcopy(BASE)
+    cfg["railyard:nodePools"] = [{"name": "gpu", "count": 2, "sku": "dgx-h100", "vmsPerHost": 1, "cpuIsolation": "systemd",
+                                  "vm": {"memoryGiB": 1600}}]
+    with pytest.raises(SpecError) as err:
+        parse_config(cfg, stack="t")
+    assert [(p.path, p.allowed) for p in err.value.problems] == [("railyard:nodePools[0].cpuIsolation",
+                                                                  "'kernel' for the lab driver")]
+    cfg["railyard:nodePools"][0]["cpuIsolation"] = "kernel"
+    assert parse_config(cfg, stack="t").node_pools[0].cpu_isolation == "kernel"
