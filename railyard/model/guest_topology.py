@@ -240,9 +240,10 @@ def default_vcpus(sku: Any, vms: Iterable[Any], most: int, reserve_threads: int)
     if tpc is None:
         return max(1, most)
     vms = list(vms)
+    keep = housekeeping(sku, reserve_threads)
     for vcpus in range(most // tpc * tpc, 0, -tpc):
         try:
-            _pin_all(sku, vms, vcpus, reserve_threads, "")
+            _pin_all(sku, vms, vcpus, keep, "")
             return vcpus
         except GuestTopologyError:
             continue
@@ -262,8 +263,8 @@ def plan_guests(sku: Any, vms: Iterable[Any], pairing: dict[str, str], *, vcpus:
     compute NIC (the host's); vcpus/memory_gib: per VM."""
     vms = list(vms)
     tree = sku.pcie_tree
-    pins = _pin_all(sku, vms, vcpus, reserve_threads, key)
     keep = housekeeping(sku, reserve_threads)
+    pins = _pin_all(sku, vms, vcpus, keep, key)
     out = []
     for vm, cpus in zip(vms, pins):
         order, pair_of = _order(vm, pairing)
@@ -325,14 +326,13 @@ def _weights(tree: pcie.PcieTree, vm: Any, numas: list[int]) -> dict[int, int]:
     return {i: gpus[n] or 1 for i, n in enumerate(numas)}
 
 
-def _pin_all(sku: Any, vms: list[Any], vcpus: int, reserve_threads: int,
+def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ...]] | None,
              key: str) -> list[list[tuple[int, tuple[int, ...] | None]]]:
     """Each VM's cells as (vCPUs, the host CPUs they are pinned to, or None): split by the cells'
     weights, in whole cores where pinned; each cell on the next free cores of its node, after the
     host's housekeeping cores and the host's VMs before it."""
     tree = sku.pcie_tree
     tpc = pinning(sku)
-    keep = housekeeping(sku, reserve_threads)
     free = None
     if tpc is not None and keep is not None:
         free = {n.id: [c for c in cores(n.cpus(), tpc) if c[0] not in keep[n.id]] for n in sku.numa_nodes}
