@@ -53,3 +53,7 @@ if cluster.kubernetes is not None:
     pulumi.export("kubernetes", cluster.kubernetes.summary)
 if cluster.acceptance is not None:
     pulumi.export("acceptance", cluster.acceptance.summary)
+if cluster.guest_tuning is not None:
+    # Where the guests' run left its artifacts, the VMs' libvirt domains among them.
+    pulumi.export("guestTuning", {"lastRun": cluster.guest_tuning.run.last_run,
+                                  "changed": cluster.guest_tuning.run.changed})

@@ -15,6 +15,7 @@ import pulumi
 from railyard.drivers.base import Driver
 from components.acceptance import Acceptance, AcceptanceArgs
 from components.fabric import Fabric, FabricArgs
+from components.guest_tuning import GuestTuning, GuestTuningArgs
 from components.host_tuning import HostTuning, HostTuningArgs
 from components.kubernetes import KubernetesLayer, KubernetesLayerArgs
 from components.node_pool import NodePool, NodePoolArgs
@@ -100,6 +101,7 @@ class Cluster(pulumi.ComponentResource):
                     self.vms.append((plan_node.name, VirtualMachine(
                         vm.name, VirtualMachineArgs(vm=vm, hypervisor=plan_node.name, access=self.access), driver,
                         after, pulumi.ResourceOptions(parent=node_component))))
+        self.guest_tuning: GuestTuning | None = None
         if self.vms:
             vm_entries = pulumi.Output.all(*[
                 pulumi.Output.all(v.management_ip, v.host_key).apply(
@@ -108,6 +110,13 @@ class Cluster(pulumi.ComponentResource):
                 for host, v in self.vms])
             self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
                 lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
+            # Railyard tunes the guests on hypervisors it tuned: after the VMs, with the same roles.
+            if self.tuning is not None:
+                self.guest_tuning = GuestTuning(
+                    f"{name}-guest-tuning",
+                    GuestTuningArgs(spec=args.spec, plan=args.plan, vms=vm_entries, access=self.access,
+                                    extra_vars=driver.tuning_vars()),
+                    depends_on=[v for _, v in self.vms], opts=child)
         # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
         layer = args.plan.kubernetes
         wants_cluster = layer is not None or caps.kubernetes == "platform"
@@ -126,7 +135,8 @@ class Cluster(pulumi.ComponentResource):
                                                           renders_networks=own,
                                                           node_names=driver.kubernetes_node_names(),
                                                           cordoned=cordoned),
-                depends_on=[*after, *(v for _, v in self.vms), *([self.acceptance] if self.acceptance else [])],
+                depends_on=[*after, *(v for _, v in self.vms), *([self.guest_tuning] if self.guest_tuning else []),
+                            *([self.acceptance] if self.acceptance else [])],
                 opts=child)
         outputs = {
             "inventory": self.inventory,
@@ -136,6 +146,9 @@ class Cluster(pulumi.ComponentResource):
         }
         if self.tuning is not None:
             outputs["tuning"] = {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed}
+        if self.guest_tuning is not None:
+            outputs["guest_tuning"] = {"last_run": self.guest_tuning.run.last_run,
+                                       "changed": self.guest_tuning.run.changed}
         if self.acceptance is not None:
             outputs["acceptance"] = self.acceptance.summary
         if self.kubeconfig is not None:

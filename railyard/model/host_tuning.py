@@ -137,3 +137,22 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
                          vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives,
                          nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2,
                          cpu_isolation=cpu_isolation)
+
+
+def guest_targets(spec, vm_spec, guest, pairing: Mapping[str, str]) -> TuningTargets:
+    """What guest tuning sets inside a VM of the virtual layout, whose hardware is `guest` (its
+    guest SKU, railyard.model.guest_sku): the VM's own hugepages (nodePools[].vm.hugepages, split
+    over its cells by the GPUs each holds, as a host's are), its VFs as the compute NICs, the pairing
+    of its GPUs with them. A guest has no SR-IOV, cache drives or CPU isolation of its own."""
+    hp = vm_spec.hugepages
+    pages = hp.pages_for(guest.memory_gib) if hp is not None else 0
+    weights = dict.fromkeys(sorted(n.id for n in guest.numa_nodes), 0)
+    for g in guest.gpus:
+        if g.numa is not None:
+            weights[g.numa] += 1
+    per_numa = split_pages(pages, weights) if (hp is not None and hp.per_numa and pages and any(weights.values())) else {}
+    return TuningTargets(hugepage_size=hp.size if hp is not None else spec.tuning.hugepages.size,
+                         hugepages_per_numa=per_numa, hugepages_total=0 if per_numa else pages,
+                         compute_pfs=tuple(n.rdma for n in guest.compute_nics), vfs_per_pf=0, vfs=(),
+                         pairing=dict(pairing), cache_drives=0,
+                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2)

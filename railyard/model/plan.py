@@ -20,8 +20,9 @@ from railyard.model.acceptance import plan_acceptance
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
+from railyard.model.guest_sku import guest_sku
 from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
-from railyard.model.host_tuning import CpuIsolation, TuningTargets, tuning_targets
+from railyard.model.host_tuning import CpuIsolation, TuningTargets, guest_targets, tuning_targets
 from railyard.model.kubernetes import plan_kubernetes
 from railyard.model.pci_layout import netdev_name
 from railyard.model.slurm import plan_slurm
@@ -173,6 +174,7 @@ class Plan:
         self._netdevs: dict[str, dict[str, str | None]] = {}
         self._tuning: dict[str, TuningTargets] = {}
         self._guests: dict[str, tuple[GuestTopology, ...]] = {}
+        self._guest_skus: dict[tuple[str, int], tuple[GuestTopology, Any]] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -282,6 +284,34 @@ class Plan:
                                   key=f"railyard:nodePools[{self._ordinal[pool_name]}].vm")
             self._guests[pool_name] = out
         return self._guests[pool_name]
+
+    @functools.cached_property
+    def _vm_hosts(self) -> dict[str, tuple[NodePlan, VmPlan]]:
+        return {vm.name: (n, vm) for n in self.nodes for vm in n.vms}
+
+    def vm_named(self, name: str) -> tuple[NodePlan, VmPlan]:
+        """The VM called `name` and its host; KeyError naming the VMs when there is none."""
+        try:
+            return self._vm_hosts[name]
+        except KeyError:
+            shown = ", ".join(list(self._vm_hosts)[:8]) + (", ..." if len(self._vm_hosts) > 8 else "")
+            raise KeyError(f"no VM {name!r} in the plan; VMs: {shown or 'none'}") from None
+
+    def guest(self, vm: str) -> tuple[GuestTopology, Any]:
+        """What VM `vm` sees: its guest topology, and that as the hardware a guest SKU describes
+        (railyard.model.guest_sku), the same for VM j of every host of a pool."""
+        host, plan = self.vm_named(vm)
+        key = (host.pool, plan.index)
+        if key not in self._guest_skus:
+            topo = self.guests(host.pool)[plan.index]
+            self._guest_skus[key] = (topo, guest_sku(self.catalog.nodes[host.sku], topo.to_json(), f"vm{plan.index}"))
+        return self._guest_skus[key]
+
+    def guest_tuning(self, vm: str) -> TuningTargets:
+        """What guest tuning sets inside VM `vm` (railyard.model.host_tuning.guest_targets)."""
+        host, _ = self.vm_named(vm)
+        _, sku = self.guest(vm)
+        return guest_targets(self.spec, self.spec.pool(host.pool).vm, sku, sku.pairing())
 
     def _isolation(self, pool_name: str) -> CpuIsolation | None:
         """A pool's hypervisors' CPU isolation: isolated, exactly the CPUs pinned to its VMs."""

@@ -14,31 +14,34 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 
-def _wire_numbers(value: Any) -> Any:
+def wire_numbers(value: Any) -> Any:
     """Pulumi's wire format carries every number as a float; role variables want their integers
     back (a hugepage count written as "512.0" is not a count)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _wire_numbers(v) for k, v in value.items()}
+        return {k: wire_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_wire_numbers(v) for v in value]
+        return [wire_numbers(v) for v in value]
     return value
 
 
 class TuningProvider(ResourceProvider):
-    def _run(self, props: dict, playbook: str = "site.yml") -> dict:
+    def _run(self, props: dict, playbook: str | None = None) -> dict:
         from pathlib import Path
 
         from railyard.tuning import runner
 
+        playbook = playbook or props.get("playbook") or "site.yml"
         result = runner.run_isolated({
-            "stack": props["stack"], "hosts": _wire_numbers(props["hosts"]), "private_key": props["private_key"],
+            "stack": props["stack"], "hosts": wire_numbers(props["hosts"]), "private_key": props["private_key"],
             "user": props["user"], "forks": int(props["forks"]) if props.get("forks") else None,
             "secret_vars": props.get("secret_vars") or {}, "playbook": playbook,
+            "artifacts": props.get("artifacts") or None,
         })
         if not result["ok"]:
-            what = "host tuning" if playbook == "site.yml" else "removing the tuning from the hosts"
+            what = {"site.yml": "host tuning", "guest.yml": "guest tuning"}.get(playbook,
+                                                                                 "removing the tuning from the hosts")
             lines = result["failures"] or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"]
             raise Exception(f"{what} failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result['run_dir']}")
         return {"last_run": Path(result["run_dir"]).name, "changed": result["changed"]}
@@ -48,7 +51,7 @@ class TuningProvider(ResourceProvider):
 
     def diff(self, _id, olds, news):
         # The key too: destroy's teardown runs with the key state holds, which must be the current one.
-        keys = ("stack", "user", "digest", "hosts", "secret_vars", "private_key")
+        keys = ("stack", "user", "digest", "hosts", "secret_vars", "private_key", "playbook", "artifacts")
         return DiffResult(changes=any(olds.get(k) != news.get(k) for k in keys))
 
     def update(self, _id, _olds, news):
@@ -70,9 +73,14 @@ class TuningRun(Resource):
 
     def __init__(self, name: str, *, stack: str, user: str, digest: str, hosts: Any, private_key: Any,
                  secret_vars: Any = None, forks: int | None = None, teardown: bool = False,
-                 opts: pulumi.ResourceOptions | None = None):
-        # teardown only where set: an input the lab's runs never had would show as their change.
+                 playbook: str = "site.yml", artifacts: Any = None, opts: pulumi.ResourceOptions | None = None):
+        # teardown and playbook only where not the default: an input the lab's runs never had would
+        # show as their change.
         extra = {"teardown": True} if teardown else {}
+        if playbook != "site.yml":
+            extra["playbook"] = playbook
+        if artifacts is not None:
+            extra["artifacts"] = artifacts
         super().__init__(TuningProvider(), name, {**extra,
             "stack": stack, "user": user, "digest": digest, "hosts": hosts, "private_key": private_key,
             "secret_vars": pulumi.Output.secret(secret_vars or {}), "forks": forks, "last_run": None,
@@ -87,7 +95,7 @@ class AcceptanceProvider(ResourceProvider):
     def _run(self, props: dict) -> dict:
         from railyard.tuning import acceptance
 
-        return acceptance.run({**props, "hosts": _wire_numbers(props["hosts"])})
+        return acceptance.run({**props, "hosts": wire_numbers(props["hosts"])})
 
     def create(self, props):
         return CreateResult(id_=f"acceptance-{props['stack']}", outs={**props, **self._run(props)})

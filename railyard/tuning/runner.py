@@ -170,9 +170,11 @@ def run(
     progress: Callable[[str], None] | None = None,
     keep_runs: int = 20,
     playbook: str = "site.yml",
+    artifacts: dict[str, str] | None = None,
 ) -> RunResult:
-    """Run playbooks/site.yml (or teardown.yml) against `hosts`; artifacts go to
-    .railyard/runs/<stack>/<timestamp>."""
+    """Run playbooks/site.yml (or guest.yml, teardown.yml) against `hosts`; artifacts go to
+    .railyard/runs/<stack>/<timestamp>, with `artifacts` (relative path -> text: what the run
+    was made from, such as the VMs' libvirt domains) written there first."""
     import ansible_runner
 
     runs = paths.runs_dir(stack)
@@ -183,6 +185,12 @@ def run(
     # The run's own: runs of other pools may be under way at the same time with other hosts.
     known_hosts = run_dir / "known_hosts"
     known_hosts.write_text("".join(known_hosts_lines(h) for h in hosts))
+    for rel, text in sorted((artifacts or {}).items()):
+        dest = (run_dir / rel).resolve()
+        if run_dir.resolve() not in dest.parents:
+            raise ValueError(f"artifact {rel!r} is outside the run directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
 
     result = RunResult(run_dir=run_dir, status="unstarted", rc=-1)
     secrets = [private_key or "", *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
@@ -357,7 +365,7 @@ def _main() -> None:
     result = run(request["stack"], hosts, request.get("private_key") or None, user=request.get("user", "root"),
                  check=bool(request.get("check")), forks=request.get("forks"),
                  secret_vars=request.get("secret_vars") or None, playbook=request.get("playbook") or "site.yml",
-                 tags=request.get("tags") or None)
+                 tags=request.get("tags") or None, artifacts=request.get("artifacts") or None)
     print(json.dumps({"ok": result.ok, "status": result.status, "rc": result.rc, "changed": result.changed,
                       "reports": result.reports,
                       "failures": [str(f) for f in result.failures], "changes": [str(c) for c in result.changes],

@@ -88,3 +88,19 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
         if node.name == slurm.controller.name:
             out["slurm_cluster"] = slurm.to_json()
     return out
+
+
+def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
+    """Role variables inside VM `vm` (guest tuning, playbooks/guest.yml): the plan's guest targets
+    (Plan.guest_tuning) for the same roles a host runs, read against the guest's own hardware."""
+    _, sku = plan.guest(vm)
+    targets = plan.guest_tuning(vm)
+    out: dict[str, Any] = {"railyard_node": vm, "railyard_sku": sku.id, "railyard_stack": spec.stack}
+    out["hugepages_size"] = targets.hugepage_size
+    out["hugepages_per_node"] = {str(n): c for n, c in targets.hugepages_per_numa.items()}
+    out["hugepages_total"] = targets.hugepages_total
+    out["gpu_nic_affinity_compute_nics"] = list(targets.compute_pfs)
+    out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
+    out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic
+    out["verify_expected_pairing"] = dict(targets.pairing)
+    return out

@@ -9,6 +9,7 @@ directories then live under the copy too (paths.lab_dir follows RAILYARD_ROOT), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,6 +25,28 @@ from railyard.drivers.lab.errors import LabError
 from railyard.engine.toolchain import engine_env
 
 ROOT = paths.PROJECT_ROOT
+
+
+@contextlib.contextmanager
+def stack_up(base: Path, stack: str, config_of, *, timeout: float = 900):
+    """A lab stack made fresh (and its leftovers from an earlier run collected) on management and
+    storage networks of its own (config_of(mgmt, storage) gives its config), brought up, and
+    destroyed after: the StackProject, with its config as `config`."""
+    from .stack_project import StackProject
+
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        raise AssertionError("the Pulumi toolchain is not set up: run `make toolchain`")
+    gc.destroy_all(stack)
+    mgmt, storage = free_networks(2, prefix=20)
+    p = StackProject(base, stack, config_of(mgmt, storage))
+    p.config = config_of(mgmt, storage)
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    try:
+        p.pulumi("up", "--yes", "--skip-preview", timeout=timeout)
+        yield p
+    finally:
+        p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+        gc.destroy_all(stack)
 
 
 def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -> list[str]:

@@ -199,8 +199,8 @@ class HostRebootsProvider(ResourceProvider):
             if not props.get("tuning_hosts"):
                 return
             hosts = {n: h for n, h in props["tuning_hosts"].items() if n in nodes}
-            from railyard.tuning.resource import _wire_numbers
-            result = runner.run_isolated({"stack": props["stack"], "hosts": _wire_numbers(hosts),
+            from railyard.tuning.resource import wire_numbers
+            result = runner.run_isolated({"stack": props["stack"], "hosts": wire_numbers(hosts),
                                           "private_key": props.get("private_key"), "user": props["user"],
                                           "secret_vars": props.get("secret_vars") or {}})
             if not result["ok"]:

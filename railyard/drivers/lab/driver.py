@@ -140,10 +140,13 @@ class LabDriver(Driver):
            depends_on: list[pulumi.Resource]) -> NodeHandle:
         vfs = [{"name": vf.name, "pf": vf.pf, "slot": vf.slot, "rail": vf.rail, "address": f"{vf.ip}/{vf.prefixlen}",
                 "mtu": self.plan.networks.compute.mtu, **self._rail_gateway(vf.rail)} for vf in vm.vfs]
+        # The VM presents its guest topology: its hardware tree is the planned guest's.
+        topology, _ = self.plan.guest(vm.name)
         res = resources.LabVm(
             name, stack=self.spec.stack, vm=vm.name, hypervisor=hypervisor, vfs=vfs,
             **self._links(vm.management_ip, vm.storage_ip),
             authorized_key=access.public_key,
+            guest={"sku": self.plan.node_named(hypervisor).sku, "topology": topology.to_json()},
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
         return NodeHandle(ready=[res], management_ip=vm.management_ip, host_key=res.host_key, name=vm.name)

@@ -15,6 +15,7 @@ before the change converges to the new layout without an update.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -388,9 +389,36 @@ class LabNodeStorage(Resource):
                      "pfs_mount": pfs_mount}}, opts)
 
 
+def _guest_tree(props: dict) -> str | None:
+    """The VM's hardware tree: its guest topology as a guest SKU (railyard.model.guest_sku) presents
+    it. Built again only when the topology changes, so the state guest tuning wrote (hugepage
+    counters) survives an update that leaves it as it was."""
+    guest = props.get("guest")
+    if not guest:
+        return None
+    from railyard.drivers.lab import hwtree, node
+    from railyard.model.catalog import load_catalog
+    from railyard.model.guest_sku import guest_sku
+    from railyard.tuning.resource import wire_numbers
+
+    guest = wire_numbers(guest)
+    dest = node.node_dir(props["stack"], props["vm"]) / "hwtree"
+    record = dest / "guest.json"
+    text = json.dumps(guest, sort_keys=True)
+    try:
+        same = record.read_text() == text
+    except OSError:
+        same = False
+    if not same or not (dest / "sys").is_dir():
+        hwtree.build_hwtree(guest_sku(load_catalog().nodes[guest["sku"]], guest["topology"], props["vm"]), dest,
+                            replace=True)
+        record.write_text(text)
+    return str(dest)
+
+
 class VmProvider(_LabProvider):
     REPLACE = ("stack", "vm", "hypervisor")
-    INPUTS = ("stack", "vm", "hypervisor", "mgmt", "vfs", "storage", "compute_cidr", "authorized_key")
+    INPUTS = ("stack", "vm", "hypervisor", "mgmt", "vfs", "storage", "compute_cidr", "authorized_key", "guest")
 
     def object_id(self, props):
         from railyard.drivers.lab import names
@@ -405,7 +433,7 @@ class VmProvider(_LabProvider):
             authorized_keys=props["authorized_key"],
             vfs=[{**v, "slot": int(v["slot"]), "rail": int(v["rail"]), **_mtu(v)} for v in props["vfs"]],
             storage=dict(props["storage"]) if props.get("storage") else None,
-            compute_cidr=props.get("compute_cidr") or None,
+            compute_cidr=props.get("compute_cidr") or None, hw_tree_source=_guest_tree(props),
         )
         return {"host_key": state["host_key"]}
 
@@ -427,11 +455,11 @@ class LabVm(Resource):
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, vm: str, hypervisor: str, mgmt: dict, vfs: list[dict],
-                 storage: dict | None, compute_cidr: str | None, authorized_key: Any,
+                 storage: dict | None, compute_cidr: str | None, authorized_key: Any, guest: dict | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(VmProvider(), name, {
             "stack": stack, "vm": vm, "hypervisor": hypervisor, "mgmt": mgmt, "vfs": vfs, "storage": storage,
-            "compute_cidr": compute_cidr, "authorized_key": authorized_key, "host_key": None}, opts)
+            "compute_cidr": compute_cidr, "authorized_key": authorized_key, "guest": guest, "host_key": None}, opts)
 
 
 class ControlPlaneProvider(_LabProvider):

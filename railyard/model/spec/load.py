@@ -475,7 +475,10 @@ class _Parser(CrossFieldRules):
             # hypervisor's reserve is kept.
             reserve = host_reserve_threads(sku.threads)
             vcpus = default_vcpus(sku, vm_devices(sku, vms, gpus, vfs), (sku.threads - reserve) // vms, reserve)
-        return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=vfs, shape=shape_id), keys
+        hugepages = (self.hugepages(vm_m["hugepages"], f"{vpath}.hugepages", "nodePools[].vm.hugepages", "VM")
+                     if "hugepages" in keys else None)
+        return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=vfs, shape=shape_id,
+                           hugepages=hugepages), keys
 
     # --- fabric ---------------------------------------------------------------------------------
 
@@ -897,17 +900,8 @@ class _Parser(CrossFieldRules):
         tm = self.mapping(ours.get("tuning"), path, "tuning")
         if tm is None:
             tm = {}
-        hpath = path + ".hugepages"
-        hm = self.mapping(tm.get("hugepages"), hpath, "tuning.hugepages") or {}
-        size = self.choice(hm, "size", hpath + ".size", tuple(HUGEPAGE_SIZES), default="1G")
-        count = self.integer(hm, "count", hpath + ".count", default=None, minimum=0)
-        percent = self.integer(hm, "percentOfMemory", hpath + ".percentOfMemory",
-                               default=None if "count" in hm else 0, minimum=0, maximum=100)
-        if "count" in hm and "percentOfMemory" in hm:
-            self.problem(hpath + ".count", "both count and percentOfMemory", "one of count or percentOfMemory",
-                         "count is pages per host; percentOfMemory a share of each host's memory")
-        per_numa = self.boolean(hm, "perNuma", hpath + ".perNuma", default=True)
-        hugepages = Hugepages(size=size, percent_of_memory=percent, count=count, per_numa=per_numa)
+        hugepages = self.hugepages(tm.get("hugepages"), path + ".hugepages", "tuning.hugepages", "host") \
+            or Hugepages()
 
         spath = path + ".sriov"
         sm = self.mapping(tm.get("sriov"), spath, "tuning.sriov") or {}
@@ -926,6 +920,21 @@ class _Parser(CrossFieldRules):
         drift = self.boolean(tm, "previewDrift", path + ".previewDrift", default=False)
         return TuningSpec(hugepages=hugepages, sriov=Sriov(vfs_per_pf), affinity=affinity, iommu=iommu,
                           preview_drift=drift)
+
+    def hugepages(self, value: Any, hpath: str, section: str, machine: str) -> Hugepages | None:
+        """A hugepages mapping (tuning.hugepages for hosts, nodePools[].vm.hugepages for guests)."""
+        hm = self.mapping(value, hpath, section)
+        if hm is None:
+            return None
+        size = self.choice(hm, "size", hpath + ".size", tuple(HUGEPAGE_SIZES), default="1G")
+        count = self.integer(hm, "count", hpath + ".count", default=None, minimum=0)
+        percent = self.integer(hm, "percentOfMemory", hpath + ".percentOfMemory",
+                               default=None if "count" in hm else 0, minimum=0, maximum=100)
+        if "count" in hm and "percentOfMemory" in hm:
+            self.problem(hpath + ".count", "both count and percentOfMemory", "one of count or percentOfMemory",
+                         f"count is pages per {machine}; percentOfMemory a share of each {machine}'s memory")
+        per_numa = self.boolean(hm, "perNuma", hpath + ".perNuma", default=True)
+        return Hugepages(size=size, percent_of_memory=percent, count=count, per_numa=per_numa)
 
     def default_vfs_per_pf(self, layout: str | None, pools: list[NodePool], facts: list[_PoolFacts]) -> int:
         """Bare metal: SR-IOV off. Virtual: the fewest VFs per PF that give every VM its VFs."""

@@ -165,6 +165,19 @@ class CrossFieldRules:
                              f"vmsPerHost x vm.memoryGiB <= {math.floor(most)}",
                              f"{pool.sku} has {_fmt(mem)} GiB and keeps {_fmt(os_reserve_gib(mem))} GiB for the "
                              f"hypervisor; {vms} x {vm.memory_gib} GiB ({what}) = {vm.memory_gib * vms} GiB")
+        guest_hp = vm.hugepages
+        if guest_hp is not None and vm.memory_gib and (guest_hp.count or guest_hp.percent_of_memory):
+            # The guest's own kernel and services need memory outside its hugepages, as a host's do.
+            want, reserve = guest_hp.gib_for(vm.memory_gib), os_reserve_gib(vm.memory_gib)
+            key = "count" if guest_hp.count is not None else "percentOfMemory"
+            if want > vm.memory_gib - reserve:
+                most = (int((vm.memory_gib - reserve) * (1 << 30)) // guest_hp.page_bytes if key == "count"
+                        else max(0, math.floor((vm.memory_gib - reserve) / vm.memory_gib * 100)))
+                self.problem(f"{vpath}.hugepages.{key}", _show(guest_hp.count if key == "count"
+                                                               else guest_hp.percent_of_memory),
+                             f"at most {most} in a {vm.memory_gib} GiB VM",
+                             f"{_fmt(want)} GiB of guest hugepages leave the guest less than its "
+                             f"{_fmt(reserve)} GiB OS reserve (max(16 GiB, 10%)) of {vm.memory_gib} GiB")
         if len(self.problems) == before and vm.gpus and vm.vcpus and vm.memory_gib and vm.vfs:
             self.check_guests(pool, fact, hp)
         shape = self.catalog.vm_shapes.get(vm.shape) if vm.shape else None

@@ -68,7 +68,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
          "slurm", "acceptance", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm", "cpuIsolation"),
-    "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs"),
+    "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs", "hugepages"),
+    "nodePools[].vm.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
     "fabric": ("compute", "storage", "management"),
     "fabric.compute": (
         "kind", "speed", "switch", "topology", "oversubscription", "reservedLeafPorts", "cidr", "asnBase", "mtu",
@@ -153,6 +154,8 @@ class VmSpec:
     gpus: int
     vfs: int
     shape: str | None = None
+    hugepages: "Hugepages | None" = None
+    """What the guest reserves for the training job (guest tuning); None: nothing."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pytest
 
 from railyard.model.plan import make_plan
 from railyard.stack import load, load_stack_file
+from railyard.tuning.resource import wire_numbers
 
 ROOT = Path(__file__).resolve().parents[3]
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -124,6 +125,38 @@ def test_virtual_layout_puts_each_planned_vm_on_its_hypervisor_with_its_vfs():
             assert [(v["pf"], v["rail"]) for v in guest["vfs"]] == [(v.pf, v.rail) for v in vm.vfs]
     listed = {n["name"]: [m["name"] for m in n["vms"]] for n in inventory}
     assert listed == {n.name: [vm.name for vm in n.vms] for n in plan.nodes}
+
+
+def test_virtual_layout_tunes_its_guests_with_the_guest_playbook_and_keeps_their_domains():
+    urns, state, cluster, plan, _ = build("lab-virtual")
+    run = state[f"{plan.spec.stack}-guest-tuning-run"]
+    vms = [vm for n in plan.nodes for vm in n.vms]
+    assert run["playbook"] == "guest.yml"
+    assert sorted(run["hosts"]) == sorted(vm.name for vm in vms)
+    for vm in vms:
+        host_vars = run["hosts"][vm.name]["vars"]
+        _, sku = plan.guest(vm.name)
+        # The guest's own VFs, by their names in the guest, and the pairing the guest's tree gives.
+        assert host_vars["gpu_nic_affinity_compute_nics"] == [n.rdma for n in sku.nics]
+        assert host_vars["verify_expected_pairing"] == sku.pairing()
+        # The lab presents the guest topology: the VM's resource carries it.
+        assert wire_numbers(state[f"{vm.name}-guest"]["guest"]["topology"]) == _no_nulls(plan.guest(vm.name)[0].to_json())
+        assert run["artifacts"][f"domains/{vm.name}.xml"].startswith("<domain type='kvm'>")
+    assert cluster.guest_tuning is not None
+
+
+def _no_nulls(value):
+    """As Pulumi's wire format carries a mapping: without its null values."""
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+def test_bare_metal_has_no_guest_tuning(lab):
+    _, state, cluster, *_ = lab
+    assert cluster.guest_tuning is None and not any(k.endswith("-guest-tuning-run") for k in state)
 
 
 def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(lab):

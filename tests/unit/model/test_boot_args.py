@@ -52,6 +52,8 @@ def test_the_planned_kernel_arguments_are_what_the_roles_write(stack):
         role += _render("hugepages", "{{ __hugepages_cmdline }}", v).split()
     if v["iommu_cpu_vendor"] != "auto":
         role += _render("iommu", "{{ __iommu_params[__iommu_vendor][iommu_mode] }}", v).split()
+    if v.get("cpu_isolation_mode") == "kernel":
+        role += _render("cpu_isolation", "{{ __cpu_isolation_cmdline }}", v).split()
     assert list(kernel_args(spec, plan, node)) == role
 
 

@@ -24,7 +24,7 @@ from railyard.stack import documented_keys, load_stack_file, parse_config
 ROOT = Path(__file__).resolve().parents[3]
 STACKS = ROOT / "stacks"
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad_stacks"
-SHIPPED = ("lab", "lab-virtual", "us-east-bm", "us-south-vela")
+SHIPPED = ("lab", "lab-virtual", "lab-virtual-dgx", "us-east-bm", "us-south-vela")
 
 
 def bad_files() -> list[Path]:

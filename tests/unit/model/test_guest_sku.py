@@ -1,0 +1,128 @@
+"""A VM's hardware as a catalog entry (railyard.model.guest_sku): laid out on the buses where the
+guest topology puts each device and controller, pairing each GPU with the VF of its host-side pair,
+and, presented as a hardware tree, discovered the same way a host's is."""
+
+from __future__ import annotations
+
+import pytest
+
+from railyard.drivers.lab import hwtree
+from railyard.model.guest_sku import controller_id, guest_names, guest_sku
+from railyard.model.guest_topology import EXPANDER, ROOT_PORT, UPSTREAM
+from railyard.model.pci_layout import layout
+from railyard.model.errors import SpecError
+from railyard.model.topology import Topology
+from railyard.tuning.vars import guest_vars
+
+from ..test_guests import vela
+from .test_guest_topology import dgx
+
+
+def _guest(plan):
+    pool = plan.spec.node_pools[0]
+    (topo,) = plan.guests(pool.name)
+    host = plan.catalog.nodes[pool.sku]
+    vm = plan.node(pool.name, 0).vms[0]
+    return host, topo, vm
+
+
+PLANS = {"dgx-h100": lambda: dgx(vcpus=200, memoryGiB=1600), "vela-a100": vela}
+
+
+@pytest.mark.parametrize("which", PLANS)
+def test_every_device_and_bridge_sits_where_the_guest_topology_puts_it(which):
+    host, topo, vm = _guest(PLANS[which]())
+    sku = guest_sku(host, topo.to_json(), vm.name)
+    names = guest_names(host, topo.to_json(), vm.name)
+    bus_ids = layout(sku).bus_ids
+    assert {names[d.name]: bus_ids[names[d.name]] for d in topo.devices} == \
+        {names[d.name]: d.address for d in topo.devices}
+    by_index = {c.index: c for c in topo.controllers}
+    for c in topo.controllers:
+        bridge = next((b for b in sku.pcie if b.id == controller_id(c.model, c.index)), None)
+        if c.model == EXPANDER:
+            assert bridge.kind == "host_bridge" and bridge.numa == c.cell
+        elif c.model in (ROOT_PORT, UPSTREAM):
+            # On its parent's bus, at its slot: the firmware's numbering, which the layout reproduces.
+            assert bus_ids[bridge.id] == f"0000:{by_index[c.parent].bus:02x}:{c.slot:02x}.0"
+    # The guest numbers GPUs and VFs in bus order, as the host numbers them.
+    assert [g.name for g in sku.gpus] == [f"GPU{i}" for i in range(len(vm.gpus))]
+    assert [g.pci_bus_id for g in sku.gpus] == sorted(g.pci_bus_id for g in sku.gpus)
+    assert [n.rdma for n in sku.nics] == [f"mlx5_{i}" for i in range(len(vm.vfs))]
+    # Cells: the VM's vCPUs and memory, each cell on its own.
+    assert sku.threads == topo.vcpus and sku.memory_gib == topo.memory_mib // 1024
+    assert [n.cpus() for n in sku.numa_nodes] == [list(c.vcpus) for c in topo.cells]
+
+
+def test_the_dgx_guest_pairs_each_gpu_with_the_vf_of_its_host_side_pair():
+    plan = PLANS["dgx-h100"]()
+    host, topo, vm = _guest(plan)
+    sku = guest_sku(host, topo.to_json(), vm.name)
+    names = guest_names(host, topo.to_json(), vm.name)
+    host_pairing = plan.pairing(host.id)
+    vf_of_pf = {v.pf: v.name for v in vm.vfs}
+    want = {names[g]: names[vf_of_pf[host_pairing[g]]] for g in vm.gpus}
+    assert sku.pairing() == want
+    # One GPU and one VF per virtual switch: PIX between a GPU and its VF, as NCCL wants for GPUDirect RDMA.
+    assert {sku.distance(g, n) for g, n in want.items()} == {"PIX"}
+
+
+def test_the_vela_guest_pairs_by_numa_node_as_its_catalog_entry_allows():
+    plan = PLANS["vela-a100"]()
+    host, topo, vm = _guest(plan)
+    sku = guest_sku(host, topo.to_json(), vm.name)
+    pairing = sku.pairing()
+    assert len(pairing) == len(sku.gpus)
+    assert all(sku.gpu(g).numa == sku.nic(n).numa for g, n in pairing.items())
+
+
+@pytest.mark.parametrize("which", PLANS)
+def test_the_guest_tree_is_discovered_as_the_plan_pairs_it(which, tmp_path):
+    host, topo, vm = _guest(PLANS[which]())
+    sku = guest_sku(host, topo.to_json(), vm.name)
+    hwtree.build_hwtree(sku, tmp_path)
+    found = Topology.from_sysfs(tmp_path / "sys", compute_nics=[n.rdma for n in sku.compute_nics])
+    assert found.pairing() == sku.pairing()
+    # The VM's own names for its VFs are their netdevs, as the lab's VMs name the links.
+    assert {n.rdma: n.netdev for n in sku.nics} == {guest_names(host, topo.to_json(), vm.name)[v.name]: v.name
+                                                    for v in vm.vfs}
+
+
+# --------------------------------------------------------------------------------------------------
+# Guest tuning: what the guest playbook is given
+
+
+def test_guest_hugepages_are_split_over_the_guests_cells_by_their_gpus():
+    plan = dgx(vcpus=200, memoryGiB=1600, hugepages={"size": "1G", "count": 1000})
+    vm = plan.node("gpu", 0).vms[0]
+    targets = plan.guest_tuning(vm.name)
+    # 4 GPUs on each cell: half each, in the guest's own cell numbers.
+    assert targets.hugepages_per_numa == {0: 500, 1: 500} and targets.hugepage_size == "1G"
+    vars_ = guest_vars(plan.spec, plan, vm.name)
+    assert vars_["hugepages_per_node"] == {"0": 500, "1": 500}
+    assert vars_["gpu_nic_affinity_compute_nics"] == [f"mlx5_{i}" for i in range(8)]
+    assert vars_["verify_expected_pairing"] == {f"GPU{i}": f"mlx5_{i}" for i in range(8)}
+    # The host's roles that are the hypervisor's have nothing in a guest's variables.
+    assert not any(k.startswith(("sriov_", "iommu_", "cpu_isolation_", "dataset_cache_")) for k in vars_)
+
+
+def test_a_vm_without_guest_hugepages_reserves_none():
+    plan = dgx(vcpus=200, memoryGiB=1600)
+    targets = plan.guest_tuning(plan.node("gpu", 0).vms[0].name)
+    assert targets.hugepages_per_numa == {} and targets.hugepages_total == 0
+
+
+@pytest.mark.parametrize("hugepages, key", [({"size": "1G", "count": 1590}, "count"),
+                                            ({"size": "2M", "percentOfMemory": 95}, "percentOfMemory")])
+def test_guest_hugepages_larger_than_the_vm_can_hold_are_refused_naming_the_key(hugepages, key):
+    with pytest.raises(SpecError) as err:
+        dgx(vcpus=200, memoryGiB=1600, hugepages=hugepages)
+    (problem,) = [p for p in err.value.problems if "hugepages" in p.path]
+    assert problem.path == f"railyard:nodePools[0].vm.hugepages.{key}"
+    assert "OS reserve" in problem.hint
+
+
+def test_unknown_guest_hugepage_keys_are_refused():
+    with pytest.raises(SpecError) as err:
+        dgx(vcpus=200, memoryGiB=1600, hugepages={"sise": "1G"})
+    assert any(p.path == "railyard:nodePools[0].vm.hugepages.sise" for p in err.value.problems)
