@@ -12,7 +12,9 @@ What the guest shows, and where each fact comes from:
 - **PCIe.** Each `pcie-expander-bus` is a host bridge of its own root bus (its `busNr`), on its
   cell; each `pcie-root-port` a root port at its planned slot on that bus; each virtual switch (an
   upstream port and one downstream port per device) a switch at its upstream port's address.
-  Their PCI ids are QEMU's devices' own (QEMU_IDS), which libvirt's models name.
+  Their PCI ids are those of QEMU's devices (QEMU_IDS), which libvirt's models name; a switch is
+  one catalog entry, so its downstream ports show the upstream port's ids (QEMU's
+  xio3130-downstream is 0x104c:0x8233).
 - **GPUs** keep the host GPU's model and ids, at their guest addresses, numbered GPU0.. in guest
   bus order (as nvidia-smi numbers them in the guest).
 - **VFs** are the guest's compute NICs, named mlx5_0.. in guest bus order (mlx5 names RDMA devices

@@ -320,10 +320,14 @@ def _numas(sku: Any, tree: pcie.PcieTree, vm: Any, key: str) -> list[int]:
     return sorted(out)
 
 
+def cell_weights(gpus_per_cell: dict[int, int]) -> dict[int, int]:
+    """Cell -> its share of the VM (its vCPUs, its memory, the guest's own hugepages): the GPUs on
+    it; a cell of VFs alone counts as one."""
+    return {c: n or 1 for c, n in gpus_per_cell.items()}
+
+
 def _weights(tree: pcie.PcieTree, vm: Any, numas: list[int]) -> dict[int, int]:
-    """Cell -> its share of the VM: the GPUs on its node (a cell of VFs alone counts as one)."""
-    gpus = {n: sum(1 for g in vm.gpus if tree.numa(g) == n) for n in numas}
-    return {i: gpus[n] or 1 for i, n in enumerate(numas)}
+    return cell_weights({i: sum(1 for g in vm.gpus if tree.numa(g) == n) for i, n in enumerate(numas)})
 
 
 def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ...]] | None,

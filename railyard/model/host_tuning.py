@@ -89,6 +89,9 @@ class CpuIsolation:
     """Exactly the CPUs pinned to its VMs (railyard.model.guest_topology)."""
     housekeeping: tuple[int, ...]
     """Every other CPU of the host: its services, interrupts and the VMs' emulator threads."""
+    irq_cpus: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """Per host NUMA node, its housekeeping CPUs: where the interrupts of the node's GPUs, NICs and
+    VFs go (the role cpu_isolation places them there, and tells irqbalance to leave them)."""
 
 
 @dataclass(frozen=True)
@@ -139,20 +142,28 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
                          cpu_isolation=cpu_isolation)
 
 
+def guest_pages(hp, memory_gib: float, gpus_per_cell: Mapping[int, int]) -> tuple[dict[int, int], int]:
+    """A guest's own hugepages (nodePools[].vm.hugepages; None: none) as (pages per guest cell,
+    pages in all when they are not split per cell). Split as the guest's memory is split over its
+    cells (guest_topology.cell_weights), so each cell's pages come out of that cell's memory."""
+    from railyard.model.guest_topology import cell_weights  # which imports this module's split_pages
+
+    pages = hp.pages_for(memory_gib) if hp is not None else 0
+    if hp is not None and hp.per_numa and pages and gpus_per_cell:
+        return split_pages(pages, cell_weights(dict(gpus_per_cell))), 0
+    return {}, pages
+
+
 def guest_targets(spec, vm_spec, guest, pairing: Mapping[str, str]) -> TuningTargets:
     """What guest tuning sets inside a VM of the virtual layout, whose hardware is `guest` (its
-    guest SKU, railyard.model.guest_sku): the VM's own hugepages (nodePools[].vm.hugepages, split
-    over its cells by the GPUs each holds, as a host's are), its VFs as the compute NICs, the pairing
-    of its GPUs with them. A guest has no SR-IOV, cache drives or CPU isolation of its own."""
+    guest SKU, railyard.model.guest_sku): the VM's own hugepages (guest_pages), its VFs as the
+    compute NICs in GPU order, the pairing of its GPUs with them. A guest has no SR-IOV, cache
+    drives or CPU isolation of its own."""
     hp = vm_spec.hugepages
-    pages = hp.pages_for(guest.memory_gib) if hp is not None else 0
-    weights = dict.fromkeys(sorted(n.id for n in guest.numa_nodes), 0)
-    for g in guest.gpus:
-        if g.numa is not None:
-            weights[g.numa] += 1
-    per_numa = split_pages(pages, weights) if (hp is not None and hp.per_numa and pages and any(weights.values())) else {}
+    gpus = {n.id: sum(1 for g in guest.gpus if g.numa == n.id) for n in guest.numa_nodes}
+    per_cell, total = guest_pages(hp, guest.memory_gib, gpus)
     return TuningTargets(hugepage_size=hp.size if hp is not None else spec.tuning.hugepages.size,
-                         hugepages_per_numa=per_numa, hugepages_total=0 if per_numa else pages,
+                         hugepages_per_numa=per_cell, hugepages_total=total,
                          compute_pfs=tuple(n.rdma for n in guest.compute_nics), vfs_per_pf=0, vfs=(),
                          pairing=dict(pairing), cache_drives=0,
                          nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2)

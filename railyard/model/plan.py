@@ -174,7 +174,7 @@ class Plan:
         self._netdevs: dict[str, dict[str, str | None]] = {}
         self._tuning: dict[str, TuningTargets] = {}
         self._guests: dict[str, tuple[GuestTopology, ...]] = {}
-        self._guest_skus: dict[tuple[str, int], tuple[GuestTopology, Any]] = {}
+        self._guest_skus: dict[str, tuple[GuestTopology, Any]] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -298,14 +298,13 @@ class Plan:
             raise KeyError(f"no VM {name!r} in the plan; VMs: {shown or 'none'}") from None
 
     def guest(self, vm: str) -> tuple[GuestTopology, Any]:
-        """What VM `vm` sees: its guest topology, and that as the hardware a guest SKU describes
-        (railyard.model.guest_sku), the same for VM j of every host of a pool."""
+        """What VM `vm` sees: its guest topology (the same for VM j of every host of a pool), and
+        that as the hardware a guest SKU describes (railyard.model.guest_sku)."""
         host, plan = self.vm_named(vm)
-        key = (host.pool, plan.index)
-        if key not in self._guest_skus:
+        if vm not in self._guest_skus:
             topo = self.guests(host.pool)[plan.index]
-            self._guest_skus[key] = (topo, guest_sku(self.catalog.nodes[host.sku], topo.to_json(), f"vm{plan.index}"))
-        return self._guest_skus[key]
+            self._guest_skus[vm] = (topo, guest_sku(self.catalog.nodes[host.sku], topo.to_json(), vm))
+        return self._guest_skus[vm]
 
     def guest_tuning(self, vm: str) -> TuningTargets:
         """What guest tuning sets inside VM `vm` (railyard.model.host_tuning.guest_targets)."""
@@ -320,8 +319,11 @@ class Plan:
         if mode is None or not guests:
             return None
         isolated = sorted(p for g in guests for c in g.cells for p in (c.pins or ()))
-        every = [c for n in self.catalog.nodes[self.spec.pool(pool_name).sku].numa_nodes for c in n.cpus() or ()]
-        return CpuIsolation(mode, tuple(isolated), tuple(sorted(set(every) - set(isolated))))
+        nodes = self.catalog.nodes[self.spec.pool(pool_name).sku].numa_nodes
+        every = [c for n in nodes for c in n.cpus() or ()]
+        keep = set(every) - set(isolated)
+        return CpuIsolation(mode, tuple(isolated), tuple(sorted(keep)),
+                            tuple((n.id, tuple(sorted(keep & set(n.cpus() or ())))) for n in nodes))
 
     def tuning(self, node: NodePlan | str) -> TuningTargets:
         """What host tuning sets on `node` (a NodePlan or a host name): computed once per node."""

@@ -324,6 +324,46 @@ def discover(sysfs_root: str) -> Discovery:
     return Discovery(sysfs_root, gpus, nics, tree, functions, cpulists, notes)
 
 
+def irq_placement(found: Discovery, procfs_root: str, cpus_of_numa: dict | None = None,
+                  every_device: bool = False) -> tuple[list[dict], list[str], list[str], list[str]]:
+    """Where the MSI vectors of a host's devices should run: (settings, skipped, unpinned, devices).
+
+    The RDMA NICs' vectors, and with every_device also the GPUs' and every VF's (a hypervisor's
+    passthrough devices, whose vectors vfio keeps on the host). Each goes to the CPUs of its
+    device's NUMA node: cpus_of_numa's (node -> cpulist; a hypervisor's housekeeping CPUs) where
+    given, else the node's own CPU list.
+    settings: railyard_sysfs settings of each vector's smp_affinity_list; skipped: devices whose
+    node or CPUs are not known (left alone); unpinned: the vectors not where they should be now;
+    devices: the PCI addresses of the devices placed (those irqbalance must leave alone)."""
+    devices = [(n.name, n.bdf, n.numa, n.local_cpulist, n.msi_irqs) for n in found.nics]
+    if every_device:
+        fns = found.functions
+        devices = ([(g.name, g.bdf, g.numa, g.local_cpulist, fns[g.bdf].msi_irqs) for g in found.gpus] + devices
+                   + [(f"VF {f.bdf}", f.bdf, f.numa, f.local_cpulist, f.msi_irqs)
+                      for f in sorted(fns.values(), key=lambda f: f.bdf) if f.is_vf])
+    settings: list[dict] = []
+    skipped: list[str] = []
+    unpinned: list[str] = []
+    placed: list[str] = []
+    for name, bdf, numa, local, irqs in devices:
+        if cpus_of_numa is not None:
+            cpulist = cpus_of_numa.get(numa) if numa is not None else None
+        else:
+            cpulist = (found.numa_cpulists.get(numa) if numa is not None else None) or local
+        if not cpulist or numa is None:
+            skipped.append(name)
+            continue
+        placed.append(bdf)
+        for irq in irqs:
+            path = os.path.join(procfs_root, "irq", str(irq), "smp_affinity_list")
+            if os.path.exists(path):
+                label = f"{name} irq {irq} smp_affinity_list"
+                settings.append(dict(path=path, value=cpulist, compare="cpulist", label=label))
+                if set(parse_cpulist(read_attr(path) or "")) != set(parse_cpulist(cpulist)):
+                    unpinned.append(label)
+    return settings, skipped, unpinned, placed
+
+
 def parse_cpulist(text: str) -> list[int]:
     """CPUs of a kernel cpulist (``0-55,112-167``)."""
     out: list[int] = []

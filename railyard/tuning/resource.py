@@ -47,7 +47,8 @@ class TuningProvider(ResourceProvider):
         return {"last_run": Path(result["run_dir"]).name, "changed": result["changed"]}
 
     def create(self, props):
-        return CreateResult(id_=f"tuning-{props['stack']}", outs={**props, **self._run(props)})
+        what = "guest-tuning" if props.get("playbook") == "guest.yml" else "tuning"
+        return CreateResult(id_=f"{what}-{props['stack']}", outs={**props, **self._run(props)})
 
     def diff(self, _id, olds, news):
         # The key too: destroy's teardown runs with the key state holds, which must be the current one.

@@ -214,7 +214,8 @@ def run(
         # The inventory names the key's path only inside a ProxyCommand, which lives as long as the run.
         inventory = render_inventory(stack, user, _through_jump(hosts, known_hosts, key_file), known_hosts,
                                      agent=private_key is None)
-        (runs / "inventory.yml").write_text(inventory)
+        # The stack's latest inventory for a hand run of that playbook; the guests' apart from the hosts'.
+        (runs / ("guest-inventory.yml" if playbook == "guest.yml" else "inventory.yml")).write_text(inventory)
         (run_dir / "inventory.yml").write_text(inventory)
         cmdline = []
         if secret_vars:

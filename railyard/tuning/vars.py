@@ -55,12 +55,17 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
         out["cpu_isolation_mode"] = targets.cpu_isolation.mode
         out["cpu_isolation_cpus"] = format_cpulist(targets.cpu_isolation.isolated)
         out["cpu_isolation_housekeeping"] = format_cpulist(targets.cpu_isolation.housekeeping)
+        # There the role owns interrupt affinity: GPU, NIC and VF interrupts on the housekeeping
+        # CPUs of their node, which gpu_nic_affinity (the node's CPUs, pinned ones too) would undo.
+        out["cpu_isolation_irq_cpus"] = {str(n): format_cpulist(c) for n, c in targets.cpu_isolation.irq_cpus}
 
     # --- GPU/NIC affinity: the pairing is computed on the host from its PCIe tree; the plan's is
     # what the verify role compares it with.
     out["gpu_nic_affinity_compute_nics"] = nics
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
     out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic
+    if targets.cpu_isolation is not None:
+        out["gpu_nic_affinity_irqs"] = False
     out["gpu_nic_affinity_vms"] = [
         {"name": vm.name, "gpus": list(vm.gpus),
          "vfs": [{"name": a.vm_vf, "pf": a.pf, "index": a.index, "mac": a.mac, "ip": a.ip, "prefixlen": a.prefixlen}
@@ -93,12 +98,16 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
 def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
     """Role variables inside VM `vm` (guest tuning, playbooks/guest.yml): the plan's guest targets
     (Plan.guest_tuning) for the same roles a host runs, read against the guest's own hardware."""
+    host, _ = plan.vm_named(vm)
     _, sku = plan.guest(vm)
     targets = plan.guest_tuning(vm)
     out: dict[str, Any] = {"railyard_node": vm, "railyard_sku": sku.id, "railyard_stack": spec.stack}
-    out["hugepages_size"] = targets.hugepage_size
-    out["hugepages_per_node"] = {str(n): c for n, c in targets.hugepages_per_numa.items()}
-    out["hugepages_total"] = targets.hugepages_total
+    # Only where the stack asks for guest hugepages: the role would otherwise release what the
+    # guest's image reserves (guest.yml runs it only when these are given).
+    if spec.pool(host.pool).vm.hugepages is not None:
+        out["hugepages_size"] = targets.hugepage_size
+        out["hugepages_per_node"] = {str(n): c for n, c in targets.hugepages_per_numa.items()}
+        out["hugepages_total"] = targets.hugepages_total
     out["gpu_nic_affinity_compute_nics"] = list(targets.compute_pfs)
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
     out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic

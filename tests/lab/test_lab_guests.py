@@ -44,7 +44,8 @@ def project(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vms(project) -> dict[str, dict]:
     """Per VM: its hypervisor, the hypervisor's affinity map, the VFs the VM holds (the lab's own
-    record), the guest's files and its libvirt domain from the guest tuning run's artifacts."""
+    record: PF, slot and the VF's address in the hypervisor's tree), the guest's devices and files,
+    and its libvirt domain from the guest tuning run's artifacts."""
     last = project.outputs()["guestTuning"]["lastRun"]
     run = next(r for r in (paths.runs_dir(STACK, project.dir), paths.runs_dir(STACK)) if (r / last).is_dir()) / last
     out = {}
@@ -54,34 +55,79 @@ def vms(project) -> dict[str, dict]:
         name = m["name"]
         record = lab_vm.read_vm(STACK, name)
         hv = record["hypervisor"]
-        # The guest's VFs: each netdev's RDMA device in the guest's own tree.
-        script = (f"for n in {HW}/sys/class/net/vf*; do echo $(basename $n) "
-                  f"$(ls $(readlink -f $n/device)/infiniband); done")
-        rdma = dict(line.split() for line in project.ssh(name, script).stdout.splitlines())
+        # The guest's VFs, from its own tree: netdev, RDMA device, guest PCI address.
+        script = (f"for n in {HW}/sys/class/net/vf*; do d=$(readlink -f $n/device); "
+                  f"echo $(basename $n) $(ls $d/infiniband) $(basename $d); done")
+        vfs = [line.split() for line in project.ssh(name, script).stdout.splitlines()]
+        # The guest's GPUs, from its own tree: guest PCI address and NUMA cell.
+        script = (f"for d in {HW}/sys/bus/pci/devices/*; do [ -L $d/driver ] && "
+                  f"[ $(basename $(readlink $d/driver)) = nvidia ] && echo $(basename $d) $(cat $d/numa_node); "
+                  "done; true")
+        gpus = {bdf: int(cell) for bdf, cell in (line.split() for line in project.ssh(name, script).stdout.splitlines())}
+        domain = ET.parse(run / "domains" / f"{name}.xml").getroot()
         out[name] = {
             "hypervisor": hv,
             "affinity": json.loads(project.ssh(hv, "cat /etc/railyard/affinity.json").stdout),
             "held": record["vfs"],
-            "rdma": rdma,
+            "guest_vfs": {rdma: bdf for _, rdma, bdf in vfs},
+            "guest_gpus": gpus,
             "topo": ET.fromstring(project.ssh(name, "cat /etc/railyard/nccl-topo.xml").stdout),
             "conf": dict(line.split("=", 1) for line in project.ssh(name, "cat /etc/nccl.conf").stdout.splitlines()
                          if "=" in line and not line.startswith("#")),
-            "domain": ET.parse(run / "domains" / f"{name}.xml").getroot(),
+            "domain": domain,
+            "host_of": passthrough(domain),
         }
     assert sorted(out) == ["dgx-0-vm0", "dgx-1-vm0"]
     return out
 
 
-def _host_pair_vf(v: dict, gpu: str) -> str:
-    """The guest's RDMA name of the VF the VM holds on the NIC the hypervisor pairs `gpu` with."""
-    (nic,) = [g["nic"] for g in v["affinity"]["gpus"] if g["name"] == gpu]
-    (held,) = [name for name, f in v["held"].items() if f["pf"] == nic]
-    return v["rdma"][held]
+def passthrough(domain: ET.Element) -> dict[str, str]:
+    """Guest PCI address -> host PCI address of each hostdev, the guest's buses numbered as its
+    firmware numbers them from the domain alone (depth first from each expander's busNr, each
+    bridge's ports in slot order), not as the plan says they are."""
+    controllers = {int(c.get("index")): c for c in domain.iter("controller") if c.get("type") == "pci"}
+    below: dict[int, list[tuple[int, int]]] = {}
+    for index, c in controllers.items():
+        a = c.find("address")
+        if a is not None:
+            below.setdefault(int(a.get("bus"), 16), []).append((int(a.get("slot"), 16), index))
+    secondary: dict[int, int] = {}
+
+    def walk(index: int, bus: int) -> int:
+        """Number the bus below controller `index` and everything under it; the next free bus."""
+        secondary[index] = bus
+        bus += 1
+        for _, child in sorted(below.get(index, [])):
+            bus = walk(child, bus)
+        return bus
+
+    for index, c in controllers.items():
+        if c.get("model") == "pcie-expander-bus":
+            bus = int(c.find("target").get("busNr")) + 1  # its root bus is busNr; its ports' start after
+            for _, child in sorted(below.get(index, [])):
+                bus = walk(child, bus)
+    out = {}
+    for hd in domain.iter("hostdev"):
+        src = {k: int(v, 16) for k, v in hd.find("source/address").attrib.items()}
+        port = int(hd.find("address").get("bus"), 16)
+        out[f"0000:{secondary[port]:02x}:00.0"] = \
+            f"{src['domain']:04x}:{src['bus']:02x}:{src['slot']:02x}.{src['function']}"
+    return out
 
 
-def _vm_gpus(v: dict, vm: str) -> list[str]:
-    (entry,) = [e for e in v["affinity"]["vms"] if e["name"] == vm]
-    return entry["gpus"]
+def _host_gpu(v: dict, guest_bdf: str) -> dict:
+    """The hypervisor's GPU (its affinity map's entry) passed through at guest address guest_bdf."""
+    (gpu,) = [g for g in v["affinity"]["gpus"] if g["pci_bus_id"] == v["host_of"][guest_bdf]]
+    return gpu
+
+
+def _guest_vf_of(v: dict, host_gpu: dict) -> str:
+    """The guest's RDMA name of the VF the VM holds on the NIC the hypervisor pairs host_gpu with."""
+    (held,) = [f for f in v["held"].values() if f["pf"] == host_gpu["nic"]]
+    assert held["present"], held
+    (guest_bdf,) = [g for g, h in v["host_of"].items() if h == held["bdf"]]
+    (rdma,) = [r for r, bdf in v["guest_vfs"].items() if bdf == guest_bdf]
+    return rdma
 
 
 def test_each_gpu_and_the_vf_of_its_host_side_pair_share_one_virtual_switch(vms):
@@ -95,18 +141,18 @@ def test_each_gpu_and_the_vf_of_its_host_side_pair_share_one_virtual_switch(vms)
                 assert sw.get("class") == "0x060400", sw.attrib  # a PCI bridge: a port of a (virtual) switch
                 switches[sw.get("busid")] = (gpus, nets)
         guest_gpus = sorted(p.get("busid") for p in v["topo"].iter("pci") if p.find("gpu") is not None)
-        host_gpus = _vm_gpus(v, name)
-        assert len(guest_gpus) == len(host_gpus) == 8
-        for i, gpu in enumerate(host_gpus):
-            vf = _host_pair_vf(v, gpu)
-            # The smallest switch holding guest GPU i holds the VF of its host-side pair, and no other device.
-            (gpus, nets) = min((s for s in switches.values() if guest_gpus[i] in s[0]), key=lambda s: len(s[0]))
-            assert (gpus, nets) == ([guest_gpus[i]], [vf]), (name, i, gpu, switches)
+        assert guest_gpus == sorted(v["guest_gpus"]) and len(guest_gpus) == 8
+        for gpu in guest_gpus:
+            vf = _guest_vf_of(v, _host_gpu(v, gpu))
+            # The smallest bridge holding the GPU holds the VF of its host-side pair, and no other device.
+            (gpus, nets) = min((s for s in switches.values() if gpu in s[0]), key=lambda s: len(s[0]))
+            assert (gpus, nets) == ([gpu], [vf]), (name, gpu, switches)
 
 
 def test_nccl_ib_hca_lists_the_vfs_in_gpu_order(vms):
     for name, v in vms.items():
-        want = [_host_pair_vf(v, g) for g in _vm_gpus(v, name)]
+        # NCCL (and CUDA) number the guest's GPUs in bus order.
+        want = [_guest_vf_of(v, _host_gpu(v, g)) for g in sorted(v["guest_gpus"])]
         assert v["conf"]["NCCL_IB_HCA"] == "=" + ",".join(f"{r}:1" for r in want), name
         assert v["conf"]["NCCL_TOPO_FILE"] == "/etc/railyard/nccl-topo.xml"
 
@@ -118,15 +164,10 @@ def test_the_vcpus_of_each_gpus_cell_are_pinned_on_that_gpus_host_numa_node(vms,
                                              .stdout.strip())) for n in (0, 1)}
         pins = {int(p.get("vcpu")): int(p.get("cpuset")) for p in v["domain"].iter("vcpupin")}
         cells = {int(c.get("id")): parse_cpulist(c.get("cpus")) for c in v["domain"].iter("cell")}
-        host_numa = {g["name"]: g["numa"] for g in v["affinity"]["gpus"]}
-        # The guest's own tree: which cell each of its GPUs is on (GPU i is the VM's i-th).
-        guest_numa = project.ssh(name, f"for d in {HW}/sys/bus/pci/devices/*; do "
-                                       f"[ -L $d/driver ] && [ $(basename $(readlink $d/driver)) = nvidia ] "
-                                       f"&& echo $(basename $d) $(cat $d/numa_node); done; true").stdout.split("\n")
-        guest_cells = [int(line.split()[1]) for line in sorted(x for x in guest_numa if x.strip())]
-        for i, gpu in enumerate(_vm_gpus(v, name)):
-            pinned = {pins[c] for c in cells[guest_cells[i]]}
-            assert pinned and pinned <= node_cpus[host_numa[gpu]], (name, gpu, pinned)
+        for gpu, cell in v["guest_gpus"].items():
+            pinned = {pins[c] for c in cells[cell]}
+            host_gpu = _host_gpu(v, gpu)
+            assert pinned and pinned <= node_cpus[host_gpu["numa"]], (name, gpu, host_gpu["name"], pinned)
 
 
 def test_the_hypervisors_isolation_drop_in_lists_exactly_the_cpus_pinned_to_its_vms(vms, project):
@@ -138,6 +179,25 @@ def test_the_hypervisors_isolation_drop_in_lists_exactly_the_cpus_pinned_to_its_
         assert parse_cpulist(listed) == pinned, name
 
 
+def test_the_hypervisors_device_interrupts_run_on_its_own_cpus_of_the_devices_node(vms, project):
+    for name, v in vms.items():
+        hv = v["hypervisor"]
+        pinned = {int(p.get("cpuset")) for p in v["domain"].iter("vcpupin")}
+        manifest = json.loads(project.ssh(hv, f"cat {HW}/railyard-hwtree.json").stdout)
+        numa = {d["name"]: d["numa"] for d in v["affinity"]["gpus"] + v["affinity"]["nics"]}
+        script = "; ".join(f"echo {irq} $(cat {HW}/proc/irq/{irq}/smp_affinity_list)"
+                           for irqs in manifest["irqs"].values() for irq in irqs)
+        where = {int(irq): set(parse_cpulist(cpus)) for irq, cpus in
+                 (line.split() for line in project.ssh(hv, script).stdout.splitlines())}
+        node_cpus = {n: set(parse_cpulist(project.ssh(hv, f"cat {HW}/sys/devices/system/node/node{n}/cpulist")
+                                          .stdout.strip())) for n in (0, 1)}
+        assert any(d.startswith("GPU") for d in manifest["irqs"])
+        for dev, irqs in manifest["irqs"].items():
+            for irq in irqs:
+                assert where[irq] and not where[irq] & pinned, (hv, dev, irq, where[irq])
+                assert where[irq] <= node_cpus[numa[dev]], (hv, dev, irq, where[irq])
+
+
 def test_guest_tuning_reserved_the_jobs_hugepages_on_the_guests_cells(vms, project):
     for name in vms:
         counts = [int(project.ssh(name, f"cat {HW}/sys/devices/system/node/node{n}/hugepages/"
@@ -146,4 +206,4 @@ def test_guest_tuning_reserved_the_jobs_hugepages_on_the_guests_cells(vms, proje
 
 
 def test_a_second_up_changes_nothing(project):
-    project.pulumi("preview", "--expect-no-changes")
+    project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes")

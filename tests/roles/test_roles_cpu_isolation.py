@@ -7,11 +7,14 @@ files removed; each time the role says whether a boot is still needed, and its h
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
 import sys
 
 import pytest
 
 from railyard.drivers.lab import hwtree
+from railyard.model import pci_layout
 from railyard.model.boot_args import isolation_args
 from railyard.model.catalog import load_catalog
 from railyard.model.plan import make_plan
@@ -34,6 +37,7 @@ CONFIG = {
 GRUB = "etc/default/grub.d/railyard-cpu-isolation.cfg"
 SYSTEMD = "etc/systemd/system.conf.d/railyard-cpu-isolation.conf"
 MARK = "railyard/cpu-isolation.reboot"
+IRQBALANCE = "etc/systemd/system/irqbalance.service.d/railyard-cpu-isolation.conf"
 KEYS = ("cpu_isolation_mode", "cpu_isolation_cpus", "cpu_isolation_housekeeping")
 
 
@@ -71,7 +75,9 @@ def host(tmp_path_factory) -> Host:
     v = host_vars(spec, plan, node)
     v |= {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
           "cpu_isolation_etc_root": str(etc), "cpu_isolation_run_root": str(work / "run"),
-          "cpu_isolation_procfs_root": str(hw / "proc"),
+          "cpu_isolation_procfs_root": str(hw / "proc"), "cpu_isolation_sysfs_root": str(hw / "sys"),
+          # Never this machine's irqbalance: the drop-in and the policy script are read instead.
+          "cpu_isolation_irqbalance_restart": False,
           # Never this machine's bootloader or service manager: the handlers leave a trace instead.
           "cpu_isolation_bootloader_command": ["touch", str(work / "bootloader-ran")],
           "cpu_isolation_systemd_command": ["touch", str(work / "reexec-ran")]}
@@ -117,6 +123,57 @@ def test_the_kernel_drop_in_isolates_exactly_the_vms_cpus_and_a_second_run_chang
         cmdline.write_text(before)
 
 
+def test_device_interrupts_go_to_their_nodes_housekeeping_cpus_and_irqbalance_is_told_to_leave_them(host):
+    spec, plan, node = planned("kernel")
+    iso = plan.tuning(node).cpu_isolation
+    run = host.run(tags="cpu_isolation")
+    assert run.rc == 0 and not run.failed_tasks(), run.stdout[-3000:]
+    manifest = json.loads((host.hw / hwtree.MANIFEST).read_text())
+    sku = load_catalog().nodes["dgx-h100"]
+    keep = dict(iso.irq_cpus)
+    numa = {g.name: g.numa for g in sku.gpus} | {n.rdma: n.numa for n in sku.nics}
+    placed = {dev: {(host.hw / f"proc/irq/{irq}/smp_affinity_list").read_text().strip() for irq in irqs}
+              for dev, irqs in manifest["irqs"].items()}
+    # Every GPU's and NIC's vectors: on its node's housekeeping CPUs, none on a CPU pinned to a VM.
+    assert {dev for dev in placed if dev.startswith("GPU")} == {g.name for g in sku.gpus}
+    assert placed == {dev: {format_cpulist(keep[numa[dev]])} for dev in placed}
+    assert not set(iso.isolated) & {c for cpus in keep.values() for c in cpus}
+    # irqbalance keeps every interrupt off the pinned CPUs and leaves those devices' alone.
+    conf = (host.etc / IRQBALANCE).read_text()
+    assert f'IRQBALANCE_BANNED_CPULIST={format_cpulist(iso.isolated)}"' in conf
+    assert 'IRQBALANCE_ARGS=--policyscript=/etc/railyard/irqbalance-policy"' in conf
+    policy = host.etc / "etc/railyard/irqbalance-policy"
+    gpu = host.hw / "sys/bus/pci/devices" / pci_layout.layout(sku).bus_ids["GPU0"]
+    asked = subprocess.run([str(policy), str(gpu.resolve()), "120"], capture_output=True, text=True, check=True)
+    assert asked.stdout.split() == ["ban=true"]
+    spine = subprocess.run([str(policy), "/sys/devices/pci0000:00/0000:00:14.0", "7"], capture_output=True,
+                           text=True, check=True)
+    assert spine.stdout == ""
+    # A second run changes nothing.
+    again = host.run(tags="cpu_isolation")
+    assert again.rc == 0 and again.changed() == 0, again.changed_tasks()
+
+
+def test_verify_checks_the_hypervisors_interrupt_placement_not_gpu_nic_affinitys(host):
+    host.run(tags="cpu_isolation")
+    quiet = {"verify_hugepages_per_node": {}, "verify_sriov_pfs": [], "verify_expected_pairing": {},
+             "verify_sysfs_root": str(host.hw / "sys"), "verify_procfs_root": str(host.hw / "proc")}
+    # On a hypervisor that isolates CPUs, gpu_nic_affinity leaves interrupts alone.
+    assert host.vars["gpu_nic_affinity_irqs"] is False
+    ok = host.run(tags="verify", extra=quiet)
+    assert ok.rc == 0, ok.stdout[-3000:]
+    manifest = json.loads((host.hw / hwtree.MANIFEST).read_text())
+    irq = manifest["irqs"]["GPU3"][0]
+    path = host.hw / f"proc/irq/{irq}/smp_affinity_list"
+    before = path.read_text()
+    path.write_text("0-223\n")  # irqbalance, or a driver reload, moved it
+    try:
+        bad = host.run(tags="verify", extra=quiet)
+        assert bad.rc != 0 and f"GPU3 irq {irq} smp_affinity_list" in bad.stdout, bad.stdout[-3000:]
+    finally:
+        path.write_text(before)
+
+
 def test_the_systemd_mode_replaces_the_kernel_drop_in_and_waits_for_a_boot(host):
     spec, plan, node = planned("kernel")
     extra = mode_vars("systemd")
@@ -142,8 +199,10 @@ def test_a_host_without_isolation_loses_both_drop_ins_as_teardown_does(host):
                                  "GRUB_CMDLINE_LINUX=\"${GRUB_CMDLINE_LINUX} isolcpus=1\"\n")
     assert (host.etc / SYSTEMD).exists()
     # The site play with no CPUs to isolate (the pool dropped cpuIsolation).
+    assert (host.etc / IRQBALANCE).exists()
     run = host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": "", "cpu_isolation_housekeeping": ""})
     assert run.rc == 0 and not (host.etc / GRUB).exists() and not (host.etc / SYSTEMD).exists(), run.stdout[-3000:]
+    assert not (host.etc / IRQBALANCE).exists() and not (host.etc / "etc/railyard/irqbalance-policy").exists()
     assert reboot_required(run) and handler_ran(host, "bootloader-ran") and handler_ran(host, "reexec-ran")
     assert not reboot_required(host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": ""}))
     # teardown.yml's own task, alone: the whole teardown would reach roles this host has no roots for.

@@ -28,7 +28,8 @@ catalog entry can give is derived, deterministically, and listed in the manifest
   (other drivers need the same addresses and names, so they are computed there, not here).
 - MSI-X vectors: the kernel allocates them at probe time (their count depends on the driver and
   the CPU count), so each NIC function gets MSI_VECTORS of them, numbered from FIRST_IRQ in bus
-  order: enough to exercise per-IRQ affinity, not a claim about a real machine.
+  order, and then each GPU as many, in bus order after the NICs': enough to exercise per-IRQ
+  affinity (a hypervisor places its passthrough GPUs' vectors too), not a claim about a real machine.
 - Link state: a lab node stands for a cabled, running server, so every NIC port is shown up
   (IB state ACTIVE, physical state LinkUp; its netdev up with carrier). Not a catalog fact: the
   manifest's links_up names the ports shown so.
@@ -144,6 +145,15 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         for n in irqs[nic.rdma]:
             w.file(f"{d}/msi_irqs/{n}", "msix")
             # A new IRQ may run on any online CPU; unknown CPUs: the file is left out.
+            w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
+        irq += MSI_VECTORS
+    for f in sorted(lay.functions, key=lambda f: f.path):
+        if f.kind != "gpu":
+            continue
+        d = "sys/devices/" + "/".join(f.path)
+        irqs[f.id] = list(range(irq, irq + MSI_VECTORS))
+        for n in irqs[f.id]:
+            w.file(f"{d}/msi_irqs/{n}", "msix")
             w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
         irq += MSI_VECTORS
     _memory(w, sku, all_cpus)

@@ -401,6 +401,10 @@ def _guest_tree(props: dict) -> str | None:
     from railyard.model.guest_sku import guest_sku
     from railyard.tuning.resource import wire_numbers
 
+    from railyard.drivers.lab import vm
+
+    if node.node_exists(props["stack"], props["vm"]) and not vm.is_vm(props["stack"], props["vm"]):
+        return None  # a node of that name: create_vm refuses it, and its tree is not the VM's to rebuild
     guest = wire_numbers(guest)
     dest = node.node_dir(props["stack"], props["vm"]) / "hwtree"
     record = dest / "guest.json"

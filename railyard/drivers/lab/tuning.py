@@ -35,7 +35,9 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
     # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
     out = dict(SLURM_VARS) if spec.slurm is not None else {}
     if plan.tuning(node).cpu_isolation is not None:
+        out["cpu_isolation_sysfs_root"] = f"{HW_TREE}/sys"
         out["cpu_isolation_procfs_root"] = f"{HW_TREE}/proc"
+        out["cpu_isolation_irqbalance_restart"] = False  # no service manager, no irqbalance
     return out
 
 

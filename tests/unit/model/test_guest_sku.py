@@ -15,7 +15,7 @@ from railyard.model.topology import Topology
 from railyard.tuning.vars import guest_vars
 
 from ..test_guests import vela
-from .test_guest_topology import dgx
+from .test_guest_topology import dgx, plan_of
 
 
 def _guest(plan):
@@ -106,10 +106,13 @@ def test_guest_hugepages_are_split_over_the_guests_cells_by_their_gpus():
     assert not any(k.startswith(("sriov_", "iommu_", "cpu_isolation_", "dataset_cache_")) for k in vars_)
 
 
-def test_a_vm_without_guest_hugepages_reserves_none():
+def test_a_vm_without_guest_hugepages_leaves_the_guests_own_alone():
     plan = dgx(vcpus=200, memoryGiB=1600)
-    targets = plan.guest_tuning(plan.node("gpu", 0).vms[0].name)
+    vm = plan.node("gpu", 0).vms[0].name
+    targets = plan.guest_tuning(vm)
     assert targets.hugepages_per_numa == {} and targets.hugepages_total == 0
+    # No hugepages variable at all: guest.yml skips the role rather than release the image's pages.
+    assert not any(k.startswith("hugepages_") for k in guest_vars(plan.spec, plan, vm))
 
 
 @pytest.mark.parametrize("hugepages, key", [({"size": "1G", "count": 1590}, "count"),
@@ -126,3 +129,13 @@ def test_unknown_guest_hugepage_keys_are_refused():
     with pytest.raises(SpecError) as err:
         dgx(vcpus=200, memoryGiB=1600, hugepages={"sise": "1G"})
     assert any(p.path == "railyard:nodePools[0].vm.hugepages.sise" for p in err.value.problems)
+
+
+def test_guest_hugepages_are_split_as_the_guests_memory_is_so_a_cell_of_vfs_alone_gets_its_share():
+    # One GPU (cell 0) and VFs on both host nodes: the memory is split 1:1, and so are the pages.
+    plan = plan_of({"sku": "dgx-h100", "vmsPerHost": 1,
+                    "vm": {"gpus": 1, "vfs": 8, "vcpus": 8, "memoryGiB": 200, "hugepages": {"count": 170}}})
+    vm = plan.node("gpu", 0).vms[0]
+    topo, _ = plan.guest(vm.name)
+    assert [c.memory_mib for c in topo.cells] == [102400, 102400]
+    assert plan.guest_tuning(vm.name).hugepages_per_numa == {0: 85, 1: 85}

@@ -156,20 +156,7 @@ def main():
                                             nvlink_class=p["nvlink_class"] or None)
     except (discovery.DiscoveryError, topology.TopologyError, pcie.PcieError) as exc:
         module.fail_json(msg=f"gpu_nic_affinity_facts: {exc}")
-    settings, skipped, unpinned = [], [], []
-    for nic in found.nics:
-        cpulist = found.numa_cpulists.get(nic.numa) if nic.numa is not None else None
-        cpulist = cpulist or nic.local_cpulist
-        if not cpulist or nic.numa is None:
-            skipped.append(nic.name)
-            continue
-        for irq in nic.msi_irqs:
-            path = os.path.join(p["procfs_root"], "irq", str(irq), "smp_affinity_list")
-            if os.path.exists(path):
-                label = f"{nic.name} irq {irq} smp_affinity_list"
-                settings.append(dict(path=path, value=cpulist, compare="cpulist", label=label))
-                if set(discovery.parse_cpulist(discovery.read_attr(path) or "")) != set(discovery.parse_cpulist(cpulist)):
-                    unpinned.append(label)
+    settings, skipped, unpinned, _ = discovery.irq_placement(found, p["procfs_root"])
     extra = {}
     if p["affinity_file"]:
         try:
