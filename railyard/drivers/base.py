@@ -147,9 +147,10 @@ class Driver(abc.ABC):
         return drivers.node_vars(self.spec, self.plan, node)
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
-        """What makes the boot-time settings the tuning wrote take effect (the hosts driver's
-        rolling reboots), after `tuning` (components.host_tuning.HostTuning); none by default:
-        the lab's nodes keep them pending (docs/lab.md)."""
+        """What makes the boot-time settings the tuning wrote take effect (rolling reboots,
+        railyard.remote.reboots), after `tuning` (components.host_tuning.HostTuning); none by
+        default. The hosts driver reboots for every kernel argument a host lacks; the lab for a
+        hypervisor's CPU isolation alone (docs/lab.md)."""
         return []
 
     def acceptance_vars(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from railyard.drivers.hosts import remote
-from railyard.drivers.hosts.ssh import HostKeyMismatch, SshError, Target, run
+from railyard.remote.ssh import HostKeyMismatch, SshError, Target, run
 from railyard.drivers.lab import node
 
 from .conftest import keypair

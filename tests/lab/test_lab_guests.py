@@ -15,6 +15,7 @@ import pytest
 
 from railyard import paths
 from railyard.drivers.lab import vm as lab_vm
+from railyard.drivers.lab.node import power
 from railyard.model.sysfs_discovery import parse_cpulist
 from railyard.model.spec import read_stack_file
 
@@ -168,6 +169,30 @@ def test_the_vcpus_of_each_gpus_cell_are_pinned_on_that_gpus_host_numa_node(vms,
             pinned = {pins[c] for c in cells[cell]}
             host_gpu = _host_gpu(v, gpu)
             assert pinned and pinned <= node_cpus[host_gpu["numa"]], (name, gpu, host_gpu["name"], pinned)
+
+
+def test_after_the_rollouts_reboot_the_hypervisors_isolate_exactly_the_cpus_pinned_to_its_vms(vms, project):
+    for name, v in vms.items():
+        hv = v["hypervisor"]
+        pinned = sorted(int(p.get("cpuset")) for p in v["domain"].iter("vcpupin"))
+        # The command line the hypervisor booted with (its kernel's, which the lab shows at /proc/cmdline).
+        booted = project.ssh(hv, "cat /proc/cmdline").stdout.split()
+        (isolcpus,) = [w for w in booted if w.startswith("isolcpus=")]
+        assert parse_cpulist(isolcpus.removeprefix("isolcpus=managed_irq,domain,")) == pinned, (hv, booted)
+        for key in ("nohz_full=", "rcu_nocbs="):
+            (arg,) = [w for w in booted if w.startswith(key)]
+            assert parse_cpulist(arg.removeprefix(key)) == pinned, (hv, arg)
+    # Each hypervisor was rebooted by the rollout once, one at a time (the lab's own power log).
+    spans = []
+    for hv in sorted({v["hypervisor"] for v in vms.values()}):
+        log = power.power_dir(STACK, hv) / "log.jsonl"
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        offs = [e["time"] for e in events if e["event"] == "off"]
+        ons = [e["time"] for e in events if e["event"] == "on"]
+        assert len(offs) == 1 and len(ons) == 1, (hv, events)
+        spans.append((offs[0], ons[0]))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 
 def test_the_hypervisors_isolation_drop_in_lists_exactly_the_cpus_pinned_to_its_vms(vms, project):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from railyard.drivers.hosts import remote
-from railyard.drivers.hosts.ssh import Target
+from railyard.remote.ssh import Target
 from railyard.drivers.lab import hwtree, node
 from railyard.model.catalog import load_catalog
 

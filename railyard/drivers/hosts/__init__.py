@@ -8,14 +8,16 @@ gives them. Boot-time settings are applied with a rolling reboot inside a budget
     config     the frozen dataclasses the `railyard:hosts` section is parsed into (HostsConfig)
     inventory  reading an Ansible inventory file (YAML or INI) without an Ansible runtime
     rules      KEYS and parse(section, spec): the driver's DriverRules (Pulumi-free)
-    ssh        one SSH connection to a host, its key pinned or trusted on first use
     remote     the model's own modules run on a host over SSH, nothing copied there
     resources  HostMachine (one host reached, discovered and checked against its SKU) and
-               HostReboots (a pool's rolling reboot)
-    rollout    the rolling reboot's order, waits and stopping rules
+               HostReboots (a pool's rolling reboot, with BMC power cycles)
+    redfish    a host's BMC: its power state, and the power cycle of a host that does not come back
     probe      what preview says of a pool's hosts: which will reboot, which cannot be reached
     tuning     per-host variables for the roles (user, port, jump host, rails), Pulumi-free
     driver     HostsDriver: the contract's methods, on top of the above
+
+SSH connections and the rolling reboot itself are railyard.remote's (ssh, rollout, reboots),
+which the lab driver reboots its nodes with too.
 
 Validation never opens a network connection: a DNS name is checked for its form only, and a host
 key is pinned from the stack or trusted on first use, never fetched here.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from railyard.model.spec import Secret
+from railyard.remote.ssh import JumpHost  # noqa: F401 (a field type of the section's hosts)
 from railyard.ssh_client import DEFAULT_PORT
 
 HOST_KEY_MODES = ("pinned", "trust-on-first-use")
@@ -20,24 +21,6 @@ DEFAULT_REBOOT_COMMAND = "systemctl reboot"
 DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
 
 SSH_AGENT = "agent"
-
-
-@dataclass(frozen=True)
-class JumpHost:
-    """The host SSH goes through first (OpenSSH's ProxyJump), written `[user@]address[:port]`."""
-
-    address: str
-    user: str | None = None
-    """None: ssh's default, the local user name."""
-    port: int = DEFAULT_PORT
-    host_keys: tuple[str, ...] = ()
-    """Its pinned keys (`<type> <base64>`, from railyard:hosts.knownHosts); empty: trusted on
-    first use (only where hostKeys is trust-on-first-use)."""
-
-    def __str__(self) -> str:
-        address = f"[{self.address}]" if ":" in self.address and self.port != DEFAULT_PORT else self.address
-        return (f"{self.user}@" if self.user else "") + address + (
-            f":{self.port}" if self.port != DEFAULT_PORT else "")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pulumi
 
-from railyard.drivers.hosts.rollout import boot_state
+from railyard.remote.rollout import boot_state
 from railyard.model.boot_args import missing
 
 WORKERS = 32

@@ -20,14 +20,16 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from railyard.remote.rollout import PowerCycleError
+
 SYSTEMS = "/redfish/v1/Systems"
 RESET_ACTION = "#ComputerSystem.Reset"
 TIMEOUT_S = 10.0
 POLL_S = 1.0
 
 
-class RedfishError(Exception):
-    pass
+class RedfishError(PowerCycleError):
+    """A BMC that did not do or answer what it was asked (the rollout stops on it)."""
 
 
 @dataclass(frozen=True)

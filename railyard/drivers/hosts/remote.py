@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from railyard.drivers.hosts.ssh import Result, SshError, Target, run
+from railyard.remote.ssh import Result, SshError, Target, run
 from railyard.model import bundle
 
 

@@ -14,29 +14,17 @@ A BMC's password, like the SSH key, is an input marked secret and an output mark
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
+from railyard.remote.reboots import Reboots, RebootsProvider, target
+
 # What reaching and checking a host depends on: a change in any of them means a new discovery
 # (a new key too, so that refresh and later runs use it).
 INPUTS = ("address", "user", "port", "jump", "host_keys", "sku", "fabric", "speed_gbps", "private_key",
           "bmc", "bmc_password")
-
-
-def _target(props: dict):
-    """How SSH reaches the host: its pinned keys, else the key state recorded (trusted on first use)."""
-    from railyard.drivers.hosts.config import JumpHost
-    from railyard.drivers.hosts.ssh import Target
-
-    jump = props.get("jump")
-    return Target(name=props["node"], address=props["address"], user=props["user"], port=int(props["port"]),
-                  jump=JumpHost(jump["address"], jump.get("user"), int(jump["port"]), tuple(jump["host_keys"]))
-                  if jump else None,
-                  host_keys=tuple(props.get("host_keys") or ()) or
-                  ((props["host_key"],) if props.get("host_key") else ()))
 
 
 def _redfish(node: str, bmc: dict, password: str | None):
@@ -56,7 +44,7 @@ def discover(props: dict) -> dict:
     """The host's facts and the host key SSH accepted."""
     from railyard.drivers.hosts import remote
 
-    facts, result = remote.host_facts(_target(props), private_key=props.get("private_key") or None)
+    facts, result = remote.host_facts(target(props), private_key=props.get("private_key") or None)
     return {"host_key": result.host_key, "facts": facts}
 
 
@@ -119,7 +107,7 @@ class HostMachineProvider(ResourceProvider):
         # for maintenance keeps what was last seen: one unreachable server must not fail the
         # refresh of every other. Its BMC, reached another way, may still say it is off.
         from railyard.drivers.hosts.redfish import RedfishError
-        from railyard.drivers.hosts.ssh import SshError
+        from railyard.remote.ssh import SshError
 
         outs = dict(props)
         try:
@@ -165,16 +153,6 @@ class HostMachine(Resource):
         }, opts)
 
 
-def _targets(props: dict) -> list:
-    """A pool's hosts as the rollout reaches them, each with the arguments its boot must have."""
-    return [(_target(h), tuple(h.get("wanted") or ())) for h in props["hosts"]]
-
-
-def _progress(line: str) -> None:
-    # The engine shows what a provider writes on stderr in `up`'s output.
-    print(line, file=sys.stderr, flush=True)
-
-
 def _power_cycles(props: dict) -> dict:
     """What power-cycles each host of the pool that has a BMC (rollout.roll's power_cycles)."""
     passwords = props.get("bmc_passwords") or {}
@@ -182,86 +160,18 @@ def _power_cycles(props: dict) -> dict:
             for h in props["hosts"] if h.get("bmc")}
 
 
-class HostRebootsProvider(ResourceProvider):
-    """A pool's rolling reboot (rollout.roll). Its state is the command line each host was last
-    seen booted with, so a later diff knows, without reaching any host, whether one still lacks
-    what it wants; a second `up` reboots nothing."""
+class HostRebootsProvider(RebootsProvider):
+    """A pool's rolling reboot (railyard.remote.reboots), a host with a BMC power-cycled through it
+    when it does not come back."""
 
-    serialize_as_secret_always = False
-
-    def _roll(self, props: dict, olds: dict | None = None) -> dict:
-        from railyard.drivers.hosts import rollout
-        from railyard.tuning import runner
-
-        def verify(nodes: list[str]) -> None:
-            # A boot resets what the playbook set at run time (VFs, counters); the playbook again
-            # restores it and its verify role checks the host against the plan.
-            if not props.get("tuning_hosts"):
-                return
-            hosts = {n: h for n, h in props["tuning_hosts"].items() if n in nodes}
-            from railyard.tuning.resource import wire_numbers
-            result = runner.run_isolated({"stack": props["stack"], "hosts": wire_numbers(hosts),
-                                          "private_key": props.get("private_key"), "user": props["user"],
-                                          "secret_vars": props.get("secret_vars") or {}})
-            if not result["ok"]:
-                raise rollout.RolloutError(f"after the reboot of {', '.join(nodes)}, tuning failed; the rollout "
-                                           "stopped:\n  " + "\n  ".join(result["failures"])
-                                           + f"\nartifacts: {result['run_dir']}")
-
-        done = rollout.roll(_targets(props), budget=int(props["budget"]), command=props["command"],
-                            timeout=float(props["timeout"]), private_key=props.get("private_key") or None,
-                            after_batch=verify, known_boots=(olds or {}).get("boots"), progress=_progress,
-                            power_cycles=_power_cycles(props))
-        return {"booted": done.booted, "boots": done.boots, "reboots": done.reboots}
-
-    def create(self, props):
-        return CreateResult(id_=f"{props['stack']}/{props['pool']}/reboots", outs={**props, **self._roll(props)})
-
-    def diff(self, _id, olds, news):
-        from railyard.model.boot_args import missing
-
-        booted = olds.get("booted") or {}
-        # A tuning run (tuning_run: its run) may have rewritten the bootloader's settings, and a
-        # failed rollout leaves `booted` as it was before it: either way the hosts are asked again.
-        keys = ("budget", "command", "timeout", "tuning_run")
-        stale = any(h["node"] not in booted or missing(h.get("wanted") or (), booted[h["node"]])
-                    for h in news["hosts"])
-        moved = [(h["node"], h["address"], h["port"]) for h in news["hosts"]] != \
-                [(h["node"], h["address"], h["port"]) for h in olds.get("hosts") or []]
-        return DiffResult(changes=stale or moved or any(olds.get(k) != news.get(k) for k in keys),
-                          replaces=[], delete_before_replace=False)
-
-    def update(self, _id, olds, news):
-        return UpdateResult(outs={**news, **self._roll(news, olds)})
-
-    def read(self, id_, props):
-        return ReadResult(id_=id_, outs=props)
-
-    def delete(self, _id, _props):
-        return None  # a reboot is not undone; destroy's cleanup says what the next boot drops
+    def power_cycles(self, props: dict) -> dict:
+        return _power_cycles(props)
 
 
-class HostReboots(Resource):
-    """Outputs: `booted` ({node: the command line it runs with}), `boots` ({node: its boot id when
-    last tuned}) and `reboots` (this run's [{node, down_at, up_at}], Unix times, with `bmc_reset`:
-    what its BMC was asked, for a host its BMC power-cycled)."""
+class HostReboots(Reboots):
+    """A pool's rolling reboot (railyard.remote.reboots.Reboots), with BMCs: hosts' `bmc` (as
+    HostMachine's, or None) and bmc_passwords ({node: its BMC's password} for those with one)."""
 
-    booted: pulumi.Output[dict]
-    reboots: pulumi.Output[list]
-
-    def __init__(self, name: str, *, stack: str, pool: str, hosts: list[dict], budget: int, command: str,
-                 timeout: int, private_key: Any, tuning_hosts: Any, secret_vars: Any, user: str,
-                 tuning_run: Any = None, bmc_passwords: Any = None, opts: pulumi.ResourceOptions | None = None):
-        """hosts: [{node, address, user, port, jump, host_keys, host_key, wanted, bmc}] (bmc: as
-        HostMachine's, or None); bmc_passwords: {node: its BMC's password} for those with one."""
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-            additional_secret_outputs=["private_key", "secret_vars", "bmc_passwords"]))
-        super().__init__(HostRebootsProvider(), name, {
-            "stack": stack, "pool": pool, "hosts": hosts, "budget": budget, "command": command,
-            "timeout": timeout, "user": user, "tuning_run": tuning_run,
-            "private_key": pulumi.Output.secret(private_key) if private_key is not None else None,
-            "tuning_hosts": tuning_hosts,
-            "secret_vars": pulumi.Output.secret(secret_vars) if secret_vars is not None else None,
-            "bmc_passwords": pulumi.Output.secret(bmc_passwords) if bmc_passwords else None,
-            "booted": None, "boots": None, "reboots": None,
-        }, opts)
+    def __init__(self, name: str, *, bmc_passwords: Any = None, **kwargs: Any):
+        super().__init__(name, provider=HostRebootsProvider(), extra_secrets={"bmc_passwords": bmc_passwords or None},
+                         **kwargs)

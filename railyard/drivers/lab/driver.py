@@ -21,8 +21,18 @@ MGMT_NETDEV = "mgmt0"
 STORAGE_NETDEV = "stor0"
 
 
+# How a lab node is rebooted: the node's shim hands the request to its power supervisor
+# (railyard/drivers/lab/node/power.py), which boots it with the command line update-grub wrote.
+REBOOT_COMMAND = "systemctl reboot"
+REBOOT_TIMEOUT_S = 120
+
+
 class LabDriver(Driver):
     name = "lab"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._host_keys: dict[str, Any] = {}
 
     def ssh_hint(self) -> str:
         return f".venv/bin/railyard lab ssh --stack {self.spec.stack} NODE"
@@ -91,6 +101,32 @@ class LabDriver(Driver):
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
         return self.control_plane.kubeconfig
 
+    def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
+        """The hosts driver's rolling reboot (railyard.remote), one node at a time, for the one
+        boot-time setting the lab cannot apply to a running node: a hypervisor's CPU isolation
+        (kernel mode). The lab applies hugepages and the IOMMU mode at run time, so a pool without
+        isolation (every node of `lab` and `lab-virtual`) gets no reboot and no resource. A node
+        reboots into the command line its tuning's update-grub wrote, and the tuning runs again on
+        it (a boot drops its VFs)."""
+        from railyard.model.boot_args import isolation_args
+        from railyard.remote.reboots import Reboots
+
+        out: list[pulumi.Resource] = []
+        for pool in self.spec.node_pools:
+            nodes = self.plan.pool_nodes(pool.name)
+            wanted = isolation_args(self.plan.tuning(nodes[0]).cpu_isolation) if nodes else ()
+            if not wanted:
+                continue
+            hosts = [{"node": n.name, "address": n.management_ip, "user": access.user, "port": 22, "jump": None,
+                      "host_keys": [], "host_key": self._host_keys[n.name], "wanted": list(wanted)} for n in nodes]
+            out.append(Reboots(
+                f"{name}-{pool.name}", stack=self.spec.stack, pool=pool.name, hosts=hosts, budget=1,
+                command=REBOOT_COMMAND, timeout=REBOOT_TIMEOUT_S, private_key=access.private_key,
+                tuning_hosts=tuning.host_inputs, secret_vars=tuning.secret_vars, user=access.user,
+                tuning_run=tuning.run.last_run,
+                opts=pulumi.ResourceOptions(parent=parent, depends_on=[tuning])))
+        return out
+
     def _links(self, management_ip: str, storage_ip: str) -> dict[str, Any]:
         nets = self.plan.networks
         return {
@@ -122,6 +158,7 @@ class LabDriver(Driver):
             authorized_key=access.public_key,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
+        self._host_keys[node.name] = res.host_key
         ready: list[pulumi.Resource] = [res]
         cache = self.spec.storage.local_cache
         pfs = self.spec.storage.parallel_fs

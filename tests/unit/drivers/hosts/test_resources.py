@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from railyard.drivers.hosts import resources
-from railyard.drivers.hosts.ssh import SshError
+from railyard.remote.ssh import SshError
 
 PROPS = {"stack": "s", "node": "gpu-0", "address": "192.0.2.11", "user": "root", "port": 22, "jump": None,
          "host_keys": [], "sku": "dgx-h100", "fabric": None, "speed_gbps": None, "private_key": "k",

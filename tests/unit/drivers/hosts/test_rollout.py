@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from railyard.drivers.hosts import resources, rollout
-from railyard.drivers.hosts.ssh import SshError, Target
+from railyard.drivers.hosts import resources
+from railyard.remote import rollout
+from railyard.remote.ssh import SshError, Target
 
 WANT = ("hugepagesz=1G", "hugepages=0:4,1:4")
 

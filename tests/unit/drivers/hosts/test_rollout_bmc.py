@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from railyard.drivers.hosts import resources, rollout
+from railyard.drivers.hosts import resources
+from railyard.remote import rollout
 from railyard.drivers.hosts.redfish import RedfishError
 
 from .test_rollout import OLDS, fleet, targets  # noqa: F401 (fleet: the fixture)

@@ -17,10 +17,27 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from railyard.drivers.hosts.config import JumpHost
-from railyard.ssh_client import host_pattern, known_hosts_lines, options, proxy_command, write_key
+from railyard.ssh_client import DEFAULT_PORT, host_pattern, known_hosts_lines, options, proxy_command, write_key
 
 CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class JumpHost:
+    """The host SSH goes through first (OpenSSH's ProxyJump), written `[user@]address[:port]`."""
+
+    address: str
+    user: str | None = None
+    """None: ssh's default, the local user name."""
+    port: int = DEFAULT_PORT
+    host_keys: tuple[str, ...] = ()
+    """Its pinned keys (`<type> <base64>`, from railyard:hosts.knownHosts); empty: trusted on
+    first use (only where hostKeys is trust-on-first-use)."""
+
+    def __str__(self) -> str:
+        address = f"[{self.address}]" if ":" in self.address and self.port != DEFAULT_PORT else self.address
+        return (f"{self.user}@" if self.user else "") + address + (
+            f":{self.port}" if self.port != DEFAULT_PORT else "")
 
 
 class SshError(Exception):

@@ -1,4 +1,5 @@
-"""The rolling reboot that applies boot-time settings (the kernel command line) to a pool's hosts.
+"""The rolling reboot that applies boot-time settings (the kernel command line) to a pool's hosts
+(the hosts driver's servers, the lab driver's nodes).
 
 A host reboots only when its running kernel lacks an argument its tuning asks for
 (model.boot_args). Hosts reboot `budget` at a time, in pool order: each batch gets the reboot
@@ -20,8 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from railyard.drivers.hosts.redfish import RedfishError
-from railyard.drivers.hosts.ssh import HostKeyMismatch, SshError, Target, run
+from railyard.remote.ssh import HostKeyMismatch, SshError, Target, run
 from railyard.model.boot_args import missing
 
 POLL_S = 1.0
@@ -30,6 +30,10 @@ STATE_COMMAND = "cat /proc/sys/kernel/random/boot_id /proc/cmdline"
 
 class RolloutError(Exception):
     pass
+
+
+class PowerCycleError(Exception):
+    """A host's BMC could not power-cycle it (what the driver's power cycle raises)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def _power_cycled(target: Target, old: str, cycle: Callable[[float], str], *, la
     deadline = time.monotonic() + timeout
     try:
         reset = cycle(deadline)
-    except RedfishError as exc:
+    except PowerCycleError as exc:
         raise RolloutError(f"{late}, and its BMC could not power-cycle it: {exc}; {halted}") from None
     try:
         now = _wait_back(target, old, private_key, deadline)
@@ -102,7 +106,7 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
     its boot reset what the playbook set at run time.
 
     power_cycles: per host with a BMC, what power-cycles it (given the time.monotonic() deadline
-    of its wait, it returns what it asked the BMC for, or raises RedfishError)."""
+    of its wait, it returns what it asked the BMC for, or raises PowerCycleError)."""
     out = Rollout()
     pending = []
     rebooted_elsewhere = []
