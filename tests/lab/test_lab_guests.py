@@ -8,6 +8,7 @@ that GPU's host NUMA node, and the hypervisor's isolated CPUs exactly those pinn
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import xml.etree.ElementTree as ET
 
@@ -77,6 +78,7 @@ def vms(project) -> dict[str, dict]:
                          if "=" in line and not line.startswith("#")),
             "domain": domain,
             "host_of": passthrough(domain),
+            "pf_netdevs": sorted({f.get("pf_netdev") or f["pf"] for f in lab_vm.read_record(STACK, name)["vfs"]}),
         }
     assert sorted(out) == ["dgx-0-vm0", "dgx-1-vm0"]
     return out
@@ -221,6 +223,20 @@ def test_the_hypervisors_device_interrupts_run_on_its_own_cpus_of_the_devices_no
             for irq in irqs:
                 assert where[irq] and not where[irq] & pinned, (hv, dev, irq, where[irq])
                 assert where[irq] <= node_cpus[numa[dev]], (hv, dev, irq, where[irq])
+
+
+def test_each_vf_reaches_its_own_hypervisors_address_on_its_rail(vms, project):
+    for name, v in vms.items():
+        hv = v["hypervisor"]
+        # The hypervisor's rail addresses, on its PFs (their netdevs, not the macvlans beside them).
+        pf_addresses = [ipaddress.ip_interface(line.split()[3]) for line in
+                        project.ssh(hv, "ip -o -4 addr show").stdout.splitlines()
+                        if line.split()[1] in {n for n in v["pf_netdevs"]}]
+        for vf in sorted(v["held"]):
+            own = ipaddress.ip_interface(project.ssh(name, f"ip -o -4 addr show {vf}").stdout.split()[3])
+            (peer,) = [a for a in pf_addresses if a.network == own.network]
+            got = project.ssh(name, f"ping -c1 -W2 -I {vf} {peer.ip}", check=False)
+            assert got.returncode == 0, (name, vf, str(peer), got.stdout + got.stderr)
 
 
 def test_guest_tuning_reserved_the_jobs_hugepages_on_the_guests_cells(vms, project):

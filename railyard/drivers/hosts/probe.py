@@ -27,10 +27,10 @@ def _names(nodes: list[str]) -> str:
 
 def check(hosts: list[dict], private_key: str | None, deadline_s: float = DEADLINE_S) -> dict:
     """{"reboot": {node: [missing args]}, "unreachable": {node: reason}, "unchecked": [nodes]}."""
-    from railyard.drivers.hosts.resources import _target
+    from railyard.remote.reboots import target
 
     def one(h: dict) -> tuple[str, str, object]:
-        t = _target(h)  # its pinned keys, else the one state recorded
+        t = target(h)  # its pinned keys, else the one state recorded
         try:
             boot = boot_state(t, private_key, timeout=CONNECT_S + 5)
         except Exception as exc:  # preview reports; it never fails on a host

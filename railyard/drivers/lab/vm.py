@@ -19,8 +19,12 @@ and the VFs it holds.
 
 VMs reach each other over their VFs as macvlans on the PF: across hypervisors through the rail's
 bridge, on one hypervisor through the PF (macvlan bridge mode, like the NIC's embedded switch).
-A macvlan cannot reach its own PF's address: a VM does not reach its hypervisor's rail address
-over a VF (it does over the management network).
+A macvlan cannot reach its own lower device's address, where a real NIC's embedded switch
+delivers a VF's frames to its PF. So the hypervisor also holds its rail address on a macvlan of
+the PF in bridge mode (``<pf>h``, a sibling of the VFs, as a /32 that answers ARP only for what
+it routes: arp_filter), and routes each of its VMs' VF addresses through it (a /32 in the main
+table, and a rule ahead of the rails' source rules sending replies there). A VM then reaches its
+own hypervisor's rail address over its VF, and the hypervisor's other traffic is as it was.
 
 create_vm adopts what exists (a VF already moved, or moved but not renamed, after a crash);
 delete_vm of a missing VM succeeds. Results are plain JSON data.
@@ -28,6 +32,7 @@ delete_vm of a missing VM succeeds. Results are plain JSON data.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -154,6 +159,9 @@ def create_vm(
         for v in wanted:
             vf = found[v["name"]]
             _take_vf(stack, hypervisor, vm_ns, hv_ns, v["name"], vf, vm_links, hv_links, root)
+        hv_now = net.links(hv_ns)
+        for v in wanted:
+            _local_path(hv_ns, found[v["name"]].pf, v["address"], hv_now, add=True)
 
     state = node.converge(stack, vm, nics=nics + vf_nics, keys=keys, compute_cidr=compute_cidr,
                           hw_tree_source=hw_tree_source, root=root, attach=attach)
@@ -187,6 +195,54 @@ def _take_vf(stack: str, hypervisor: str, vm_ns: str, hv_ns: str, name: str, vf:
     batch.run()
 
 
+# Ahead of the rails' source rules (node/wiring.py RULE_PREF_BASE), so a reply to a VM of this
+# hypervisor leaves through the PF's macvlan, not the rail's own table.
+LOCAL_RULE_PREF = 900
+
+
+def local_port(pf_netdev: str) -> str:
+    """The hypervisor's macvlan of the PF that carries its rail address to its own VMs."""
+    name = f"{pf_netdev}h"
+    return name if len(name) <= 15 else f"h{hashlib.sha256(pf_netdev.encode()).hexdigest()[:8]}"
+
+
+def _local_path(hv_ns: str, pf_netdev: str, vf_address: str, hv_links: dict, *, add: bool) -> None:
+    """Let the VF at vf_address and its hypervisor reach each other (module docstring); with
+    add=False, the VF's own route and rule go (the macvlan stays for the PF's other VFs)."""
+    what = f"{hv_ns} local path to {vf_address} over {pf_netdev}"
+    vf_ip = vf_address.split("/")[0]
+    port = local_port(pf_netdev)
+    if add:
+        rail = next((a for a in net.addresses(hv_links.get(pf_netdev) or {})), None)
+        if rail is None:
+            return  # the PF carries no address of the hypervisor's: nothing to reach
+        rail_ip = rail.split("/")[0]
+        if port not in hv_links:
+            net.ip("link", "add", "link", pf_netdev, "name", port, "type", "macvlan", "mode", "bridge",
+                   netns=hv_ns, obj=what)
+            hv_links[port] = {}
+        # Answer ARP only for addresses routed through it (the VMs'), so the rail's other hosts
+        # keep getting the PF's own MAC for the hypervisor's address; replies arrive here by design.
+        net.sysctls(hv_ns, {f"net/ipv4/conf/{port}/arp_filter": 1, f"net/ipv4/conf/{port}/rp_filter": 0})
+        mtu = (hv_links.get(pf_netdev) or {}).get("mtu")
+        batch = net.Batch(hv_ns)
+        info = hv_links.get(port) or {}
+        if f"{rail_ip}/32" not in net.addresses(info):
+            batch.add(what, "address", "replace", f"{rail_ip}/32", "dev", port)
+        if mtu and info.get("mtu") != mtu:
+            batch.add(what, "link", "set", "dev", port, "mtu", str(mtu))
+        batch.add(what, "link", "set", "dev", port, "up")
+        batch.add(what, "route", "replace", f"{vf_ip}/32", "dev", port, "src", rail_ip)
+        batch.run()
+        rules = net.rules(hv_ns)
+        if not any(r.get("priority") == LOCAL_RULE_PREF and r.get("dst") == vf_ip for r in rules):
+            net.ip("rule", "add", "pref", str(LOCAL_RULE_PREF), "to", f"{vf_ip}/32", "lookup", "main",
+                   netns=hv_ns, obj=what)
+        return
+    net.ip("route", "del", f"{vf_ip}/32", "dev", port, netns=hv_ns, obj=what, check=False)
+    net.ip("rule", "del", "pref", str(LOCAL_RULE_PREF), "to", f"{vf_ip}/32", netns=hv_ns, obj=what, check=False)
+
+
 def _return_vf(stack: str, vm: str, hypervisor: str, v: dict, root: Path | None) -> bool:
     """Move a VF the VM holds back to the hypervisor under the hypervisor's name for it."""
     vm_ns, hv_ns = names.node_ns(stack, vm), names.node_ns(stack, hypervisor)
@@ -213,6 +269,7 @@ def _return_vf(stack: str, vm: str, hypervisor: str, v: dict, root: Path | None)
     batch.run()
     if net.netns_exists(hv_ns):
         net.ip("link", "set", "dev", hv_name, "up", netns=hv_ns, obj=what)
+        _local_path(hv_ns, v.get("pf_netdev", v["pf"]), v["address"], {}, add=False)
         if vf is not None:
             sriov.release(stack, hypervisor, vf, mac, root)
     return True
