@@ -44,7 +44,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 settings:
-  description: C(railyard_sysfs) settings, one per vector, of its smp_affinity_list.
+  description: >-
+    C(railyard_sysfs) settings, one per vector, of its smp_affinity_list; and the kernel's
+    default_smp_affinity (every CPU of C(cpus)), which vectors made later start on.
   returned: always
   type: list
   elements: dict
@@ -64,6 +66,8 @@ devices:
   type: list
   elements: str
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import railyard_pcie as pcie
@@ -93,6 +97,13 @@ def main():
         module.fail_json(msg=f"railyard_irq_facts: {exc}")
     settings, skipped, unpinned, devices = discovery.irq_placement(found, p["procfs_root"], cpus,
                                                                     every_device=p["every_device"])
+    # Vectors made later (vfio's, when a VM turns MSI-X on; a driver's after a rebind) start on the
+    # kernel's default affinity: every housekeeping CPU, never one pinned to a VM.
+    default = os.path.join(p["procfs_root"], "irq", "default_smp_affinity")
+    if os.path.exists(default) and cpus:
+        keep = discovery.format_cpulist(sorted({c for cpulist in cpus.values() for c in discovery.parse_cpulist(cpulist)}))
+        settings.append(dict(path=default, value=discovery.cpumask(keep), compare="cpumask",
+                             label="default_smp_affinity"))
     module.exit_json(changed=False, settings=settings, skipped=skipped, unpinned=unpinned, devices=devices)
 
 

@@ -34,7 +34,9 @@ options:
             needs C(0) before a different non-zero count.
         type: str
       compare:
-        description: C(cpulist) compares CPU lists as sets (C(0-3) equals C(0,1,2,3)); C(text) as stripped text.
+        description: >-
+          C(cpulist) compares CPU lists as sets (C(0-3) equals C(0,1,2,3)); C(cpumask) hex CPU masks
+          by value (C(f) equals C(00000000,0000000f)); C(text) as stripped text.
         type: str
         choices: [text, cpulist]
         default: text
@@ -85,6 +87,11 @@ def _same(current, value, compare):
             return set(parse_cpulist(current)) == set(parse_cpulist(value))
         except ValueError:
             return False
+    if compare == "cpumask":
+        try:
+            return int(current.replace(",", ""), 16) == int(value.replace(",", ""), 16)
+        except ValueError:
+            return False
     return current.strip() == value.strip()
 
 
@@ -111,7 +118,7 @@ def main():
                 path=dict(type="path", required=True),
                 value=dict(type="str", required=True),
                 reset_value=dict(type="str"),
-                compare=dict(type="str", choices=["text", "cpulist"], default="text"),
+                compare=dict(type="str", choices=["text", "cpulist", "cpumask"], default="text"),
                 label=dict(type="str"),
                 read_back=dict(type="bool", default=True),
             )),

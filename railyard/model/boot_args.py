@@ -43,11 +43,14 @@ def hugepage_args(size: str, per_numa: dict[int, int], total: int) -> tuple[str,
 
 def isolation_args(isolation: Any) -> tuple[str, ...]:
     """isolcpus (off the scheduler's load balancing, and managed interrupts off them), nohz_full and
-    rcu_nocbs for the CPUs pinned to VMs, under cpuIsolation: kernel (kernel-parameters.txt)."""
+    rcu_nocbs for the CPUs pinned to VMs, and irqaffinity for the host's own, under cpuIsolation:
+    kernel (kernel-parameters.txt)."""
     if isolation is None or isolation.mode != "kernel" or not isolation.isolated:
         return ()
     cpus = format_cpulist(isolation.isolated)
-    return (f"isolcpus=managed_irq,domain,{cpus}", f"nohz_full={cpus}", f"rcu_nocbs={cpus}")
+    # irqaffinity: where an interrupt made after boot starts (vfio's, once a VM turns MSI-X on).
+    return (f"isolcpus=managed_irq,domain,{cpus}", f"nohz_full={cpus}", f"rcu_nocbs={cpus}",
+            f"irqaffinity={format_cpulist(isolation.housekeeping)}")
 
 
 def kernel_args(spec: Any, plan: Any, node: Any) -> tuple[str, ...]:

@@ -184,6 +184,10 @@ def test_after_the_rollouts_reboot_the_hypervisors_isolate_exactly_the_cpus_pinn
         for key in ("nohz_full=", "rcu_nocbs="):
             (arg,) = [w for w in booted if w.startswith(key)]
             assert parse_cpulist(arg.removeprefix(key)) == pinned, (hv, arg)
+        # Interrupts made after boot start on the host's own CPUs.
+        (aff,) = [w for w in booted if w.startswith("irqaffinity=")]
+        assert parse_cpulist(aff.removeprefix("irqaffinity=")) and \
+            not set(parse_cpulist(aff.removeprefix("irqaffinity="))) & set(pinned), (hv, aff)
     # Each hypervisor was rebooted by the rollout once, one at a time (the lab's own power log).
     spans = []
     for hv in sorted({v["hypervisor"] for v in vms.values()}):

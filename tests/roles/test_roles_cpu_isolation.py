@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,29 @@ SYSTEMD = "etc/systemd/system.conf.d/railyard-cpu-isolation.conf"
 MARK = "railyard/cpu-isolation.reboot"
 IRQBALANCE = "etc/systemd/system/irqbalance.service.d/railyard-cpu-isolation.conf"
 KEYS = ("cpu_isolation_mode", "cpu_isolation_cpus", "cpu_isolation_housekeeping")
+# A host whose pool sets no cpuIsolation (or no longer does): none of the role's variables.
+NONE = {"cpu_isolation_cpus": "", "cpu_isolation_housekeeping": "", "cpu_isolation_irq_cpus": {}}
+
+
+# A VF of mlx5_6 (NUMA node 1) with vectors of its own, as a real ConnectX VF bound to mlx5_core
+# has (the lab's VFs have none): the tree as sriov leaves it, before cpu_isolation places them.
+VF_BDF = "0000:9a:00.2"
+VF_IRQS = (900, 901)
+
+
+def _add_vf(hw, pf: str, bdf: str, irqs) -> None:
+    pf_dir = (hw / "sys/bus/pci/devices" / pci_layout.layout(load_catalog().nodes["dgx-h100"]).bus_ids[pf]).resolve()
+    vf = pf_dir.parent / bdf
+    vf.mkdir()
+    for attr in ("vendor", "device", "class", "numa_node", "local_cpulist"):
+        (vf / attr).write_text((pf_dir / attr).read_text())
+    (vf / "physfn").symlink_to(os.path.relpath(pf_dir, vf))
+    (hw / "sys/bus/pci/devices" / bdf).symlink_to(os.path.relpath(vf, hw / "sys/bus/pci/devices"))
+    for irq in irqs:
+        (vf / "msi_irqs").mkdir(exist_ok=True)
+        (vf / "msi_irqs" / str(irq)).write_text("msix\n")
+        (hw / f"proc/irq/{irq}").mkdir()
+        (hw / f"proc/irq/{irq}/smp_affinity_list").write_text("0-223\n")
 
 
 def planned(mode: str):
@@ -70,6 +94,7 @@ def host(tmp_path_factory) -> Host:
     work = tmp_path_factory.mktemp("cpu-isolation")
     hw, etc = work / "hw", work / "etc"
     hwtree.build_hwtree(load_catalog().nodes["dgx-h100"], hw)
+    _add_vf(hw, "mlx5_6", VF_BDF, VF_IRQS)
     etc.mkdir()
     spec, plan, node = planned("kernel")
     v = host_vars(spec, plan, node)
@@ -95,6 +120,8 @@ def test_check_mode_reports_the_change_and_writes_nothing(host):
     run = host.run(check=True, tags="cpu_isolation")
     assert run.rc == 0, run.stdout[-3000:]
     assert run.changed() > 0 and not (host.etc / GRUB).exists() and not handler_ran(host, "bootloader-ran")
+    assert not (host.etc / IRQBALANCE).exists()
+    assert (host.hw / f"proc/irq/{VF_IRQS[0]}/smp_affinity_list").read_text().strip() == "0-223"
 
 
 def test_the_kernel_drop_in_isolates_exactly_the_vms_cpus_and_a_second_run_changes_nothing(host):
@@ -138,6 +165,12 @@ def test_device_interrupts_go_to_their_nodes_housekeeping_cpus_and_irqbalance_is
     assert {dev for dev in placed if dev.startswith("GPU")} == {g.name for g in sku.gpus}
     assert placed == {dev: {format_cpulist(keep[numa[dev]])} for dev in placed}
     assert not set(iso.isolated) & {c for cpus in keep.values() for c in cpus}
+    # The VF sriov made (NUMA node 1): its vectors too.
+    for irq in VF_IRQS:
+        assert (host.hw / f"proc/irq/{irq}/smp_affinity_list").read_text().strip() == format_cpulist(keep[1])
+    # A vector made later starts on the host's CPUs, never on one pinned to a VM.
+    default = int((host.hw / "proc/irq/default_smp_affinity").read_text().replace(",", ""), 16)
+    assert default == sum(1 << c for c in iso.housekeeping)
     # irqbalance keeps every interrupt off the pinned CPUs and leaves those devices' alone.
     conf = (host.etc / IRQBALANCE).read_text()
     assert f'IRQBALANCE_BANNED_CPULIST={format_cpulist(iso.isolated)}"' in conf
@@ -146,6 +179,9 @@ def test_device_interrupts_go_to_their_nodes_housekeeping_cpus_and_irqbalance_is
     gpu = host.hw / "sys/bus/pci/devices" / pci_layout.layout(sku).bus_ids["GPU0"]
     asked = subprocess.run([str(policy), str(gpu.resolve()), "120"], capture_output=True, text=True, check=True)
     assert asked.stdout.split() == ["ban=true"]
+    vf = subprocess.run([str(policy), f"/sys/devices/pci0000:98/{VF_BDF}", "900"], capture_output=True, text=True,
+                        check=True)
+    assert vf.stdout.split() == ["ban=true"]
     spine = subprocess.run([str(policy), "/sys/devices/pci0000:00/0000:00:14.0", "7"], capture_output=True,
                            text=True, check=True)
     assert spine.stdout == ""
@@ -200,11 +236,17 @@ def test_a_host_without_isolation_loses_both_drop_ins_as_teardown_does(host):
     assert (host.etc / SYSTEMD).exists()
     # The site play with no CPUs to isolate (the pool dropped cpuIsolation).
     assert (host.etc / IRQBALANCE).exists()
-    run = host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": "", "cpu_isolation_housekeeping": ""})
+    run = host.run(tags="cpu_isolation", extra=NONE)
     assert run.rc == 0 and not (host.etc / GRUB).exists() and not (host.etc / SYSTEMD).exists(), run.stdout[-3000:]
     assert not (host.etc / IRQBALANCE).exists() and not (host.etc / "etc/railyard/irqbalance-policy").exists()
     assert reboot_required(run) and handler_ran(host, "bootloader-ran") and handler_ran(host, "reexec-ran")
-    assert not reboot_required(host.run(tags="cpu_isolation", extra={"cpu_isolation_cpus": ""}))
+    # irqbalance's files alone (an interrupted run): removed, and no boot-time change is said or done.
+    (host.etc / IRQBALANCE).parent.mkdir(parents=True, exist_ok=True)
+    (host.etc / IRQBALANCE).write_text("# Managed by Railyard (role cpu_isolation); do not edit.\n")
+    only = host.run(tags="cpu_isolation", extra=NONE)
+    assert only.rc == 0 and not (host.etc / IRQBALANCE).exists(), only.stdout[-3000:]
+    assert not reboot_required(only) and not handler_ran(host, "bootloader-ran")
+    assert not reboot_required(host.run(tags="cpu_isolation", extra=NONE))
     # teardown.yml's own task, alone: the whole teardown would reach roles this host has no roots for.
     host.run(tags="cpu_isolation")
     assert (host.etc / GRUB).exists()

@@ -16,7 +16,7 @@ reads and writes exactly what it would on the machine:
     sys/devices/system/cpu/{online,present}
     sys/kernel/mm/hugepages/hugepages-<size>kB/*
     sys/block/nvme<i>n1/size            the SKU's NVMe drives
-    proc/cmdline  proc/meminfo  proc/cpuinfo  proc/irq/<n>/smp_affinity_list
+    proc/cmdline  proc/meminfo  proc/cpuinfo  proc/irq/<n>/smp_affinity_list  proc/irq/default_smp_affinity
     railyard-hwtree.json                 what was derived rather than read from the catalog
 
 Every value comes from the catalog. What the catalog does not know is either left out (as the
@@ -57,7 +57,7 @@ from typing import Any, Iterable
 
 from railyard.model.catalog import NicSpec, NodeSku
 from railyard.model.pci_layout import Function, layout, netdev_name
-from railyard.model.sysfs_discovery import format_cpulist, natural_key as _natural
+from railyard.model.sysfs_discovery import cpumask, format_cpulist, natural_key as _natural
 
 MSI_VECTORS = 4
 FIRST_IRQ = 100
@@ -156,6 +156,9 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
             w.file(f"{d}/msi_irqs/{n}", "msix")
             w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
         irq += MSI_VECTORS
+    if all_cpus:
+        # What a new vector's affinity starts as: every CPU, until something sets another.
+        w.file("proc/irq/default_smp_affinity", cpumask(all_cpus), writable=True)
     _memory(w, sku, all_cpus)
     _cpus(w, sku, all_cpus)
     nvme = _nvme(w, sku)

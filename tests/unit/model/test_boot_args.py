@@ -78,7 +78,7 @@ def test_a_hypervisors_cpu_isolation_is_what_its_role_writes_and_only_under_the_
     v = host_vars(spec, plan, node)
     wanted = kernel_args(spec, plan, node)
     role = _render("cpu_isolation", "{{ __cpu_isolation_cmdline }}", v).split()
-    assert [a for a in wanted if a.split("=")[0] in ("isolcpus", "nohz_full", "rcu_nocbs")] == role
+    assert [a for a in wanted if a.split("=")[0] in ("isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity")] == role
     # The systemd mode puts nothing on the command line.
     from dataclasses import replace
 
