@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard import guests
 from railyard.model.boot_args import cpu_vendor
 from railyard.model.sysfs_discovery import format_cpulist
 
@@ -111,5 +112,9 @@ def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
     out["gpu_nic_affinity_compute_nics"] = list(targets.compute_pfs)
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
     out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic
+    # The planned NCCL topology, not the guest's emulated ports: each GPU and its VF as far apart
+    # as on the host, at the catalog's PCIe links.
+    topology, _ = plan.guest(vm)
+    out["gpu_nic_affinity_topo_xml"] = guests.nccl_topology_xml(plan.catalog.nodes[host.sku], topology)
     out["verify_expected_pairing"] = dict(targets.pairing)
     return out

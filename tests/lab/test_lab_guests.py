@@ -2,8 +2,8 @@
 (stacks/Pulumi.lab-virtual-dgx.yaml, on networks of its own). Each VM presents its planned guest
 tree; guest tuning runs the host's roles inside it. The guest's files are checked against what the
 hypervisor itself discovered and holds (its /etc/railyard/affinity.json, its VFs as the VM holds
-them), not against the plan: GPU i and the VF of its host-side pair under one virtual switch in
-the guest's NCCL topology file, NCCL_IB_HCA in GPU order, the vCPUs of a GPU's cell pinned on
+them), not against the plan: GPU i and the VF of its host-side pair under one switch, at the
+host's distance, in the guest's NCCL topology file, NCCL_IB_HCA in GPU order, the vCPUs of a GPU's cell pinned on
 that GPU's host NUMA node, and the hypervisor's isolated CPUs exactly those pinned."""
 
 from __future__ import annotations
@@ -133,23 +133,24 @@ def _guest_vf_of(v: dict, host_gpu: dict) -> str:
     return rdma
 
 
-def test_each_gpu_and_the_vf_of_its_host_side_pair_share_one_virtual_switch(vms):
+def test_each_gpu_and_the_vf_of_its_host_side_pair_share_one_switch_at_the_hosts_distance(vms):
     for name, v in vms.items():
-        switches = {}  # the guest's GPUs and NICs below each bridge
-        for sw in v["topo"].iter("pci"):
-            below = [p for p in sw.iter("pci") if p is not sw]
-            gpus = sorted(p.get("busid") for p in below if p.find("gpu") is not None)
-            nets = sorted(n.get("name") for p in below for n in p.findall("nic/net"))
-            if gpus and nets:
-                assert sw.get("class") == "0x060400", sw.attrib  # a PCI bridge: a port of a (virtual) switch
-                switches[sw.get("busid")] = (gpus, nets)
-        guest_gpus = sorted(p.get("busid") for p in v["topo"].iter("pci") if p.find("gpu") is not None)
-        assert guest_gpus == sorted(v["guest_gpus"]) and len(guest_gpus) == 8
-        for gpu in guest_gpus:
-            vf = _guest_vf_of(v, _host_gpu(v, gpu))
-            # The smallest bridge holding the GPU holds the VF of its host-side pair, and no other device.
-            (gpus, nets) = min((s for s in switches.values() if gpu in s[0]), key=lambda s: len(s[0]))
-            assert (gpus, nets) == ([gpu], [vf]), (name, gpu, switches)
+        parent = {child: p for p in v["topo"].iter("pci") for child in p.findall("pci")}
+        leaves = {p.get("busid"): p for p in v["topo"].iter("pci") if not p.findall("pci")}
+        tops = [p for cpu in v["topo"].iter("cpu") for p in cpu.findall("pci")]
+        below = {top.get("busid"): {p.get("busid") for p in top.iter("pci") if p.get("busid") in leaves}
+                 for top in tops}
+        assert sorted(b for b, p in leaves.items() if (p.get("class") or "").startswith("0x0302")) == \
+            sorted(v["guest_gpus"]) and len(v["guest_gpus"]) == 8
+        for gpu in sorted(v["guest_gpus"]):
+            host_gpu = _host_gpu(v, gpu)
+            vf = v["guest_vfs"][_guest_vf_of(v, host_gpu)]
+            # The switch the GPU hangs under holds the VF of its host-side pair, and nothing else.
+            (top,) = [t for t, held in below.items() if gpu in held]
+            assert below[top] == {gpu, vf}, (name, gpu, below)
+            # As far apart as on the hypervisor: one bridge apart is PIX there, more is PXB.
+            shown = "PIX" if parent[leaves[gpu]] is parent[leaves[vf]] else "PXB"
+            assert shown == v["affinity"]["distances"][host_gpu["name"]][host_gpu["nic"]], (name, gpu, shown)
 
 
 def test_nccl_ib_hca_lists_the_vfs_in_gpu_order(vms):

@@ -139,3 +139,18 @@ def test_guest_hugepages_are_split_as_the_guests_memory_is_so_a_cell_of_vfs_alon
     topo, _ = plan.guest(vm.name)
     assert [c.memory_mib for c in topo.cells] == [102400, 102400]
     assert plan.guest_tuning(vm.name).hugepages_per_numa == {0: 85, 1: 85}
+
+
+def test_the_guests_nccl_file_is_the_planned_one_with_the_hosts_distances():
+    import xml.etree.ElementTree as ET
+
+    plan = dgx(vcpus=200, memoryGiB=1600)
+    vm = plan.node("gpu", 0).vms[0]
+    topo, _ = plan.guest(vm.name)
+    root = ET.fromstring(guest_vars(plan.spec, plan, vm.name)["gpu_nic_affinity_topo_xml"])
+    parent = {c: p for p in root.iter("pci") for c in p.findall("pci")}
+    at = {p.get("busid"): p for p in root.iter("pci")}
+    for gpu in (d for d in topo.devices if d.kind == "gpu"):
+        vf = topo.device(gpu.pair)
+        # One top bridge each (the host's sw<i>), the GPU a bridge further down (sw<i>-gpu): PXB.
+        assert parent[parent[at[gpu.address]]] is parent[at[vf.address]]
