@@ -138,8 +138,12 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
     return TuningTargets(hugepage_size=hp.size, hugepages_per_numa=per_numa,
                          hugepages_total=0 if per_numa else pages, compute_pfs=pfs, vfs_per_pf=vfs_per_pf,
                          vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives,
-                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2,
-                         cpu_isolation=cpu_isolation)
+                         nccl_cross_nic=_cross_nic(spec), cpu_isolation=cpu_isolation)
+
+
+def _cross_nic(spec) -> int:
+    """NCCL_CROSS_NIC: 0 on a rail-optimized fabric (a GPU talks to its own rail's peers), else 2."""
+    return 0 if spec.fabric.compute.topology == "rail-optimized" else 2
 
 
 def guest_pages(hp, memory_gib: float, gpus_per_cell: Mapping[int, int]) -> tuple[dict[int, int], int]:
@@ -165,5 +169,4 @@ def guest_targets(spec, vm_spec, guest, pairing: Mapping[str, str]) -> TuningTar
     return TuningTargets(hugepage_size=hp.size if hp is not None else spec.tuning.hugepages.size,
                          hugepages_per_numa=per_cell, hugepages_total=total,
                          compute_pfs=tuple(n.rdma for n in guest.compute_nics), vfs_per_pf=0, vfs=(),
-                         pairing=dict(pairing), cache_drives=0,
-                         nccl_cross_nic=0 if spec.fabric.compute.topology == "rail-optimized" else 2)
+                         pairing=dict(pairing), cache_drives=0, nccl_cross_nic=_cross_nic(spec))

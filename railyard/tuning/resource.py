@@ -26,6 +26,11 @@ def wire_numbers(value: Any) -> Any:
     return value
 
 
+# Each playbook's run: its resource id's prefix, and what a failure says was failing.
+RUNS = {"site.yml": ("tuning", "host tuning"), "guest.yml": ("guest-tuning", "guest tuning"),
+        "teardown.yml": ("tuning", "removing the tuning from the hosts")}
+
+
 class TuningProvider(ResourceProvider):
     def _run(self, props: dict, playbook: str | None = None) -> dict:
         from pathlib import Path
@@ -40,15 +45,14 @@ class TuningProvider(ResourceProvider):
             "artifacts": props.get("artifacts") or None,
         })
         if not result["ok"]:
-            what = {"site.yml": "host tuning", "guest.yml": "guest tuning"}.get(playbook,
-                                                                                 "removing the tuning from the hosts")
+            what = RUNS[playbook][1]
             lines = result["failures"] or [f"ansible-runner ended {result.get('status')} (rc {result.get('rc')})"]
             raise Exception(f"{what} failed:\n  " + "\n  ".join(lines) + f"\nartifacts: {result['run_dir']}")
         return {"last_run": Path(result["run_dir"]).name, "changed": result["changed"]}
 
     def create(self, props):
-        what = "guest-tuning" if props.get("playbook") == "guest.yml" else "tuning"
-        return CreateResult(id_=f"{what}-{props['stack']}", outs={**props, **self._run(props)})
+        prefix = RUNS[props.get("playbook") or "site.yml"][0]
+        return CreateResult(id_=f"{prefix}-{props['stack']}", outs={**props, **self._run(props)})
 
     def diff(self, _id, olds, news):
         # The key too: destroy's teardown runs with the key state holds, which must be the current one.

@@ -33,9 +33,7 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
     nics = list(targets.compute_pfs)
     out: dict[str, Any] = {"railyard_node": node.name, "railyard_sku": sku.id, "railyard_stack": spec.stack}
 
-    out["hugepages_size"] = targets.hugepage_size
-    out["hugepages_per_node"] = {str(n): c for n, c in targets.hugepages_per_numa.items()}
-    out["hugepages_total"] = targets.hugepages_total
+    out.update(_hugepage_vars(targets))
 
     # --- SR-IOV: vfsPerPf VFs on every compute PF, the plan's VFs given to its VMs
     vfs_per_pf = targets.vfs_per_pf
@@ -100,21 +98,25 @@ def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
     """Role variables inside VM `vm` (guest tuning, playbooks/guest.yml): the plan's guest targets
     (Plan.guest_tuning) for the same roles a host runs, read against the guest's own hardware."""
     host, _ = plan.vm_named(vm)
-    _, sku = plan.guest(vm)
+    topology, sku = plan.guest(vm)
     targets = plan.guest_tuning(vm)
     out: dict[str, Any] = {"railyard_node": vm, "railyard_sku": sku.id, "railyard_stack": spec.stack}
     # Only where the stack asks for guest hugepages: the role would otherwise release what the
     # guest's image reserves (guest.yml runs it only when these are given).
     if spec.pool(host.pool).vm.hugepages is not None:
-        out["hugepages_size"] = targets.hugepage_size
-        out["hugepages_per_node"] = {str(n): c for n, c in targets.hugepages_per_numa.items()}
-        out["hugepages_total"] = targets.hugepages_total
+        out.update(_hugepage_vars(targets))
     out["gpu_nic_affinity_compute_nics"] = list(targets.compute_pfs)
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
     out["gpu_nic_affinity_nccl_cross_nic"] = targets.nccl_cross_nic
     # The planned NCCL topology, not the guest's emulated ports: each GPU and its VF as far apart
     # as on the host, at the catalog's PCIe links.
-    topology, _ = plan.guest(vm)
     out["gpu_nic_affinity_topo_xml"] = guests.nccl_topology_xml(plan.catalog.nodes[host.sku], topology)
     out["verify_expected_pairing"] = dict(targets.pairing)
     return out
+
+
+def _hugepage_vars(targets: Any) -> dict[str, Any]:
+    """The hugepages role's variables from a host's or a guest's tuning targets."""
+    return {"hugepages_size": targets.hugepage_size,
+            "hugepages_per_node": {str(n): c for n, c in targets.hugepages_per_numa.items()},
+            "hugepages_total": targets.hugepages_total}

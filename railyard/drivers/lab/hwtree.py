@@ -104,6 +104,7 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
     irqs: dict[str, list[int]] = {}
     links_up: list[str] = []
     rates: dict[str, str] = {}
+    gpus: list[tuple[str, str]] = []  # (GPU, its device dir): vectors after every NIC's, bus order
     for f in sorted(lay.functions, key=lambda f: f.path):
         d = "sys/devices/" + "/".join(f.path)
         w.symlink(f"sys/bus/pci/devices/{f.bdf}", d)
@@ -118,6 +119,7 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
             # The GPU's class may be unknown to the catalog; the bound driver is how a reader tells a
             # GPU then, and nvidia is what the kernel shows on a GPU node with its driver loaded.
             w.symlink(f"{d}/driver", "sys/bus/pci/drivers/nvidia")
+            gpus.append((f.id, d))
         if f.kind != "nic":
             continue
         nic = sku.nic(f.id)
@@ -141,20 +143,10 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
             w.symlink(f"{d}/net/{name}/device", d)
             w.symlink(f"sys/class/net/{name}", f"{d}/net/{name}")
             _netdev_attrs(w, f"{d}/net/{name}", nic)
-        irqs[nic.rdma] = list(range(irq, irq + MSI_VECTORS))
-        for n in irqs[nic.rdma]:
-            w.file(f"{d}/msi_irqs/{n}", "msix")
-            # A new IRQ may run on any online CPU; unknown CPUs: the file is left out.
-            w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
+        irqs[nic.rdma] = _vectors(w, d, irq, all_cpus)
         irq += MSI_VECTORS
-    for f in sorted(lay.functions, key=lambda f: f.path):
-        if f.kind != "gpu":
-            continue
-        d = "sys/devices/" + "/".join(f.path)
-        irqs[f.id] = list(range(irq, irq + MSI_VECTORS))
-        for n in irqs[f.id]:
-            w.file(f"{d}/msi_irqs/{n}", "msix")
-            w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
+    for gpu, d in gpus:
+        irqs[gpu] = _vectors(w, d, irq, all_cpus)
         irq += MSI_VECTORS
     if all_cpus:
         # What a new vector's affinity starts as: every CPU, until something sets another.
@@ -178,6 +170,16 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
+
+
+def _vectors(w: "_Writer", d: str, first: int, all_cpus: str | None) -> list[int]:
+    """MSI_VECTORS vectors of the function at `d`, numbered from `first`, and their affinity files."""
+    out = list(range(first, first + MSI_VECTORS))
+    for n in out:
+        w.file(f"{d}/msi_irqs/{n}", "msix")
+        # A new IRQ may run on any online CPU; unknown CPUs: the file is left out.
+        w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
+    return out
 
 
 def _ids(sku: NodeSku, f: Function) -> tuple[str | None, str | None, str | None]:

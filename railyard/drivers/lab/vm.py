@@ -159,9 +159,7 @@ def create_vm(
         for v in wanted:
             vf = found[v["name"]]
             _take_vf(stack, hypervisor, vm_ns, hv_ns, v["name"], vf, vm_links, hv_links, root)
-        hv_now = net.links(hv_ns)
-        for v in wanted:
-            _local_path(hv_ns, found[v["name"]].pf, v["address"], hv_now, add=True)
+        _local_paths(hv_ns, [(found[v["name"]].pf, v["address"]) for v in wanted], net.links(hv_ns))
 
     state = node.converge(stack, vm, nics=nics + vf_nics, keys=keys, compute_cidr=compute_cidr,
                           hw_tree_source=hw_tree_source, root=root, attach=attach)
@@ -206,40 +204,50 @@ def local_port(pf_netdev: str) -> str:
     return name if len(name) <= 15 else f"h{hashlib.sha256(pf_netdev.encode()).hexdigest()[:8]}"
 
 
-def _local_path(hv_ns: str, pf_netdev: str, vf_address: str, hv_links: dict, *, add: bool) -> None:
-    """Let the VF at vf_address and its hypervisor reach each other (module docstring); with
-    add=False, the VF's own route and rule go (the macvlan stays for the PF's other VFs)."""
-    what = f"{hv_ns} local path to {vf_address} over {pf_netdev}"
-    vf_ip = vf_address.split("/")[0]
-    port = local_port(pf_netdev)
-    if add:
-        rail = next((a for a in net.addresses(hv_links.get(pf_netdev) or {})), None)
-        if rail is None:
-            return  # the PF carries no address of the hypervisor's: nothing to reach
-        rail_ip = rail.split("/")[0]
-        if port not in hv_links:
-            net.ip("link", "add", "link", pf_netdev, "name", port, "type", "macvlan", "mode", "bridge",
-                   netns=hv_ns, obj=what)
-            hv_links[port] = {}
+def _local_paths(hv_ns: str, vfs: list[tuple[str, str]], hv_links: dict) -> None:
+    """Let each VF (its PF's netdev, its address) and its hypervisor reach each other (module
+    docstring): the PFs' macvlans made once, then every address, route and rule in one batch."""
+    what = f"{hv_ns} local paths of its VMs' VFs"
+    rail_ip = {}
+    for pf, _ in vfs:
+        rail = next(iter(net.addresses(hv_links.get(pf) or {})), None)
+        if rail is not None:  # a PF with no address of the hypervisor's has nothing to reach
+            rail_ip[pf] = rail.split("/")[0]
+    ports = {pf: local_port(pf) for pf in rail_ip}
+    new = [pf for pf, port in ports.items() if port not in hv_links]
+    if new:
+        made = net.Batch(hv_ns)
+        for pf in new:
+            made.add(what, "link", "add", "link", pf, "name", ports[pf], "type", "macvlan", "mode", "bridge")
+        made.run()
         # Answer ARP only for addresses routed through it (the VMs'), so the rail's other hosts
         # keep getting the PF's own MAC for the hypervisor's address; replies arrive here by design.
-        net.sysctls(hv_ns, {f"net/ipv4/conf/{port}/arp_filter": 1, f"net/ipv4/conf/{port}/rp_filter": 0})
-        mtu = (hv_links.get(pf_netdev) or {}).get("mtu")
-        batch = net.Batch(hv_ns)
-        info = hv_links.get(port) or {}
-        if f"{rail_ip}/32" not in net.addresses(info):
-            batch.add(what, "address", "replace", f"{rail_ip}/32", "dev", port)
+        net.sysctls(hv_ns, {f"net/ipv4/conf/{ports[pf]}/{key}": value for pf in new
+                            for key, value in (("arp_filter", 1), ("rp_filter", 0))})
+    batch = net.Batch(hv_ns)
+    for pf, port in ports.items():
+        info, mtu = hv_links.get(port) or {}, (hv_links.get(pf) or {}).get("mtu")
+        if f"{rail_ip[pf]}/32" not in net.addresses(info):
+            batch.add(what, "address", "replace", f"{rail_ip[pf]}/32", "dev", port)
         if mtu and info.get("mtu") != mtu:
             batch.add(what, "link", "set", "dev", port, "mtu", str(mtu))
         batch.add(what, "link", "set", "dev", port, "up")
-        batch.add(what, "route", "replace", f"{vf_ip}/32", "dev", port, "src", rail_ip)
-        batch.run()
-        rules = net.rules(hv_ns)
-        if not any(r.get("priority") == LOCAL_RULE_PREF and r.get("dst") == vf_ip for r in rules):
-            net.ip("rule", "add", "pref", str(LOCAL_RULE_PREF), "to", f"{vf_ip}/32", "lookup", "main",
-                   netns=hv_ns, obj=what)
-        return
-    net.ip("route", "del", f"{vf_ip}/32", "dev", port, netns=hv_ns, obj=what, check=False)
+    ruled = {r.get("dst") for r in net.rules(hv_ns) if r.get("priority") == LOCAL_RULE_PREF}
+    for pf, address in vfs:
+        if pf not in ports:
+            continue
+        vf_ip = address.split("/")[0]
+        batch.add(what, "route", "replace", f"{vf_ip}/32", "dev", ports[pf], "src", rail_ip[pf])
+        if vf_ip not in ruled:
+            batch.add(what, "rule", "add", "pref", str(LOCAL_RULE_PREF), "to", f"{vf_ip}/32", "lookup", "main")
+    batch.run()
+
+
+def _drop_local_path(hv_ns: str, pf_netdev: str, vf_address: str) -> None:
+    """The VF's own route and rule (the PF's macvlan stays for its other VFs)."""
+    what = f"{hv_ns} local path to {vf_address} over {pf_netdev}"
+    vf_ip = vf_address.split("/")[0]
+    net.ip("route", "del", f"{vf_ip}/32", "dev", local_port(pf_netdev), netns=hv_ns, obj=what, check=False)
     net.ip("rule", "del", "pref", str(LOCAL_RULE_PREF), "to", f"{vf_ip}/32", netns=hv_ns, obj=what, check=False)
 
 
@@ -269,7 +277,7 @@ def _return_vf(stack: str, vm: str, hypervisor: str, v: dict, root: Path | None)
     batch.run()
     if net.netns_exists(hv_ns):
         net.ip("link", "set", "dev", hv_name, "up", netns=hv_ns, obj=what)
-        _local_path(hv_ns, v.get("pf_netdev", v["pf"]), v["address"], {}, add=False)
+        _drop_local_path(hv_ns, v.get("pf_netdev", v["pf"]), v["address"])
         if vf is not None:
             sriov.release(stack, hypervisor, vf, mac, root)
     return True

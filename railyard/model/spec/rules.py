@@ -97,8 +97,7 @@ class CrossFieldRules:
                          f"{_fmt(want)} GiB of hugepages on {pool.sku} cannot back {pool.vms_per_host} x "
                          f"{vm.memory_gib} GiB of VM memory; lower vm.memoryGiB or raise the hugepages")
         if want > mem - reserve:
-            most = (int((mem - reserve) * (1 << 30)) // hp.page_bytes if key == "count"
-                    else math.floor((mem - reserve) / mem * 100))
+            most = _most_hugepages(hp, key, mem, reserve)
             self.problem(f"{hpath}.{key}", _show(hp.count if key == "count" else hp.percent_of_memory),
                          f"at most {most} on {pool.sku} (pool {pool.name})",
                          f"{_fmt(want)} GiB of hugepages on a {_fmt(mem)} GiB host leaves less than the "
@@ -171,8 +170,8 @@ class CrossFieldRules:
             want, reserve = guest_hp.gib_for(vm.memory_gib), os_reserve_gib(vm.memory_gib)
             key = "count" if guest_hp.count is not None else "percentOfMemory"
             if want > vm.memory_gib - reserve:
-                most = (int((vm.memory_gib - reserve) * (1 << 30)) // guest_hp.page_bytes if key == "count"
-                        else max(0, math.floor((vm.memory_gib - reserve) / vm.memory_gib * 100)))
+                most = _most_hugepages(guest_hp, key, vm.memory_gib, reserve)
+                most = most if key == "count" else max(0, most)
                 self.problem(f"{vpath}.hugepages.{key}", _show(guest_hp.count if key == "count"
                                                                else guest_hp.percent_of_memory),
                              f"at most {most} in a {vm.memory_gib} GiB VM",
@@ -276,3 +275,11 @@ class CrossFieldRules:
                 self.problem(fact.path + ".name", _show(pool.name),
                              f"at most {63 - (len(longest) - len(pool.name))} characters with railyard:kubernetes",
                              f"the label value {longest!r} (its scalable unit or spine group) would exceed 63 characters")
+
+
+def _most_hugepages(hp: Hugepages, key: str, memory_gib: float, reserve_gib: float) -> int:
+    """The largest `count` (pages) or `percentOfMemory` that leaves a machine of memory_gib its
+    OS reserve (a host's, or a guest's own)."""
+    if key == "count":
+        return int((memory_gib - reserve_gib) * (1 << 30)) // hp.page_bytes
+    return math.floor((memory_gib - reserve_gib) / memory_gib * 100)
