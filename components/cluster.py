@@ -78,6 +78,8 @@ class Cluster(pulumi.ComponentResource):
                 # The machines themselves, not the pools: a pool's descendants include the VMs, which
                 # come after tuning.
                 depends_on=machines, opts=child)
+        self.tuning_note = (f"driver {driver.name}: the platform tunes its own machines (drivers, fabric, "
+                            "hugepages), so Railyard runs no host tuning") if caps.tuned_by == "platform" else None
         # Boot-time settings take effect where the driver reboots its machines (the hosts driver's
         # rolling reboot), after the tuning that wrote them.
         self.boot = driver.boot_settings(f"{name}-boot", self, self.tuning, self.access) if self.tuning else []
@@ -135,7 +137,7 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
                                                           renders_networks=own,
                                                           node_names=driver.kubernetes_node_names(),
-                                                          cordoned=cordoned),
+                                                          cordoned=cordoned, kueue_chart=driver.kueue_chart()),
                 depends_on=[*after, *(v for _, v in self.vms), *([self.guest_tuning] if self.guest_tuning else []),
                             *([self.acceptance] if self.acceptance else [])],
                 opts=child)
@@ -147,6 +149,9 @@ class Cluster(pulumi.ComponentResource):
         }
         if self.tuning is not None:
             outputs["tuning"] = {"last_run": self.tuning.run.last_run, "changed": self.tuning.run.changed}
+        elif self.tuning_note is not None:
+            # Said, not skipped silently: a reviewer looking for the tuning run finds why there is none.
+            outputs["tuning"] = {"runs": False, "why": self.tuning_note}
         if self.guest_tuning is not None:
             outputs["guest_tuning"] = {"last_run": self.guest_tuning.run.last_run,
                                        "changed": self.guest_tuning.run.changed}

@@ -37,6 +37,9 @@ class KubernetesLayerArgs:
     cordoned: pulumi.Output | None = None
     """Under acceptance's onFailure: cordon, the machines it took out (node -> reason): their
     Nodes are cordoned, and the others are not."""
+    kueue_chart: dict[str, str] | None = None
+    """Where the cluster has no Kueue: the Helm chart it is installed from (Driver.kueue_chart),
+    before any of Kueue's objects."""
 
 
 class KubernetesLayer(pulumi.ComponentResource):
@@ -56,8 +59,20 @@ class KubernetesLayer(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=self.provider)
 
         names = args.node_names or {}
-        self.nodes = [self._node(name, n, names.get(n.name, n.name), args.registers_nodes, self._cordon(plan, n, args),
-                                 child) for n in plan.nodes]
+        # Where the platform labels its own nodes (CoreWeave), Railyard has no resource per node:
+        # its nodes come and go with the autoscaler, and the pool's labels are on its NodePool.
+        self.nodes = [] if plan.platform_topology else [
+            self._node(name, n, names.get(n.name, n.name), args.registers_nodes, self._cordon(plan, n, args), child)
+            for n in plan.nodes]
+        self.kueue_release: pulumi.Resource | None = None
+        if args.kueue_chart is not None:
+            c = args.kueue_chart
+            self.kueue_release = k8s.helm.v3.Release(
+                f"{name}-kueue", chart=c["chart"], version=c["version"], namespace=c["namespace"],
+                create_namespace=True, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=c["repository"]),
+                # A Release waits for its workloads to be ready (skipAwait unset), so Kueue's webhooks
+                # answer before any of its objects below is applied.
+                opts=child)
 
         # Kueue keeps a ClusterQueue, a ResourceFlavor and a Topology while anything uses them (a
         # finalizer), so they are made in dependency order and deleted in reverse: each tenant's
@@ -69,13 +84,13 @@ class KubernetesLayer(pulumi.ComponentResource):
                     if o["kind"] == "LocalQueue"}
         for obj in plan.kueue:
             kind, meta = obj["kind"], obj["metadata"]
-            after: list[pulumi.Resource] = []
+            after: list[pulumi.Resource] = [self.kueue_release] if self.kueue_release is not None else []
             if kind == "ResourceFlavor":
-                after = [r for key, r in kueue.items() if key.startswith("Topology/")]
+                after += [r for key, r in kueue.items() if key.startswith("Topology/")]
             elif kind == "ClusterQueue":
-                after = [r for key, r in kueue.items() if key.startswith("ResourceFlavor/")]
+                after += [r for key, r in kueue.items() if key.startswith("ResourceFlavor/")]
             elif kind == "LocalQueue":
-                after = [kueue[f"ClusterQueue/{obj['spec']['clusterQueue']}"], *self._ns(meta)]
+                after += [kueue[f"ClusterQueue/{obj['spec']['clusterQueue']}"], *self._ns(meta)]
             kueue[f"{kind}/{meta['name']}"] = self._custom(name, obj, child, after)
             if kind == "ClusterQueue":
                 ns = cq_of_ns[meta["name"]]

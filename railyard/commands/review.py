@@ -143,6 +143,9 @@ def review(stacks: list[str] | None, base: str | None,
             r.notes.append("acceptance: not run by this driver")
         if doc is None:
             r.skipped = f"{paths.stack_file_name(stack)} is missing or not YAML"
+        elif (absent := drivers.missing_plugins(driver_of(doc) or "")) is not None:
+            # The engine cannot preview it here; the rest of the comment still gets written.
+            r.skipped = f"plugin missing: {absent}"
         elif stack not in in_backend:
             r.skipped = (f"the stack is not in this backend yet: its first `make up STACK={stack}` creates "
                          "everything it declares")

@@ -72,6 +72,9 @@ class DriverEntry:
     jump host and rails)."""
     cli: str | None = None
     """Module whose register(subparsers) adds `railyard <name> ...`."""
+    plugins: tuple[str, ...] = ()
+    """The Python SDK packages whose provider plugins the driver's resources need beyond the
+    engine's own (railyard.engine.plugins): checked before `up` and `preview` start the engine."""
 
 
 DRIVERS: dict[str, DriverEntry] = {
@@ -88,14 +91,17 @@ DRIVERS: dict[str, DriverEntry] = {
                               keeps_machines=True, kubernetes="given"),
         implementation="railyard.drivers.hosts.driver:HostsDriver", rules="railyard.drivers.hosts.rules",
         tuning="railyard.drivers.hosts.tuning"),
-    # Validated so region stacks plan and review today; their implementations come with the
-    # official providers' SDKs.
+    # CoreWeave's CKS through the official SDK: a VPC, a cluster, the object tier, and NodePool
+    # custom resources applied to the cluster; CoreWeave tunes its own nodes.
     "coreweave": DriverEntry(
         "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="none",
-                                  kubernetes="platform"), implementation=None),
+                                  kubernetes="platform"),
+        implementation="railyard.drivers.coreweave.driver:CoreWeaveDriver", rules="railyard.drivers.coreweave.rules",
+        plugins=("pulumi_coreweave", "pulumi_kubernetes")),
     "openstack": DriverEntry(
         "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
-        implementation=None),
+        implementation="railyard.drivers.openstack.driver:OpenStackDriver", rules="railyard.drivers.openstack.rules",
+        tuning="railyard.drivers.openstack.tuning"),
 }
 
 
@@ -200,9 +206,23 @@ def prepare(spec: Any) -> str | None:
     return hook(spec) if hook is not None else None
 
 
+def missing_plugins(driver: str) -> str | None:
+    """Why the engine cannot run a stack on `driver` here: a provider plugin it needs is absent
+    (railyard.engine.plugins), with the command that installs it; None when all are in place."""
+    e = DRIVERS.get(driver)
+    if e is None or not e.plugins:
+        return None
+    from railyard.engine import plugins
+
+    return plugins.missing_message(driver, e.plugins)
+
+
 def preflight(spec: Any) -> str | None:
     """Why the driver cannot act on this machine for `spec`, said before the engine starts (a
     sentence that says nothing was changed), or None."""
+    why = missing_plugins(spec.driver)
+    if why is not None:
+        return why
     name = entry(spec.driver).rules
     check = getattr(importlib.import_module(name), "preflight", None) if name else None
     return check(spec) if check is not None else None

@@ -56,8 +56,9 @@ class Access:
 class NodeHandle:
     ready: list[pulumi.Resource]
     """What must exist before the node is tuned (the machine, its storage)."""
-    management_ip: pulumi.Input[str]
-    """The plan's address (a str) or the provider's (an Output), per Capabilities.addresses."""
+    management_ip: pulumi.Input[str] | None
+    """The plan's address (a str) or the provider's (an Output), per Capabilities.addresses; None
+    where the platform assigns it and Railyard never connects to the machine (tuned_by "platform")."""
     host_key: pulumi.Output[str]
     name: str = ""
     """The planned node it stands for (pool drivers say which; per-node calls know it already)."""
@@ -130,6 +131,12 @@ class Driver(abc.ABC):
         """The cluster's kubeconfig, a secret Output, for a stack with railyard:kubernetes (or
         always, where Capabilities.kubernetes is "platform"): a control plane the driver runs
         after `depends_on` (the networks), or the one it is given."""
+        return None
+
+    def kueue_chart(self) -> dict[str, str] | None:
+        """Where the cluster has no Kueue of its own: the Helm chart the Kubernetes layer installs it
+        from (repository, chart, version, namespace); None: Kueue runs there already (the lab's
+        control plane, a given cluster)."""
         return None
 
     def kubernetes_node_names(self) -> dict[str, str]:

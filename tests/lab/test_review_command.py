@@ -55,8 +55,10 @@ def test_review_of_an_edited_lab_stack_and_a_region_stack(checkout):
     assert "- **`rvcmd`**: " in text and "(3 nodes added) · **needs a reboot**" in text, text
     assert "- `railyard:tuning.hugepages.percentOfMemory`: `50` → `60`: **needs a reboot**" in text, text
     assert "- `railyard:nodePools[0].count`: `2` → `3`" in text, text
-    # Not in this backend, and its driver does not run: reported, not raised.
-    assert "- **`us-east-bm`**: not previewed: the stack is not in this backend yet" in text, text
+    # Its provider plugin cannot be installed here: reported with the command, not raised.
+    assert "- **`us-east-bm`**: not previewed: plugin missing: railyard:driver coreweave needs the Pulumi " \
+           "resource plugin coreweave v1.0.3" in text, text
+    assert "pulumi plugin install resource coreweave v1.0.3" in text and "was not run here" in text, text
     assert "rvother" not in text, "an untouched stack must not be reviewed"
     assert "PRIVATE KEY" not in text
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from railyard.model.kubernetes import kueue, sriov
 from railyard.model.kubernetes.nodes import (
-    GPU_RESOURCE, HOSTNAME, KubeNode, cordon, kube_nodes, label_keys, rail_resource,
+    GPU_RESOURCE, HOSTNAME, KubeNode, cordon, kube_nodes, label_keys, pool_labels, rail_resource,
 )
 
 
@@ -58,6 +58,20 @@ class KubernetesPlan:
     def nodes(self) -> tuple[KubeNode, ...]:
         return kube_nodes(self.plan, self.label_prefix, self.resource_prefix)
 
+    @property
+    def platform_topology(self) -> tuple[str, ...] | None:
+        """The node labels the platform sets itself, widest first, where the driver's config says
+        so (CoreWeave's fabric labels): they are Kueue's Topology levels, and Railyard labels no
+        Node, since the platform's nodes come and go (autoscaling) and already carry their place.
+        None: Railyard's own labels (labels the Nodes, one resource per node)."""
+        levels = getattr(self.plan.spec.driver_config, "platform_topology", None)
+        return tuple(levels) if levels else None
+
+    def pool_labels(self, pool: str) -> dict[str, str]:
+        """The labels every node of `pool` carries (SKU, pool, fabric kind and speed): what a
+        platform's node pool puts on the nodes it makes."""
+        return pool_labels(self.plan, self.label_prefix, pool)
+
     @cached_property
     def tenants(self) -> tuple[QueueTenant, ...]:
         spec, plan = self.plan.spec, self.plan
@@ -80,6 +94,10 @@ class KubernetesPlan:
     # --- Kueue -----------------------------------------------------------------------------------
 
     @property
+    def topology_levels(self) -> list[str]:
+        return list(self.platform_topology or kueue.topology_levels(self.plan, self.label_prefix))
+
+    @property
     def topology_name(self) -> str:
         return self.prefix
 
@@ -92,7 +110,7 @@ class KubernetesPlan:
     @cached_property
     def kueue(self) -> list[dict[str, Any]]:
         """Topology, flavors, cluster queues, local queues: in the order they depend on each other."""
-        out = [kueue.topology(self.topology_name, kueue.topology_levels(self.plan, self.label_prefix))]
+        out = [kueue.topology(self.topology_name, self.topology_levels)]
         pools = [p.name for p in self.plan.spec.node_pools]
         for pool in pools:
             out.append(kueue.resource_flavor(self.flavor_name(pool), pool, self.topology_name, self.label_prefix))
@@ -162,7 +180,7 @@ class KubernetesPlan:
             "label_prefix": self.label_prefix,
             "nodes": len(self.nodes),
             "gpus": sum(n.gpus for n in self.nodes),
-            "topology": kueue.topology_levels(self.plan, self.label_prefix),
+            "topology": self.topology_levels,
             "namespaces": self.namespaces,
             "queues": [{"tenant": t.name, "namespace": t.namespace, "cluster_queue": self.cluster_queue_name(t),
                         "local_queue": kueue.LOCAL_QUEUE, "gpus": t.gpus} for t in self.tenants],

@@ -74,16 +74,23 @@ def rail_resource(resource_prefix: str, rail: int, sriov: bool) -> str:
     return f"{resource_prefix}/rail{rail}" if sriov else f"{RDMA_PREFIX}/rail{rail}"
 
 
+def pool_labels(plan: Any, label_prefix: str, pool: str) -> dict[str, str]:
+    """The labels every node of `pool` carries, whatever its place in the fabric."""
+    keys = label_keys(label_prefix)
+    compute = plan.spec.fabric.compute
+    return {keys["pool"]: pool, keys["sku"]: plan.spec.pool(pool).sku, keys["fabric"]: compute.kind,
+            keys["fabric-speed"]: compute.speed}
+
+
 def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[KubeNode, ...]:
     """Every node of the cluster, pool by pool: hosts in bare metal, VMs in the virtual layout."""
     spec, fabric = plan.spec, plan.fabric
     keys = label_keys(label_prefix)
-    compute = spec.fabric.compute
+    per_pool = {p.name: pool_labels(plan, label_prefix, p.name) for p in spec.node_pools}
     out = []
     for host in plan.nodes:
         sku = plan.catalog.nodes[host.sku]
-        labels = {keys["pool"]: host.pool, keys["sku"]: host.sku, keys["fabric"]: compute.kind,
-                  keys["fabric-speed"]: compute.speed,
+        labels = {**per_pool[host.pool],
                   keys["su"]: unit_name(host.pool, fabric.scalable_unit(host.pool, host.index))}
         group = fabric.spine_group(host.pool, host.index)
         if group is not None:

@@ -106,14 +106,6 @@ def test_the_private_key_output_is_secret(lab):
     assert asyncio.get_event_loop().run_until_complete(cluster.access.private_key.is_secret())
 
 
-def test_undriven_cloud_driver_stops_before_any_resource():
-    from railyard.drivers.base import DriverNotImplemented, load_driver
-
-    spec = load_stack_file(ROOT / "stacks" / "Pulumi.us-east-bm.yaml")
-    with pytest.raises(DriverNotImplemented, match="coreweave"):
-        load_driver(spec, make_plan(spec))
-
-
 def test_virtual_layout_puts_each_planned_vm_on_its_hypervisor_with_its_vfs():
     urns, state, _, plan, inventory = build("lab-virtual")
     parent_of = {u.rsplit("::", 1)[1]: u.split("::")[2] for u in urns}

@@ -233,7 +233,11 @@ def test_a_pool_driver_gets_one_call_per_pool_and_tuning_only_where_railyard_tun
     from components.cluster import Cluster, ClusterArgs
     from railyard.stack import from_config
 
-    spec, plan = from_config({**_config("coreweave"), "railyard:nodePools": [
+    cw = {"zone": "US-EAST-04A", "cluster": {
+        "version": "1.32", "podCidr": {"name": "pods", "cidr": "10.0.0.0/16"},
+        "serviceCidr": {"name": "services", "cidr": "10.1.0.0/16"},
+        "internalLbCidrs": [{"name": "lbs", "cidr": "10.2.0.0/16"}]}}
+    spec, plan = from_config({**_config("coreweave"), "railyard:coreweave": cw, "railyard:nodePools": [
         {"name": "a", "sku": "dgx-h100", "count": 3}, {"name": "b", "sku": "dgx-h100", "count": 2}]}, "metal")
     driver_cls = _cloud_driver(tuned_by)
     cluster = Cluster("metal", ClusterArgs(spec=spec, plan=plan), driver_cls(spec, plan))

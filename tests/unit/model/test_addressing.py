@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from railyard.model import addressing as addr
 from railyard.model.fabric import plan_fabric
-from railyard.stack import parse_config
+from tests.unit.model.model_only import parse_config
 
 MGMT = "198.18.0.0/20"
 COMPUTE = "198.19.0.0/16"

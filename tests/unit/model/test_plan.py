@@ -11,7 +11,8 @@ import pytest
 from railyard.model.catalog import load_catalog
 from railyard.model.fabric import FabricPlan
 from railyard.model.plan import make_plan
-from railyard.stack import load_stack_file, parse_config
+from railyard.stack import load_stack_file
+from tests.unit.model.model_only import parse_config
 from railyard.model.topology import Topology
 
 CATALOG = load_catalog()

@@ -9,7 +9,7 @@ from railyard.model.catalog import load_catalog
 from railyard.model.errors import SpecError
 from railyard.model.plan import make_plan
 from railyard.model.slurm import gpu_type, hostlist, sku_counts
-from railyard.stack import parse_config
+from tests.unit.model.model_only import parse_config
 
 CATALOG = load_catalog()
 

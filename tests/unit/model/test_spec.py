@@ -19,7 +19,8 @@ from railyard.drivers.lab.rules import LAB_RANGE
 from railyard.model.spec import (
     KEYS, NAMESPACE, Ephemeral, Secret, Spec, host_reserve_threads, os_reserve_gib, parse_ttl, stack_name_of,
 )
-from railyard.stack import documented_keys, load_stack_file, parse_config
+from railyard.stack import documented_keys, load_stack_file
+from tests.unit.model.model_only import parse_config
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS = ROOT / "stacks"
