@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from railyard import drivers
 from railyard.model.errors import SpecError
 from railyard.model.sysfs_discovery import format_cpulist
 
@@ -74,7 +75,7 @@ def handle(args) -> int:
             if args.detail:
                 sys.stdout.write(json.dumps(plan.detail(), separators=(",", ":")))
             else:
-                sys.stdout.write(json.dumps(plan.summary(), indent=2))
+                sys.stdout.write(json.dumps({**plan.summary(), "host_tuning": host_tuning(plan.spec.driver)}, indent=2))
             sys.stdout.write("\n")
         else:
             render(plan.summary(), sys.stdout)
@@ -186,12 +187,20 @@ def _bandwidth(gbps: float) -> str:
     return f"{gbps:,.0f} Gb/s"
 
 
+def host_tuning(driver: str) -> str:
+    """Who tunes the machines, said in the plan rather than left to be noticed missing."""
+    if drivers.entry(driver).capabilities.tuned_by == "platform":
+        return f"none by Railyard: driver {driver}'s platform tunes its own machines (drivers, fabric, hugepages)"
+    return "by Railyard, over SSH with its playbooks"
+
+
 def render(s: dict[str, Any], out: TextIO) -> None:
     w = out.write
     w(f"stack {s['stack']}: {s['layout']}, driver {s['driver']}, region {s['region']}\n")
     pools = ", ".join(f"{p['name']}: {p['count']} x {p['sku']}" for p in s["pools"])
     vms = f", {_n(s['vms'])} VMs" if s["vms"] else ""
-    w(f"nodes {_n(s['nodes'])} ({pools}), GPUs {_n(s['gpus'])}{vms}\n\n")
+    w(f"nodes {_n(s['nodes'])} ({pools}), GPUs {_n(s['gpus'])}{vms}\n")
+    w(f"host tuning: {host_tuning(s['driver'])}\n\n")
 
     f = s["fabrics"]["compute"]
     w(f"compute fabric: {f['kind']} {f['speed']} on {f['switch']}, {f['topology']}, "

@@ -303,6 +303,122 @@ def test_cordon_takes_the_node_acceptance_failed_out_of_kubernetes_and_a_pass_br
     assert project.pulumi("preview", "--diff", "--expect-no-changes").returncode == 0
 
 
+# --- CoreWeave's NodePools, judged by this API server ---------------------------------------------
+# CoreWeave publishes no NodePool CRD; railyard/data/coreweave/nodepool-crd.yaml is written from its
+# Node Pool reference and types every documented field. The coreweave driver's own resource code
+# (apply_node_pool, the same replaceOnChanges) applies its own manifests here through the real
+# engine and pulumi-kubernetes; only CoreWeave's provider, whose plugin cannot be built here, is absent.
+
+NODEPOOLS = "/apis/compute.coreweave.com/v1alpha1/nodepools"
+NODEPOOL_PROGRAM = """
+import json, sys
+sys.path.insert(0, {root!r})
+import pulumi, pulumi_kubernetes as k8s
+from railyard.drivers.coreweave.driver import apply_node_pool
+
+cfg = pulumi.Config()
+provider = k8s.Provider("lab-api", kubeconfig=cfg.require_secret("kubeconfig"), enable_server_side_apply=True)
+for m in json.loads(cfg.require("manifests")):
+    apply_node_pool(m["metadata"]["name"], m, provider)
+"""
+
+
+@pytest.fixture(scope="module")
+def nodepools(project, api, tmp_path_factory):
+    """The CRD installed, and a one-pool program of the us-east-bm stack's NodePool on this cluster."""
+    from railyard.drivers.coreweave import catalog, nodepool
+    from railyard.stack import load
+
+    crd = yaml.safe_load(catalog.NODEPOOL_CRD.read_text())
+    api.apply(crd)
+    api.wait_established([crd["metadata"]["name"]], timeout=30)
+    spec, plan = load(ROOT / "stacks" / "Pulumi.us-east-bm.yaml")
+    manifest = nodepool.manifest(plan, spec.driver_config, "h100")
+    d = tmp_path_factory.mktemp("nodepools")
+    (d / "Pulumi.yaml").write_text(f"name: nodepools\nruntime:\n  name: python\n  options:\n"
+                                   f"    virtualenv: {ROOT / '.venv'}\n    toolchain: pip\n")
+    (d / "__main__.py").write_text(NODEPOOL_PROGRAM.format(root=str(ROOT)))
+    state = d / "state"
+    state.mkdir()
+    env = {**project.env, "PULUMI_BACKEND_URL": f"file://{state}"}
+
+    def pulumi_(*args, check=True):
+        proc = subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), *args, "--stack", "np", "--non-interactive"],
+                              cwd=d, env=env, text=True, capture_output=True, timeout=600, check=False)
+        assert not check or proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        return proc
+
+    def configure(m):
+        pulumi_("config", "set", "manifests", json.dumps([m]))
+
+    subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), "stack", "init", "np", "--secrets-provider", "passphrase",
+                    "--non-interactive"], cwd=d, env=env, check=True, capture_output=True)
+    kubeconfig = project.outputs(secrets=True)["kubeconfig"]
+    subprocess.run([str(paths.bin_dir(ROOT) / "pulumi"), "config", "set", "--secret", "kubeconfig", "--stack", "np",
+                    "--non-interactive"], cwd=d, env=env, input=kubeconfig, text=True, check=True, capture_output=True)
+    configure(manifest)
+    yield pulumi_, configure, manifest
+    pulumi_("destroy", "--yes", "--skip-preview", check=False)
+    api.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+
+
+def test_coreweave_nodepool_manifests_are_accepted_with_every_field_the_driver_sets(api, nodepools):
+    pulumi_, _, manifest = nodepools
+    pulumi_("up", "--yes", "--skip-preview")
+    got = api.get(f"{NODEPOOLS}/{manifest['metadata']['name']}")
+    assert got is not None, "the NodePool was not created"
+    # Everything the driver sent survived the schema (an untyped field would have been pruned).
+    assert {k: got["spec"][k] for k in manifest["spec"]} == manifest["spec"]
+    assert got["spec"]["instanceType"] == "gd-8xh100ib-i128" and got["spec"]["targetNodes"] == 448
+    assert got["spec"]["computeClass"] == "default"  # the documented default, filled in by the schema
+
+
+def changes(pulumi_) -> list[tuple[str, str]]:
+    """(resource, op) of every step a preview plans that is not `same`."""
+    preview = json.loads(pulumi_("preview", "--json").stdout)
+    return [(s["urn"].rsplit("::", 1)[1], s["op"]) for s in preview.get("steps", []) if s["op"] != "same"]
+
+
+def test_a_new_target_is_an_update_in_place_and_a_new_instance_type_a_replacement(api, nodepools):
+    pulumi_, configure, manifest = nodepools
+    name = manifest["metadata"]["name"]
+    uid = api.get(f"{NODEPOOLS}/{name}")["metadata"]["uid"]
+    grown = copy.deepcopy(manifest)
+    grown["spec"]["targetNodes"] = 480
+    configure(grown)
+    assert changes(pulumi_) == [(name, "update")]
+    pulumi_("up", "--yes", "--skip-preview")
+    got = api.get(f"{NODEPOOLS}/{name}")
+    assert got["spec"]["targetNodes"] == 480 and got["metadata"]["uid"] == uid
+    other = copy.deepcopy(grown)
+    other["spec"]["instanceType"] = "gd-8xh200ib-i128"
+    configure(other)
+    ops = changes(pulumi_)
+    assert {n for n, _ in ops} == {name} and "replace" in {op for _, op in ops}, ops
+    pulumi_("up", "--yes", "--skip-preview")
+    got = api.get(f"{NODEPOOLS}/{name}")
+    assert got["spec"]["instanceType"] == "gd-8xh200ib-i128" and got["metadata"]["uid"] != uid
+
+
+def test_the_api_server_refuses_an_unknown_field_and_a_missing_required_one(api, nodepools):
+    _, _, manifest = nodepools
+    bad = copy.deepcopy(manifest)
+    bad["metadata"] = {"name": "bad-unknown"}
+    bad["spec"]["gpusPerNode"] = 8
+    status, body = api.request("POST", f"{NODEPOOLS}?fieldValidation=Strict", bad)
+    assert status == 422 and 'unknown field "spec.gpusPerNode"' in body["message"], body
+    missing = copy.deepcopy(manifest)
+    missing["metadata"] = {"name": "bad-missing"}
+    del missing["spec"]["targetNodes"]
+    status, body = api.request("POST", NODEPOOLS, missing)
+    assert status == 422 and "spec.targetNodes: Required value" in body["message"], body
+    wrong = copy.deepcopy(manifest)
+    wrong["metadata"] = {"name": "bad-taint"}
+    wrong["spec"]["nodeTaints"] = [{"key": "k", "effect": "Sometimes"}]
+    status, body = api.request("POST", NODEPOOLS, wrong)
+    assert status == 422 and "spec.nodeTaints[0].effect" in body["message"], body
+
+
 def test_destroy_stops_the_control_plane_and_leaves_nothing(project):
     project.pulumi("destroy", "--yes", "--skip-preview")
     assert not net.netns_exists(names.control_plane_ns(STACK))

@@ -153,3 +153,12 @@ def test_plan_frr_refuses_an_infiniband_fabric_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.strip() == "railyard plan: --frr is for RoCE fabrics, whose switches route with BGP; this one is infiniband"
     assert not (tmp_path / "frr").exists()
+
+
+def test_the_plan_says_who_tunes_the_machines(capsys):
+    assert main(["plan", "stacks/Pulumi.us-east-bm.yaml"]) == 0
+    assert "host tuning: none by Railyard: driver coreweave's platform tunes its own machines" in capsys.readouterr().out
+    assert main(["plan", "--json", "stacks/Pulumi.us-east-bm.yaml"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_tuning"].startswith("none by Railyard")
+    assert main(["plan", "stacks/Pulumi.lab.yaml"]) == 0
+    assert "host tuning: by Railyard" in capsys.readouterr().out
