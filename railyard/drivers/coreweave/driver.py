@@ -85,7 +85,7 @@ class CoreWeaveDriver(Driver):
         if token is None:
             env = os.environ.get(TOKEN_ENV)
             if not env:
-                raise ValueError(f"stack {self.spec.stack} has no CoreWeave API token (coreweave:token, "
+                raise pulumi.RunError(f"stack {self.spec.stack} has no CoreWeave API token (coreweave:token, "
                                  f"railyard:coreweave.apiToken or {TOKEN_ENV}); nothing was created")
             token = pulumi.Output.secret(env)
         return pulumi.Output.secret(token)

@@ -200,3 +200,26 @@ def test_the_api_token_stays_secret(region):
 
 def test_nodepool_manifest_replaces_on_instance_type_only():
     assert nodepool.REPLACE_ON_CHANGES == ["spec.instanceType"]
+
+
+def test_a_region_stack_is_protected_unless_it_says_otherwise():
+    from railyard.drivers.base import load_driver
+    from railyard.lifecycle import protected
+
+    spec = parse_config(region_config(), "us-east-bm")
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="us-east-bm", preview=False)
+    pulumi.runtime.set_all_config({"coreweave:token": TOKEN}, secret_keys=["coreweave:token"])
+    driver = load_driver(spec, make_plan(spec))
+    assert protected(spec.protect, ephemeral=False, playground=driver.playground) is True
+
+
+def test_without_any_token_the_program_stops_before_registering_anything(monkeypatch):
+    from railyard.drivers.base import load_driver
+
+    monkeypatch.delenv("COREWEAVE_API_TOKEN", raising=False)
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="us-east-bm", preview=False)
+    pulumi.runtime.set_all_config({})
+    spec = parse_config(region_config(), "us-east-bm")
+    with pytest.raises(pulumi.RunError, match="no CoreWeave API token"):
+        load_driver(spec, make_plan(spec))
+    assert not pulumi.runtime.settings.get_monitor().resources
