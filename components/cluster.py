@@ -120,6 +120,20 @@ class Cluster(pulumi.ComponentResource):
                     GuestTuningArgs(spec=args.spec, plan=args.plan, vms=vm_entries, access=self.access,
                                     extra_vars=driver.tuning_vars()),
                     depends_on=[v for _, v in self.vms], opts=child)
+        elif args.spec.virtual and caps.vms == "are-nodes" and caps.tuned_by == "railyard":
+            # The provider's VMs are the machines: their hypervisors are the operator's, but the
+            # guests are Railyard's to tune, with the same roles, over the driver's path to them
+            # (OpenStack: through the stack's jump host), once the pools' machines exist.
+            vm_hosts = {vm.name: node.name for node in args.plan.nodes for vm in node.vms}
+            self.guest_tuning = GuestTuning(
+                f"{name}-guest-tuning",
+                GuestTuningArgs(spec=args.spec, plan=args.plan,
+                                vms=self.inventory.apply(lambda machines: [
+                                    {**m, "host": vm_hosts[m["name"]]} for m in machines]),
+                                access=self.access, extra_vars=driver.tuning_vars(),
+                                vm_vars={vm: v for vm in vm_hosts if (v := driver.node_vars(vm))} or None,
+                                domains=False),
+                depends_on=machines, opts=child)
         # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
         layer = args.plan.kubernetes
         wants_cluster = layer is not None or caps.kubernetes == "platform"

@@ -30,6 +30,11 @@ class GuestTuningArgs:
     access: Access
     extra_vars: dict[str, Any] | None = None
     """The driver's own role variables (Driver.tuning_vars): the same for guests as for hosts."""
+    vm_vars: dict[str, dict[str, Any]] | None = None
+    """Per VM, the driver's connection variables (Driver.node_vars: a jump host)."""
+    domains: bool = True
+    """Render each VM's libvirt domain into the run's artifacts: where Railyard defines the VMs
+    (the lab); not where a cloud's compute service does (OpenStack's nova)."""
 
 
 def domains(plan: Plan) -> dict[str, str]:
@@ -56,11 +61,12 @@ class GuestTuning(pulumi.ComponentResource):
 
         def hosts(vms: list) -> dict:
             return {v["name"]: {"address": v["management_ip"], "host_key": v["host_key"],
-                                "vars": {**guest_vars(spec, plan, v["name"]), **(args.extra_vars or {})}}
+                                "vars": {**guest_vars(spec, plan, v["name"]), **(args.extra_vars or {}),
+                                         **(args.vm_vars or {}).get(v["name"], {})}}
                     for v in vms}
 
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
                              hosts=args.vms.apply(hosts), private_key=args.access.private_key,
-                             playbook="guest.yml", artifacts=domains(plan),
+                             playbook="guest.yml", artifacts=domains(plan) if args.domains else None,
                              opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         self.register_outputs({"last_run": self.run.last_run, "changed": self.run.changed})

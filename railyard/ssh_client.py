@@ -1,16 +1,78 @@
-"""What every caller of the system ssh client shares (tuning, the hosts driver, `railyard lab
-ssh`): a private key on disk only as a 0600 file created anew in the caller's private directory,
-the known_hosts pattern of an address and port, and the ProxyCommand of a jump host. Standard
-library only; no caller reads ~/.ssh/config.
+"""What every caller of the system ssh client shares (tuning, the hosts and openstack drivers,
+`railyard lab ssh`): a private key on disk only as a 0600 file created anew in the caller's private
+directory, the known_hosts pattern of an address and port, the ProxyCommand of a jump host, and
+the forms a stack gives them in (an address, a host or public key). Standard library only; no
+caller reads ~/.ssh/config.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
 import os
+import re
 import shlex
+import struct
 from pathlib import Path
 
 DEFAULT_PORT = 22
+
+# Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
+KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+
+_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+def address_kind(text: str) -> str | None:
+    """"ipv4", "ipv6" or "dns" for a valid host address, None otherwise (its form only: no lookup).
+
+    No scope id (`fe80::1%eth0`): ssh expands `%` in host names, and a link-local address is not
+    a server's management address anyway."""
+    if "%" in text:
+        return None
+    try:
+        return "ipv4" if ipaddress.ip_address(text).version == 4 else "ipv6"
+    except ValueError:
+        pass
+    name = text[:-1] if text.endswith(".") else text
+    labels = name.lower().split(".")
+    if not name or len(name) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
+        return None
+    if labels[-1].isdigit():
+        return None  # 192.0.2.300 is a mistyped address, not a name
+    return "dns"
+
+
+def canonical(address: str) -> str:
+    """The form two spellings of one address share (`2001:DB8::01` and `2001:db8::1`, `A.example.`)."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower().rstrip(".")
+
+
+def key_problem(line: str) -> str | None:
+    """Why `line` is not a key `<type> <base64> [comment]` of a type OpenSSH offers, or None."""
+    parts = line.split()
+    if len(parts) < 2:
+        return "not `<type> <base64>`"
+    kind, blob = parts[0], parts[1]
+    if kind not in KEY_TYPES and blob in KEY_TYPES:
+        return f"{kind!r} in front is a host name; a host key is `<type> <base64>` alone"
+    if kind not in KEY_TYPES:
+        return f"key type {kind!r} is not a host key type"
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        return "the key is not base64"
+    # The SSH wire form begins with its own type name: a key pasted under the wrong type fails here.
+    if len(raw) < 4:
+        return "the key is too short"
+    (n,) = struct.unpack(">I", raw[:4])
+    if raw[4:4 + n] != kind.encode():
+        return f"the key's encoding does not begin with its type {kind!r}"
+    return None
 
 
 def write_key(directory: Path | str, key: str, name: str = "id") -> Path:

@@ -101,7 +101,7 @@ DRIVERS: dict[str, DriverEntry] = {
     "openstack": DriverEntry(
         "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
         implementation="railyard.drivers.openstack.driver:OpenStackDriver", rules="railyard.drivers.openstack.rules",
-        tuning="railyard.drivers.openstack.tuning"),
+        tuning="railyard.drivers.openstack.tuning", plugins=("pulumi_openstack",)),
 }
 
 

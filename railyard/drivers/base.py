@@ -148,9 +148,10 @@ class Driver(abc.ABC):
         """How a person reaches a node, for the stack's `access` output (None: plain ssh to its address)."""
         return None
 
-    def node_vars(self, node: NodePlan) -> dict[str, Any]:
-        """Per node, role or connection variables its machine needs (a host's user and port):
-        the registry's, so `railyard tune` hands the roles the same (railyard.drivers.node_vars)."""
+    def node_vars(self, node: NodePlan | str) -> dict[str, Any]:
+        """Per node (or, where VMs are the machines, per VM by name), role or connection variables
+        its machine needs (a host's user and port, a jump host): the registry's, so `railyard tune`
+        hands the roles the same (railyard.drivers.node_vars)."""
         return drivers.node_vars(self.spec, self.plan, node)
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:

@@ -17,7 +17,6 @@ import ipaddress
 import re
 import shlex
 import ssl
-import struct
 import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +29,8 @@ from railyard.drivers.hosts.config import (
 )
 from railyard.model.errors import Problem
 from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, show as _show
-from railyard.ssh_client import host_pattern
+# The address and key forms every SSH caller shares (re-exported: this module's readers import them here).
+from railyard.ssh_client import KEY_TYPES, address_kind, canonical, host_pattern, key_problem  # noqa: F401
 
 P = "railyard:hosts"
 
@@ -42,10 +42,6 @@ KEYS: dict[str, tuple[str, ...]] = {
     "pools.<pool>.hosts[].bmc": ("endpoint", "username", "password", "verify", "systemId"),
 }
 
-# Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
-KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
-
-_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 # A login name: no whitespace, no ':' and never a leading '-' (it would read as an ssh option).
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 _PERCENT = re.compile(r"^([0-9]+)%$")
@@ -81,57 +77,6 @@ def _proxy_jump(args: str) -> tuple[str | None, str | None]:
     if jump is not None and ("," in jump or not jump):
         return None, f"ProxyJump {jump!r} (one jump host only)"
     return jump, None
-
-
-def address_kind(text: str) -> str | None:
-    """"ipv4", "ipv6" or "dns" for a valid host address, None otherwise (its form only: no lookup).
-
-    No scope id (`fe80::1%eth0`): ssh expands `%` in host names, and a link-local address is not
-    a server's management address anyway."""
-    if "%" in text:
-        return None
-    try:
-        return "ipv4" if ipaddress.ip_address(text).version == 4 else "ipv6"
-    except ValueError:
-        pass
-    name = text[:-1] if text.endswith(".") else text
-    labels = name.lower().split(".")
-    if not name or len(name) > 253 or not all(_DNS_LABEL.match(label) for label in labels):
-        return None
-    if labels[-1].isdigit():
-        return None  # 192.0.2.300 is a mistyped address, not a name
-    return "dns"
-
-
-def canonical(address: str) -> str:
-    """The form two spellings of one address share (`2001:DB8::01` and `2001:db8::1`, `A.example.`)."""
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return address.lower().rstrip(".")
-
-
-def key_problem(line: str) -> str | None:
-    """Why `line` is not a host key `<type> <base64> [comment]`, or None."""
-    parts = line.split()
-    if len(parts) < 2:
-        return "not `<type> <base64>`"
-    kind, blob = parts[0], parts[1]
-    if kind not in KEY_TYPES and blob in KEY_TYPES:
-        return f"{kind!r} in front is a host name; a host key is `<type> <base64>` alone"
-    if kind not in KEY_TYPES:
-        return f"key type {kind!r} is not a host key type"
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except (binascii.Error, ValueError):
-        return "the key is not base64"
-    # The SSH wire form begins with its own type name: a key pasted under the wrong type fails here.
-    if len(raw) < 4:
-        return "the key is too short"
-    (n,) = struct.unpack(">I", raw[:4])
-    if raw[4:4 + n] != kind.encode():
-        return f"the key's encoding does not begin with its type {kind!r}"
-    return None
 
 
 @dataclass(frozen=True)

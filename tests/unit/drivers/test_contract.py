@@ -263,10 +263,12 @@ def test_where_vms_are_the_machines_a_pool_driver_makes_the_vms_and_nothing_tune
     pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="vela", preview=False)
     from components.cluster import Cluster, ClusterArgs
     from railyard.stack import from_config
+    from tests.unit.drivers.openstack.sections import section as openstack_section
 
     fabric = {**_config("openstack")["railyard:fabric"], "compute": {"kind": "roce", "cidr": "198.19.0.0/16"}}
     spec, plan = from_config({**_config("openstack"), "railyard:layout": "virtual", "railyard:fabric": fabric,
-                              "railyard:nodePools": [{"name": "v", "sku": "dgx-h100", "count": 2, "vmsPerHost": 2}]},
+                              "railyard:nodePools": [{"name": "v", "sku": "dgx-h100", "count": 2, "vmsPerHost": 2}],
+                              "railyard:openstack": openstack_section(rails=8)},
                              "vela")
     driver_cls = _cloud_driver("railyard")
     driver_cls.capabilities = drivers.Capabilities(machines="pool", addresses="provider", tuned_by="railyard",

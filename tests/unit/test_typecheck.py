@@ -1,0 +1,44 @@
+"""The region drivers against their SDKs' typed Args: their provider plugins cannot be built here,
+so no engine ever sends their resources to a provider, and a misspelt or missing property would
+otherwise wait for a real cloud to be found. mypy reads the SDKs' signatures (pinned in
+pyproject.toml) and the drivers' calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from railyard import paths
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVERS = ["railyard/drivers/coreweave", "railyard/drivers/openstack"]
+
+
+def mypy(*targets: str) -> subprocess.CompletedProcess[str]:
+    # Untyped bodies are checked too, and the cache lives with the checkout's other local state.
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--follow-imports=silent", "--ignore-missing-imports", "--check-untyped-defs",
+         "--no-error-summary", "--cache-dir", str(paths.local_dir(ROOT) / "mypy-cache"), *targets],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_the_region_drivers_type_check_against_the_sdks():
+    proc = mypy(*DRIVERS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_misspelt_or_missing_property_fails_the_check(tmp_path):
+    bad = tmp_path / "bad_driver.py"
+    bad.write_text(
+        "import pulumi_coreweave as coreweave\n"
+        "import pulumi_openstack as openstack\n"
+        "coreweave.CksCluster('c', zone='US-EAST-04A', verison='1.32', vpc_id='v', pod_cidr_name='p',\n"
+        "                     service_cidr_name='s', internal_lb_cidr_names=['l'])\n"
+        "openstack.networking.Port('p', network_id='n', binding=openstack.networking.PortBindingArgs(vnictype='direct'))\n"
+        "coreweave.ObjectStorageBucketPolicyArgs(bucket='b')\n")
+    proc = mypy(str(bad))
+    assert proc.returncode != 0
+    assert 'Unexpected keyword argument "verison"' in proc.stdout, proc.stdout
+    assert 'Unexpected keyword argument "vnictype"' in proc.stdout, proc.stdout
+    assert 'Missing named argument "policy"' in proc.stdout, proc.stdout
