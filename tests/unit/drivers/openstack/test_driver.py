@@ -378,3 +378,23 @@ def test_a_vm_is_reached_through_the_jump_host_and_a_hypervisor_gets_nothing(sma
     assert drivers.node_vars(spec, plan, vm.name) == want
     assert drivers.node_vars(spec, plan, plan.nodes[1]) == {}
     assert drivers.node_vars(spec, plan, plan.nodes[1].name) == {}
+
+
+def test_guest_tuning_reaches_every_vm_at_its_ports_address_through_the_jump_host(small):
+    """The VMs are the machines: no host tuning (the hypervisors are the operator's), and the guest
+    playbook runs in every VM with the guest's own variables, over the provider's address, through
+    the stack's jump host; no libvirt domain is rendered (nova makes it)."""
+    cluster, plan = small.cluster, small.plan
+    assert cluster.tuning is None and cluster.guest_tuning is not None
+    hosts = _resolve(cluster.guest_tuning.run.hosts)
+    vms = [vm for n in plan.nodes for vm in n.vms]
+    assert sorted(hosts) == sorted(vm.name for vm in vms)
+    by_name = {m["name"]: m for m in small.inventory}
+    for vm in vms:
+        h = hosts[vm.name]
+        assert h["address"] == by_name[vm.name]["management_ip"] == vm.management_ip
+        assert h["host_key"] == by_name[vm.name]["host_key"]
+        assert h["vars"][JUMP_VAR]["address"] == "203.0.113.10"
+        assert h["vars"]["railyard_node"] == vm.name  # the guest's own variables, not its hypervisor's
+    assert _resolve(cluster.guest_tuning.run.playbook) == "guest.yml"
+    assert not hasattr(cluster.guest_tuning.run, "artifacts")
