@@ -253,3 +253,49 @@ def test_guest_tuning_reserved_the_jobs_hugepages_on_the_guests_cells(vms, proje
 
 def test_a_second_up_changes_nothing(project):
     project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes")
+
+
+def test_the_openstack_path_tunes_each_guest_through_a_jump_node(vms, project):
+    """OpenStack's guest tuning (components/cluster.py, vms "are-nodes") on lab VMs: the guest
+    playbook with the variables GuestTuning hands each VM and the openstack driver's own per-VM
+    connection variables (railyard/drivers/openstack/tuning.py), through a jump host; here a lab
+    hypervisor stands in for the site's bastion. A blackhole route in this namespace takes the VMs'
+    addresses away from the controller, so the run reaches them through the jump node or not at all."""
+    import dataclasses
+    import socket
+    import subprocess
+    from types import SimpleNamespace
+
+    from railyard import drivers
+    from railyard.drivers.openstack import tuning as openstack_tuning
+    from railyard.remote.ssh import JumpHost
+    from railyard.stack import load
+    from railyard.tuning import runner
+    from railyard.tuning.vars import guest_vars
+
+    spec, plan = load(paths.stack_file(STACK, project.dir))
+    machines = {m["name"]: m for m in project.machines()}
+    bastion = machines["dgx-0"]
+    stack_of_openstack = dataclasses.replace(spec, driver_config=SimpleNamespace(
+        jump_host=JumpHost(bastion["management_ip"], user="root", host_keys=(bastion["host_key"],))))
+    hosts = [runner.Host(name, machines[name]["management_ip"], machines[name]["host_key"],
+                         {**guest_vars(spec, plan, name), **drivers.tuning_vars("lab"),
+                          **openstack_tuning.node_vars(stack_of_openstack, plan, name)})
+             for name in sorted(vms)]
+    assert all(h.vars[runner.JUMP_VAR]["address"] == bastion["management_ip"] for h in hosts)
+    key = project.outputs(secrets=True)["access"]["privateKey"]
+    routes = [f"{h.address}/32" for h in hosts]
+    for r in routes:
+        subprocess.run(["ip", "route", "add", "blackhole", r], check=True)
+    try:
+        for h in hosts:
+            with pytest.raises(OSError):
+                socket.create_connection((h.address, 22), timeout=3).close()
+        result = runner.run(STACK, hosts, key, user="root", playbook="guest.yml")
+    finally:
+        for r in routes:
+            subprocess.run(["ip", "route", "del", "blackhole", r], check=False)
+    assert result.ok, [str(f) for f in result.failures]
+    assert sorted(result.hosts) == sorted(vms) and not any(h.unreachable or h.failed for h in result.hosts.values())
+    # The guests are as up's own guest tuning left them: the same roles, nothing to change.
+    assert result.changed == 0, [str(c) for c in result.changes]
