@@ -6,11 +6,11 @@ import argparse
 import sys
 
 from railyard import drivers
-from railyard.commands import bench, env, fabric, plan, reap, review, stack, topology, tune, validate
+from railyard.commands import bench, env, fabric, plan, plugins, reap, review, stack, topology, tune, validate
 
 # Each module exposes register(subparsers); the order is the order of `railyard --help`. The
 # drivers' own commands (`railyard lab ...`) live with their drivers and follow `topology`.
-COMMANDS = (env, stack, validate, plan, fabric, topology, *drivers.cli_modules(), tune, review, reap, bench)
+COMMANDS = (env, stack, validate, plan, fabric, topology, *drivers.cli_modules(), tune, review, reap, plugins, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

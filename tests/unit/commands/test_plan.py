@@ -162,3 +162,11 @@ def test_the_plan_says_who_tunes_the_machines(capsys):
     assert json.loads(capsys.readouterr().out)["host_tuning"].startswith("none by Railyard")
     assert main(["plan", "stacks/Pulumi.lab.yaml"]) == 0
     assert "host tuning: by Railyard" in capsys.readouterr().out
+
+
+def test_railyard_plugins_lists_each_drivers_plugins_and_whether_they_are_here(capsys):
+    assert main(["plugins"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "coreweave  coreweave v1.0.3: missing" in lines
+    assert "openstack  openstack v5.5.3: missing" in lines
+    assert "coreweave  kubernetes v4.25.0: installed" in lines  # built by make toolchain
