@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from railyard import drivers
 from railyard.drivers.base import Driver
 from components.acceptance import Acceptance, AcceptanceArgs
 from components.fabric import Fabric, FabricArgs
@@ -78,8 +79,7 @@ class Cluster(pulumi.ComponentResource):
                 # The machines themselves, not the pools: a pool's descendants include the VMs, which
                 # come after tuning.
                 depends_on=machines, opts=child)
-        self.tuning_note = (f"driver {driver.name}: the platform tunes its own machines (drivers, fabric, "
-                            "hugepages), so Railyard runs no host tuning") if caps.tuned_by == "platform" else None
+        self.tuning_note = drivers.platform_tuning(driver.name)
         # Boot-time settings take effect where the driver reboots its machines (the hosts driver's
         # rolling reboot), after the tuning that wrote them.
         self.boot = driver.boot_settings(f"{name}-boot", self, self.tuning, self.access) if self.tuning else []

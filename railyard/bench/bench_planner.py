@@ -30,7 +30,7 @@ def stack_file(workdir: Path, gpus: int) -> Path:
         },
         # The driver's own section, which `railyard plan` validates; its ranges apart from the plan's.
         "railyard:coreweave": {"zone": "US-EAST-04A", "cluster": {
-            "version": "1.32", "podCidr": {"name": "pods", "cidr": "172.16.0.0/16"},
+            "version": "v1.32", "podCidr": {"name": "pods", "cidr": "172.16.0.0/16"},
             "serviceCidr": {"name": "services", "cidr": "172.17.0.0/16"},
             "internalLbCidrs": [{"name": "lbs", "cidr": "172.18.0.0/16"}]}},
     }

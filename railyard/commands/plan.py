@@ -189,9 +189,7 @@ def _bandwidth(gbps: float) -> str:
 
 def host_tuning(driver: str) -> str:
     """Who tunes the machines, said in the plan rather than left to be noticed missing."""
-    if drivers.entry(driver).capabilities.tuned_by == "platform":
-        return f"none by Railyard: driver {driver}'s platform tunes its own machines (drivers, fabric, hugepages)"
-    return "by Railyard, over SSH with its playbooks"
+    return drivers.platform_tuning(driver) or "by Railyard, over SSH with its playbooks"
 
 
 def render(s: dict[str, Any], out: TextIO) -> None:

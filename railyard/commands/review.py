@@ -141,7 +141,7 @@ def review(stacks: list[str] | None, base: str | None,
         r = render.StackReview(stack, why, config=rules.config_changes(before, doc) if merge_base else [])
         if not checked_by_acceptance(doc):
             r.notes.append("acceptance: not run by this driver")
-            r.notes.append("host tuning: none by Railyard, the platform tunes its machines")
+            r.notes.append(f"host tuning: {drivers.platform_tuning(driver_of(doc) or '')}")
         if doc is None:
             r.skipped = f"{paths.stack_file_name(stack)} is missing or not YAML"
         elif (absent := drivers.missing_plugins(driver_of(doc) or "")) is not None:

@@ -206,6 +206,15 @@ def prepare(spec: Any) -> str | None:
     return hook(spec) if hook is not None else None
 
 
+def platform_tuning(driver: str) -> str | None:
+    """Why Railyard runs no host tuning on `driver`'s machines (its platform tunes them), said by
+    the plan, the stack's outputs and the review alike; None where Railyard tunes them."""
+    e = DRIVERS.get(driver)
+    if e is None or e.capabilities.tuned_by != "platform":
+        return None
+    return (f"none by Railyard: driver {driver}'s platform tunes its own machines (drivers, fabric, hugepages)")
+
+
 def missing_plugins(driver: str) -> str | None:
     """Why the engine cannot run a stack on `driver` here: a provider plugin it needs is absent
     (railyard.engine.plugins), with the command that installs it; None when all are in place."""
@@ -214,7 +223,10 @@ def missing_plugins(driver: str) -> str | None:
         return None
     from railyard.engine import plugins
 
-    return plugins.missing_message(driver, e.plugins)
+    try:
+        return plugins.missing_message(driver, e.plugins)
+    except LookupError as exc:  # the SDK itself is not installed: say so, as for a missing plugin
+        return str(exc)
 
 
 def preflight(spec: Any) -> str | None:

@@ -61,6 +61,12 @@ class Taint:
     effect: str
     value: str | None = None
 
+    def toleration(self) -> dict[str, str]:
+        out = {"key": self.key, "operator": "Equal" if self.value is not None else "Exists", "effect": self.effect}
+        if self.value is not None:
+            out["value"] = self.value
+        return out
+
     def manifest(self) -> dict[str, str]:
         out = {"key": self.key, "effect": self.effect}
         if self.value is not None:
@@ -122,3 +128,8 @@ class CoreWeaveConfig:
 
     def pool(self, name: str) -> PoolConfig:
         return self.pools[name]
+
+    def pool_tolerations(self, name: str) -> list[dict[str, str]]:
+        """Read by the Kubernetes layer: tolerations of the pool's taints, which Kueue adds to the
+        pods it admits to the pool's flavor, so a job queued for a tainted pool can land there."""
+        return [t.toleration() for t in self.pools[name].taints] if name in self.pools else []

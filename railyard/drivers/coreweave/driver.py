@@ -26,7 +26,7 @@ import pulumi_kubernetes as k8s
 
 from railyard.drivers.base import Access, Driver, NodeHandle, PoolPlan
 from railyard.drivers.coreweave import nodepool
-from railyard.drivers.coreweave.config import CoreWeaveConfig, LifecycleRule, Prefix
+from railyard.drivers.coreweave.config import CoreWeaveConfig, LifecycleRule
 from railyard.drivers.coreweave.rules import TOKEN_ENV
 from railyard.model.plan import Plan
 from railyard.model.spec import Spec
@@ -49,13 +49,14 @@ def kubeconfig_yaml(endpoint: str, cluster: str, token: str) -> str:
 def apply_node_pool(resource_name: str, manifest: dict[str, Any], provider: k8s.Provider,
                     parent: pulumi.Resource | None = None,
                     depends_on: list[pulumi.Resource] | None = None) -> k8s.apiextensions.CustomResource:
-    """The NodePool as pulumi-kubernetes applies it: a new instanceType replaces the pool (deleted
-    first: the new one has the same name), a new targetNodes is an update in place."""
+    """The NodePool as pulumi-kubernetes applies it (nodepool.resource_options): a new
+    instanceType replaces the pool, a new targetNodes is an update in place, unless the autoscaler
+    owns it."""
     return k8s.apiextensions.CustomResource(
         resource_name, api_version=manifest["apiVersion"], kind=manifest["kind"],
         metadata=manifest["metadata"], spec=manifest["spec"],
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on or [],
-                                    replace_on_changes=nodepool.REPLACE_ON_CHANGES, delete_before_replace=True))
+                                    **nodepool.resource_options(manifest)))
 
 
 class CoreWeaveDriver(Driver):
@@ -66,6 +67,7 @@ class CoreWeaveDriver(Driver):
         self.config: CoreWeaveConfig = spec.driver_config
         self.cluster: coreweave.CksCluster | None = None
         self._provider: k8s.Provider | None = None
+        self.provider: coreweave.Provider | None = None
         self._kubeconfig: pulumi.Output[str] | None = None
         self._nobody = pulumi.Output.from_input("")
         # Read first: a stack without a token stops here, before any resource is registered.
@@ -76,43 +78,51 @@ class CoreWeaveDriver(Driver):
         return {"railyard-region": self.spec.region, "railyard-stack": self.spec.stack}
 
     def _token(self) -> pulumi.Output[str]:
-        """The stack's token for the cluster's API: railyard:coreweave.apiToken, else the
-        provider's own (coreweave:token, or its environment variable); preflight saw one is set."""
+        """The stack's CoreWeave API token, in the order the provider itself reads one (its
+        environment variable wins), then railyard:coreweave.apiToken, then coreweave:token. One
+        token for the provider (self.provider) and the cluster's API (the kubeconfig), so the
+        NodePools never act as someone else than the VPC. Preflight saw one is set."""
+        env = os.environ.get(TOKEN_ENV)
+        if env:
+            return pulumi.Output.secret(env)
         if self.config.api_token is not None:
             return pulumi.Output.secret(
                 pulumi.Config("railyard").require_secret_object("coreweave").apply(lambda c: c["apiToken"]))
         token = pulumi.Config("coreweave").get_secret("token")
         if token is None:
-            env = os.environ.get(TOKEN_ENV)
-            if not env:
-                raise pulumi.RunError(f"stack {self.spec.stack} has no CoreWeave API token (coreweave:token, "
-                                 f"railyard:coreweave.apiToken or {TOKEN_ENV}); nothing was created")
-            token = pulumi.Output.secret(env)
+            raise pulumi.RunError(f"stack {self.spec.stack} has no CoreWeave API token (coreweave:token, "
+                                  f"railyard:coreweave.apiToken or {TOKEN_ENV}); nothing was created")
         return pulumi.Output.secret(token)
+
+    def _opts(self, parent: pulumi.Resource, **kw: Any) -> pulumi.ResourceOptions:
+        """Every CoreWeave resource goes through the stack's provider, with its token; a named
+        resource is deleted before its replacement is made (CoreWeave refuses two of one name)."""
+        if self.provider is None:
+            self.provider = coreweave.Provider(f"{self.spec.stack}-coreweave", token=self.token,
+                                               opts=pulumi.ResourceOptions(parent=parent))
+        return pulumi.ResourceOptions(parent=parent, provider=self.provider, delete_before_replace=True, **kw)
 
     def access(self, name: str, parent: pulumi.Resource) -> Access:
         # Nobody logs in to a CKS node: CoreWeave runs them, and Railyard reaches the cluster's API.
         return Access(user="", public_key=self._nobody, private_key=pulumi.Output.secret(""))
 
-    def _prefixes(self) -> list[Prefix]:
-        nets = self.plan.networks
-        cluster = self.config.cluster
-        return [Prefix("management", nets.management.cidr), Prefix("storage", nets.storage.cidr),
-                Prefix("compute", nets.compute.cidr), cluster.pod_cidr, cluster.service_cidr,
-                *cluster.internal_lb_cidrs]
-
     def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
         cfg = self.config
+        c = cfg.cluster
+        # The nodes' addresses come from the VPC's primary host prefix: the plan's management
+        # network. The cluster's pod, service and load-balancer ranges are VPC prefixes, by name.
         vpc = coreweave.NetworkingVpc(
             f"{name}-vpc", name=cfg.vpc_name, zone=cfg.zone,
-            vpc_prefixes=[coreweave.NetworkingVpcVpcPrefixArgs(name=p.name, value=p.cidr) for p in self._prefixes()],
-            opts=pulumi.ResourceOptions(parent=parent))
-        c = cfg.cluster
+            host_prefixes=[coreweave.NetworkingVpcHostPrefixArgs(
+                name="management", type="PRIMARY", prefixes=[self.plan.networks.management.cidr])],
+            vpc_prefixes=[coreweave.NetworkingVpcVpcPrefixArgs(name=p.name, value=p.cidr)
+                          for p in (c.pod_cidr, c.service_cidr, *c.internal_lb_cidrs)],
+            opts=self._opts(parent))
         self.cluster = coreweave.CksCluster(
             f"{name}-cks", name=c.name, zone=cfg.zone, version=c.version, vpc_id=vpc.id, public=c.public,
             pod_cidr_name=c.pod_cidr.name, service_cidr_name=c.service_cidr.name,
             internal_lb_cidr_names=[p.name for p in c.internal_lb_cidrs],
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=[vpc]))
+            opts=self._opts(parent, depends_on=[vpc]))
         return [vpc, self.cluster]
 
     def storage(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> dict[str, Any]:
@@ -121,17 +131,17 @@ class CoreWeaveDriver(Driver):
         if obj is not None:
             bucket = coreweave.ObjectStorageBucket(
                 f"{name}-bucket", name=obj.bucket, zone=self.config.zone, tags=self.tags,
-                opts=pulumi.ResourceOptions(parent=parent))
+                opts=self._opts(parent))
             extra = self.config.object_storage
             if extra.policy is not None:
                 coreweave.ObjectStorageBucketPolicy(
                     f"{name}-bucket-policy", bucket=bucket.name, policy=json.dumps(extra.policy, sort_keys=True),
-                    opts=pulumi.ResourceOptions(parent=parent))
+                    opts=self._opts(parent))
             if extra.lifecycle:
                 coreweave.ObjectStorageBucketLifecycleConfiguration(
                     f"{name}-bucket-lifecycle", bucket=bucket.name,
                     rules=[_lifecycle_rule(r) for r in extra.lifecycle],
-                    opts=pulumi.ResourceOptions(parent=parent))
+                    opts=self._opts(parent))
             out.update(bucket=bucket.name, zone=self.config.zone)
         pfs = self.spec.storage.parallel_fs
         if pfs is not None:

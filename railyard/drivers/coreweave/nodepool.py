@@ -22,6 +22,16 @@ REPLACE_ON_CHANGES = ["spec.instanceType"]
 """CKS refuses a change of instanceType (immutable): a new one replaces the pool."""
 
 
+def resource_options(manifest: dict[str, Any]) -> dict[str, Any]:
+    """How Pulumi treats the pool's changes: a new instanceType replaces it, deleted first (the
+    new one has the same name); an autoscaled pool's targetNodes is the autoscaler's to move, so
+    an `up` neither resets it nor shows its moves as drift."""
+    out: dict[str, Any] = {"replace_on_changes": REPLACE_ON_CHANGES, "delete_before_replace": True}
+    if manifest["spec"].get("autoscaling"):
+        out["ignore_changes"] = ["spec.targetNodes"]
+    return out
+
+
 def name(stack: str, pool: str) -> str:
     """Cluster-scoped, so named after the stack like the layer's other objects."""
     return f"{object_prefix(stack)}-{pool}"

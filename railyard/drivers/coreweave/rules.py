@@ -35,7 +35,20 @@ KEYS: dict[str, tuple[str, ...]] = {
 # CoreWeave zones are written upper case: US-EAST-04A, RNO2A.
 _ZONE = re.compile(r"^[A-Z0-9]+(-[A-Z0-9]+)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_VERSION = re.compile(r"^1\.[0-9]{2}$")
+# CKS's minor version form, `v1.35` (the SDK's CksCluster.version); `1.35` is read as the same.
+_VERSION = re.compile(r"^v?1\.[0-9]{2}$")
+NAME_MAX = 30
+"""CoreWeave's limit on VPC and CKS cluster names."""
+
+
+def default_name(*parts: str) -> str:
+    """A DNS label of at most NAME_MAX characters made from `parts` (the region, the stack)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return name[:NAME_MAX].strip("-") or "railyard"
+
+
+def name_ok(name: str) -> bool:
+    return len(name) <= NAME_MAX and bool(_DNS_LABEL.match(name))
 # Kubernetes label keys: an optional DNS-subdomain prefix and a name of at most 63 characters.
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -150,12 +163,13 @@ def _cluster(r: _Reader, s: Mapping, spec: Any) -> Cluster | None:
         r.problem(path, "nothing", "a mapping with version, podCidr, serviceCidr and internalLbCidrs",
                   "this key is required: the CKS cluster's Kubernetes version and the VPC prefixes it uses")
         return None
-    default_name = re.sub(r"[^a-z0-9-]+", "-", spec.stack.lower()).strip("-")[:30].strip("-") or "railyard"
-    name = r.string(m, "name", f"{path}.name", "a DNS label of at most 30 characters", _DNS_LABEL) or default_name
-    if len(name) > 30:
-        r.problem(f"{path}.name", show(name), "a DNS label of at most 30 characters")
-    version = r.string(m, "version", f"{path}.version", "a Kubernetes minor version CKS offers, e.g. \"1.32\"",
+    name = r.string(m, "name", f"{path}.name", f"a DNS label of at most {NAME_MAX} characters") or default_name(spec.stack)
+    if not name_ok(name):
+        r.problem(f"{path}.name", show(name), f"a DNS label of at most {NAME_MAX} characters")
+    version = r.string(m, "version", f"{path}.version", "a Kubernetes minor version CKS offers, e.g. \"v1.32\"",
                        _VERSION, required=True)
+    if version is not None and not version.startswith("v"):
+        version = f"v{version}"
     public = r.boolean(m, "public", f"{path}.public", False)
     pod = r.prefix(m.get("podCidr"), f"{path}.podCidr")
     service = r.prefix(m.get("serviceCidr"), f"{path}.serviceCidr")
@@ -181,6 +195,8 @@ def _check_prefixes(r: _Reader, cluster: Cluster, spec: Any) -> None:
     fabric = spec.fabric
     theirs = []
     if fabric is not None:
+        # The management network is the VPC's primary host prefix (the nodes' addresses); the
+        # storage and compute networks are the plan's too, and no cluster range may shadow them.
         theirs = [(f"railyard:fabric.{n}.cidr", Prefix(n, str(getattr(fabric, n).cidr)))
                   for n in ("management", "storage", "compute")]
     seen: dict[str, str] = {}
@@ -361,9 +377,10 @@ def parse(section: Any, spec: Any) -> tuple[CoreWeaveConfig | None, list[Problem
     zone = r.string(s, "zone", f"{P}.zone", "a CoreWeave Availability Zone, e.g. US-EAST-04A", _ZONE,
                     required=section is not None)
     token = _api_token(r, s)
-    default_vpc = re.sub(r"[^a-z0-9-]+", "-", f"{spec.region}-{spec.stack}".lower()).strip("-")[:30].strip("-")
-    vpc_name = r.string(s, "vpcName", f"{P}.vpcName", "a DNS label of at most 30 characters", _DNS_LABEL) \
-        or default_vpc
+    vpc_name = r.string(s, "vpcName", f"{P}.vpcName", f"a DNS label of at most {NAME_MAX} characters") \
+        or default_name(spec.region, spec.stack)
+    if not name_ok(vpc_name):
+        r.problem(f"{P}.vpcName", show(vpc_name), f"a DNS label of at most {NAME_MAX} characters")
     cluster = _cluster(r, s, spec) if section is not None else None
     if cluster is not None:
         _check_prefixes(r, cluster, spec)

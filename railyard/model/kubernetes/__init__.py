@@ -112,8 +112,11 @@ class KubernetesPlan:
         """Topology, flavors, cluster queues, local queues: in the order they depend on each other."""
         out = [kueue.topology(self.topology_name, self.topology_levels)]
         pools = [p.name for p in self.plan.spec.node_pools]
+        # A platform that taints its pools' nodes says how to tolerate them (CoreWeave's nodeTaints).
+        tolerations = getattr(self.plan.spec.driver_config, "pool_tolerations", None)
         for pool in pools:
-            out.append(kueue.resource_flavor(self.flavor_name(pool), pool, self.topology_name, self.label_prefix))
+            out.append(kueue.resource_flavor(self.flavor_name(pool), pool, self.topology_name, self.label_prefix,
+                                             tolerations(pool) if tolerations else None))
         by_pool: dict[str, list[KubeNode]] = {p: [] for p in pools}
         for node in self.nodes:
             by_pool[node.pool].append(node)

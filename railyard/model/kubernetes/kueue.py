@@ -35,9 +35,14 @@ def topology(name: str, levels: list[str]) -> dict[str, Any]:
             "spec": {"levels": [{"nodeLabel": level} for level in levels]}}
 
 
-def resource_flavor(name: str, pool: str, topology_name: str, label_prefix: str) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": name},
-            "spec": {"nodeLabels": {label_keys(label_prefix)["pool"]: pool}, "topologyName": topology_name}}
+def resource_flavor(name: str, pool: str, topology_name: str, label_prefix: str,
+                    tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """tolerations: of the pool's taints, where the platform taints its nodes; Kueue adds them to
+    the pods it admits to this flavor."""
+    spec: dict[str, Any] = {"nodeLabels": {label_keys(label_prefix)["pool"]: pool}, "topologyName": topology_name}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
 
 
 _SHIFT = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}

@@ -165,8 +165,13 @@ def test_the_plan_says_who_tunes_the_machines(capsys):
 
 
 def test_railyard_plugins_lists_each_drivers_plugins_and_whether_they_are_here(capsys):
+    from railyard import paths
+    from railyard.engine import plugins
+
     assert main(["plugins"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "coreweave  coreweave v1.0.3: missing" in lines
-    assert "openstack  openstack v5.5.3: missing" in lines
-    assert "coreweave  kubernetes v4.25.0: installed" in lines  # built by make toolchain
+    for driver, sdk, name in (("coreweave", "pulumi_coreweave", "coreweave v1.0.3"),
+                              ("coreweave", "pulumi_kubernetes", "kubernetes v4.25.0"),
+                              ("openstack", "pulumi_openstack", "openstack v5.5.3")):
+        state = "installed" if plugins.installed(plugins.declared(sdk), paths.project_root()) else "missing"
+        assert f"{driver:10} {name}: {state}" in lines

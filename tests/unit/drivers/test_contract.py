@@ -234,7 +234,7 @@ def test_a_pool_driver_gets_one_call_per_pool_and_tuning_only_where_railyard_tun
     from railyard.stack import from_config
 
     cw = {"zone": "US-EAST-04A", "cluster": {
-        "version": "1.32", "podCidr": {"name": "pods", "cidr": "10.0.0.0/16"},
+        "version": "v1.32", "podCidr": {"name": "pods", "cidr": "10.0.0.0/16"},
         "serviceCidr": {"name": "services", "cidr": "10.1.0.0/16"},
         "internalLbCidrs": [{"name": "lbs", "cidr": "10.2.0.0/16"}]}}
     spec, plan = from_config({**_config("coreweave"), "railyard:coreweave": cw, "railyard:nodePools": [

@@ -23,8 +23,13 @@ STACK_FILE = ROOT / "stacks" / "Pulumi.us-east-bm.yaml"
 TOKEN = "CW-SECRET-mock-token-0123456789"
 
 
+PROVIDER_OF: dict[str, str] = {}
+"""Each resource's provider reference, as the engine would be given it."""
+
+
 class Mocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        PROVIDER_OF[args.name] = args.provider or ""
         outs = dict(args.inputs)
         if args.typ == "coreweave:index/cksCluster:CksCluster":
             outs["apiServerEndpoint"] = "abc123.k8s.us-east-04a.coreweave.com"
@@ -110,19 +115,32 @@ def test_no_resource_per_node_and_no_host_tuning(region):
     assert "platform tunes its own machines" in cluster.tuning_note
 
 
-def test_the_vpc_holds_the_plans_networks_and_the_clusters_named_ranges(region):
+def test_the_vpc_addresses_nodes_from_the_management_network_and_holds_the_clusters_named_ranges(region):
     resources, _, plan = region
     (vpc,) = of_type(resources, "coreweave:index/networkingVpc:NetworkingVpc").values()
     assert vpc["zone"] == "US-EAST-04A" and vpc["name"] == "us-east-04-us-east-bm"
-    prefixes = {p["name"]: p["value"] for p in vpc["vpcPrefixes"]}
-    nets = plan.networks
-    assert prefixes == {"management": nets.management.cidr, "storage": nets.storage.cidr,
-                        "compute": nets.compute.cidr, "pod-cidr": "10.0.0.0/13", "service-cidr": "10.8.0.0/16",
-                        "internal-lb-cidr": "10.9.0.0/16"}
+    # The nodes' addresses: the primary host prefix is the plan's management network.
+    assert vpc["hostPrefixes"] == [{"name": "management", "type": "PRIMARY",
+                                    "prefixes": [plan.networks.management.cidr]}]
+    assert {p["name"]: p["value"] for p in vpc["vpcPrefixes"]} == {
+        "pod-cidr": "10.0.0.0/13", "service-cidr": "10.8.0.0/16", "internal-lb-cidr": "10.9.0.0/16"}
     (cks,) = of_type(resources, "coreweave:index/cksCluster:CksCluster").values()
     assert (cks["zone"], cks["version"], cks["podCidrName"], cks["serviceCidrName"], cks["internalLbCidrNames"]) == \
-        ("US-EAST-04A", "1.32", "pod-cidr", "service-cidr", ["internal-lb-cidr"])
+        ("US-EAST-04A", "v1.32", "pod-cidr", "service-cidr", ["internal-lb-cidr"])
     assert cks["vpcId"] == "us-east-bm-fabric-net-vpc-id" and cks["public"] is False
+
+
+def test_every_coreweave_resource_goes_through_the_stacks_provider_with_its_token(region):
+    resources, _, _ = region
+    monitor = pulumi.runtime.settings.get_monitor()
+    providers = of_type(resources, "pulumi:providers:coreweave")
+    assert list(providers) == ["us-east-bm-coreweave"]
+    assert plaintext_and_secret_hits(providers["us-east-bm-coreweave"], TOKEN) == (0, 1)
+    cw = [u.rsplit("::", 1)[1] for u in monitor.resources
+          if u.split("::")[2].rsplit("$", 1)[-1].startswith("coreweave:index")]
+    assert len(cw) == 4  # VPC, cluster, bucket, lifecycle
+    for name in cw:
+        assert "::us-east-bm-coreweave::" in PROVIDER_OF[name], name
 
 
 def test_the_object_tier_is_a_bucket_with_its_lifecycle_and_policy():
@@ -193,13 +211,29 @@ def test_the_api_token_stays_secret(region):
     assert asyncio.get_event_loop().run_until_complete(cluster.kubeconfig.is_secret())
     plain = {name: plaintext_and_secret_hits(state, TOKEN) for name, (_, state) in resources.items()}
     assert not [name for name, (p, _) in plain.items() if p], "the token in plain text"
-    # It does reach both Kubernetes providers (the NodePools' and the layer's), as a secret.
-    assert sorted(name for name, (_, s) in plain.items() if s) == ["us-east-bm-cks-provider",
+    # It reaches CoreWeave's provider and both Kubernetes providers (the NodePools' and the
+    # layer's), as a secret.
+    assert sorted(name for name, (_, s) in plain.items() if s) == ["us-east-bm-cks-provider", "us-east-bm-coreweave",
                                                                   "us-east-bm-kubernetes-provider"]
 
 
-def test_nodepool_manifest_replaces_on_instance_type_only():
-    assert nodepool.REPLACE_ON_CHANGES == ["spec.instanceType"]
+def test_a_new_instance_type_replaces_the_pool_and_the_autoscaler_owns_an_autoscaled_target():
+    spec = parse_config(region_config(), "us-east-bm")
+    fixed = nodepool.manifest(make_plan(spec), spec.driver_config, "h100")
+    assert nodepool.resource_options(fixed) == {"replace_on_changes": ["spec.instanceType"],
+                                               "delete_before_replace": True}
+    config = region_config()
+    config["railyard:coreweave"]["pools"]["h100"].update(autoscaling=True, minNodes=416, maxNodes=480)
+    spec = parse_config(config, "us-east-bm")
+    scaled = nodepool.manifest(make_plan(spec), spec.driver_config, "h100")
+    assert nodepool.resource_options(scaled)["ignore_changes"] == ["spec.targetNodes"]
+
+
+def test_kueue_tolerates_the_pools_taints_so_queued_jobs_can_land_there(region):
+    resources, _, _ = region
+    (flavor,) = of_type(resources, "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor").values()
+    assert flavor["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                                              "effect": "NoSchedule"}]
 
 
 def test_a_region_stack_is_protected_unless_it_says_otherwise():

@@ -158,3 +158,20 @@ def test_preflight_names_the_plugin_first_and_the_token_once_plugins_are_there(m
     assert "no CoreWeave API token" in drivers.preflight(spec)
     monkeypatch.setenv("COREWEAVE_API_TOKEN", "CW-SECRET-x")
     assert drivers.preflight(spec) is None
+
+
+def test_the_cks_version_is_written_as_cks_writes_it_and_names_are_kept_short():
+    config = region_config()
+    config["railyard:coreweave"]["cluster"]["version"] = "1.33"
+    assert parse_config(config, "us-east-bm").driver_config.cluster.version == "v1.33"
+    config["railyard:coreweave"]["cluster"]["version"] = "v1.3x"
+    assert "railyard:coreweave.cluster.version" in problems(config)
+    config = region_config()
+    config["railyard:coreweave"]["vpcName"] = "a-vpc-name-that-is-longer-than-thirty"
+    assert "at most 30" in problems(config)["railyard:coreweave.vpcName"]
+
+
+def test_a_missing_sdk_is_said_in_place_of_a_plugin(monkeypatch):
+    monkeypatch.setitem(drivers.DRIVERS, "coreweave", __import__("dataclasses").replace(
+        drivers.DRIVERS["coreweave"], plugins=("pulumi_no_such_sdk",)))
+    assert "pulumi_no_such_sdk is not installed" in drivers.missing_plugins("coreweave")
