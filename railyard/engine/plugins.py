@@ -68,6 +68,7 @@ def missing_message(driver: str, sdks: tuple[str, ...], root: Path | None = None
     names = ", ".join(f"{p.name} v{p.version}" for p in absent)
     commands = "; ".join(f"PULUMI_HOME={home} {p.install_command()}" for p in absent)
     return (f"railyard:driver {driver} needs the Pulumi resource plugin {names}, which is not installed in "
-            f"{home}/plugins. On a machine with internet access, install it with: {commands}. That command was "
+            f"{home}/plugins. On a machine with internet access, install it with: {commands} (`railyard plugins "
+            "--install` runs it). That command was "
             "not run here: this machine reaches no plugin server, and the Go module proxy refuses the provider's "
             "module, so the plugin cannot be built either. Nothing was changed.")
