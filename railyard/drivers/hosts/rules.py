@@ -28,7 +28,8 @@ from railyard.drivers.hosts.config import (
     Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
 )
 from railyard.model.errors import Problem
-from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, show as _show
+from railyard.model.spec import LOGIN_NAME, SectionReader, Secret, did_you_mean as _did_you_mean, \
+    is_secret as _is_secret, show as _show
 # The address and key forms every SSH caller shares (re-exported: this module's readers import them here).
 from railyard.ssh_client import KEY_TYPES, address_kind, canonical, host_pattern, key_problem  # noqa: F401
 
@@ -42,8 +43,6 @@ KEYS: dict[str, tuple[str, ...]] = {
     "pools.<pool>.hosts[].bmc": ("endpoint", "username", "password", "verify", "systemId"),
 }
 
-# A login name: no whitespace, no ':' and never a leading '-' (it would read as an ssh option).
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 _PERCENT = re.compile(r"^([0-9]+)%$")
 
 
@@ -107,62 +106,11 @@ class KnownHost:
         return False
 
 
-class _Reader:
+class _Reader(SectionReader):
     """The section's readers: each returns None (and records why) when a value cannot be used."""
 
     def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
-        self.problems.append(Problem(path, found, allowed, hint))
-
-    def mapping(self, value: Any, path: str, keys: Sequence[str]) -> dict | None:
-        if value is None:
-            return {}
-        if _is_secret(value) or not isinstance(value, dict):
-            self.problem(path, _show(value), f"a mapping with keys {', '.join(keys)}")
-            return None
-        for key in value:
-            if key not in keys:
-                self.problem(f"{path}.{key}", "an unknown key", "one of " + ", ".join(keys), _did_you_mean(key, keys))
-        return value
-
-    def plain(self, m: Mapping, key: str, path: str, allowed: str) -> Any:
-        """The value under key (None when absent or empty); a secret is refused unshown."""
-        value = m.get(key)
-        if _is_secret(value):
-            self.problem(path, _show(value), allowed,
-                         f"only {P}.sshKey and a host's bmc.password may be secrets here")
-            return None
-        return value
-
-    def string(self, m: Mapping, key: str, path: str, allowed: str) -> str | None:
-        value = self.plain(m, key, path, allowed)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            self.problem(path, _show(value), allowed)
-            return None
-        return value.strip()
-
-    def integer(self, m: Mapping, key: str, path: str, lo: int, hi: int | None = None) -> int | None:
-        allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
-        value = self.plain(m, key, path, allowed)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-            hint = "write the number without quotes" if isinstance(value, str) and value.strip().isdigit() else ""
-            self.problem(path, _show(value), allowed, hint)
-            return None
-        return value
-
-    def user(self, m: Mapping, key: str, path: str) -> str | None:
-        allowed = "a login name: letters, digits, '_', '.', '-', '@', not starting with '-'"
-        value = self.string(m, key, path, allowed)
-        if value is not None and not _USER.match(value):
-            self.problem(path, _show(value), allowed)
-            return None
-        return value
+        super().__init__(f"only {P}.sshKey and a host's bmc.password may be secrets here")
 
     def address(self, value: Any, path: str, allowed: str = "an IPv4 or IPv6 address, or a DNS name") -> str | None:
         if not isinstance(value, str) or address_kind(value.strip()) is None:
@@ -194,7 +142,7 @@ class _Reader:
             port_text = None
         if port_text is not None:
             port = int(port_text) if port_text.isdigit() else 0
-        if (user and not _USER.match(user)) or address_kind(rest) is None or not 1 <= port <= 65535:
+        if (user and not LOGIN_NAME.match(user)) or address_kind(rest) is None or not 1 <= port <= 65535:
             self.problem(path, _show(value), allowed)
             return None
         return JumpHost(canonical(rest), user or None, port)
@@ -208,7 +156,7 @@ class _Reader:
                 return None
             return Secret(raw["secure"])
         if raw is None or raw == "":
-            self.problem(path, "nothing (the key is missing)", allowed, f"this key is required: {set_it}")
+            self.missing(path, allowed, set_it)
         elif isinstance(raw, str):
             self.problem(path, "a plain-text value (not shown)", allowed, f"{set_it}; {leaked}")
         else:
@@ -233,7 +181,7 @@ class _Reader:
         allowed = "https://address[:port], e.g. https://192.0.2.11 or https://[2001:db8::11]:8443"
         raw = m.get("endpoint")
         if raw is None:
-            self.problem(path, "nothing (the key is missing)", allowed, "this key is required")
+            self.missing(path, allowed)
             return None
         value = self.string(m, "endpoint", path, allowed)
         if value is None:
@@ -276,7 +224,7 @@ class _Reader:
         uallowed = "the BMC's user name: no ':' and no control characters"
         username = None
         if m.get("username") is None:
-            self.problem(f"{path}.username", "nothing (the key is missing)", uallowed, "this key is required")
+            self.missing(f"{path}.username", uallowed)
         else:
             username = self.string(m, "username", f"{path}.username", uallowed)
             if username is not None and (":" in username or not username.isprintable()):
@@ -588,8 +536,7 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults, root: 
             continue
         address = None
         if m.get("address") is None:
-            r.problem(f"{ipath}.address", "nothing (the key is missing)", "an IPv4 or IPv6 address, or a DNS name",
-                      "this key is required")
+            r.missing(f"{ipath}.address", "an IPv4 or IPv6 address, or a DNS name")
         else:
             address = r.address(r.plain(m, "address", f"{ipath}.address", "an address"), f"{ipath}.address")
         user = r.user(m, "user", f"{ipath}.user") or d.user

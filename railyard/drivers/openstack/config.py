@@ -39,8 +39,9 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 @dataclass(frozen=True)
 class Segment:
-    """A provider network's segment: a VLAN on a physical network, or a VXLAN VNI (neutron takes
-    no physical network for a tunnel)."""
+    """A provider network's segment: a VLAN on a physical network, or, for management and storage
+    only, a VXLAN VNI (neutron takes no physical network for a tunnel). A rail is always a VLAN:
+    neutron binds its SR-IOV ports on VLAN and flat networks only."""
 
     physical_network: str | None
     vlan: int | None = None
@@ -82,10 +83,11 @@ class OpenStackConfig:
     gpu_alias: str
     """The nova PCI alias of the GPUs (the operator's [pci] alias)."""
     ssh_from: tuple[str, ...]
-    """Networks SSH to the servers is allowed from (CIDRs, canonical)."""
+    """Networks SSH to the servers is allowed from (CIDRs, canonical); the jump host's address is
+    inside one of them."""
     management: Segment
     rails: tuple[Segment, ...]
-    """One per rail of the plan, in rail order."""
+    """One per rail of the plan, in rail order: each a VLAN, on a physical network of its own."""
     storage: Segment | None = None
     """None: the servers get no port on the storage network."""
     user: str = DEFAULT_USER

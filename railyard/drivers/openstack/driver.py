@@ -3,14 +3,15 @@
 - access: the stack's keypair (its public key; the private key is the stack's secret, or
   ssh-agent's);
 - fabric: a provider network and subnet for management, storage (where the stack gives one) and
-  each rail, with the plan's CIDRs and MTUs, and their security groups: SSH from sshFrom only on
-  management, each network's own traffic on the others;
+  each rail, with the plan's CIDRs and MTUs; security groups on management (SSH from sshFrom, and
+  anything from the stack's own VMs) and storage (its own network's traffic), none on the rails,
+  whose SR-IOV ports neutron does not filter;
 - storage: the object tier as a Swift container (with S3 credentials issued for it), or the S3
   endpoint the stack names;
-- pool: per pool a server group and one flavor per VM shape (layout.flavor: pinned, NUMA-aware, the
-  GPUs through the PCI alias); per VM a host key (resources.HostKey), a management port at the
-  plan's address (first), a storage port, one SR-IOV port per VF at the plan's rail address, and
-  the server on exactly those ports.
+- pool: per pool a server group and one private flavor per VM shape (layout.flavor: pinned,
+  NUMA-aware, the GPUs through the PCI alias), granted to the credentials' project; per VM a host
+  key (resources.HostKey), a management port at the plan's address (first), a storage port, one
+  SR-IOV port per VF at the plan's rail address, and the server on exactly those ports.
 
 The hypervisors are the operator's (Capabilities.vms == "are-nodes"): nothing here reaches them.
 Addresses come back from the provider (the management port's fixed IP). The provider plugin cannot
@@ -20,7 +21,8 @@ be built on these machines, so this is checked under mocks and mypy only.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
 import pulumi
 import pulumi_openstack as openstack
@@ -45,6 +47,37 @@ def _ethertype(cidr: str) -> str:
     return "IPv4" if ipaddress.ip_network(cidr).version == 4 else "IPv6"
 
 
+def _replaced_after_deletion(parent: pulumi.Resource) -> pulumi.ResourceOptions:
+    """Options of a resource the cloud refuses twice (a flavor's or a keypair's name, an identical
+    security group rule, a server's ports): Pulumi's default, the replacement made before the old
+    one goes, would fail at `up` on every change that replaces it."""
+    return pulumi.ResourceOptions(parent=parent, delete_before_replace=True)
+
+
+@dataclass(frozen=True)
+class _Ingress:
+    """A rule letting traffic into a security group: from a network (CIDR), or from the group's
+    own ports (remote None); any protocol and port where they are None."""
+
+    remote: str | None
+    protocol: str | None = None
+    port: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Its part of the rule's logical name: what it lets in, not its place in a list, so that
+        reordering sshFrom changes no rule. ':' goes (an IPv6 '::' would split the rule's URN)."""
+        what = f"{self.protocol}{self.port or ''}" if self.protocol else "any"
+        return f"{what}-from-" + ("self" if self.remote is None else self.remote.replace(":", "_"))
+
+
+class _Net(NamedTuple):
+    network: openstack.networking.Network
+    subnet: openstack.networking.Subnet
+    group: openstack.networking.SecGroup | None
+    """None on a rail: its ports are SR-IOV VFs, which neutron's SR-IOV agent does not filter."""
+
+
 class OpenStackDriver(Driver):
     name = "openstack"
 
@@ -54,13 +87,11 @@ class OpenStackDriver(Driver):
         self.prefix = layout.prefix(spec)
         self.tags = layout.tags(spec)
         self.keypair: openstack.compute.Keypair | None = None
-        self.management: tuple[openstack.networking.Network, openstack.networking.Subnet,
-                               openstack.networking.SecGroup] | None = None
-        self.storage_net: tuple[openstack.networking.Network, openstack.networking.Subnet,
-                                openstack.networking.SecGroup] | None = None
-        self.rails: list[tuple[openstack.networking.Network, openstack.networking.Subnet,
-                               openstack.networking.SecGroup]] = []
+        self.management: _Net | None = None
+        self.storage_net: _Net | None = None
+        self.rails: list[_Net] = []
         self.rules: list[openstack.networking.SecGroupRule] = []
+        self._project: pulumi.Output[str] | None = None
 
     def ssh_hint(self) -> str | None:
         j = self.config.jump_host
@@ -69,8 +100,10 @@ class OpenStackDriver(Driver):
     # --- access ----------------------------------------------------------------------------------
 
     def access(self, name: str, parent: pulumi.Resource) -> Access:
+        # Nova keeps one keypair of a name per user: a new publicKey replaces it after deletion.
+        # Nova writes a keypair into a server at its first boot only, so the servers follow it.
         self.keypair = openstack.compute.Keypair(name, name=self.prefix, public_key=self.config.public_key,
-                                                 opts=pulumi.ResourceOptions(parent=parent))
+                                                 opts=_replaced_after_deletion(parent))
         # None: ssh-agent's key where Railyard runs, as the hosts driver hands it on.
         key = None if self.config.uses_agent else _ssh_key()
         return Access(user=self.config.user, public_key=self.keypair.public_key,
@@ -80,15 +113,13 @@ class OpenStackDriver(Driver):
 
     def _network(self, name: str, label: str, segment: Segment, cidr: str, mtu: int, parent: pulumi.Resource, *,
                  gateway: str | None = None, reserved: str | None = None,
-                 ingress: list[tuple[str, str | None, int | None]]) -> tuple[openstack.networking.Network,
-                                                                            openstack.networking.Subnet,
-                                                                            openstack.networking.SecGroup]:
+                 ingress: list[_Ingress] | None) -> _Net:
         """A provider network on `segment` with the plan's subnet, and the security group its ports
-        get. DHCP is off: nova's config drive gives every port its fixed address, and only a
-        subnet with a gateway hands out a default route (the management network's).
+        get (none where ingress is None). DHCP is off: nova's config drive gives every port its
+        fixed address, and only a subnet with a gateway hands out a default route (the management
+        network's).
 
-        reserved: an address no port may take (a rail's router address); ingress: (remote CIDR,
-        protocol, port) rules, None for any."""
+        reserved: an address no port may take (a rail's router address)."""
         opts = pulumi.ResourceOptions(parent=parent)
         net = openstack.networking.Network(
             name, name=f"{self.prefix}-{label}", admin_state_up=True, mtu=mtu, tags=self.tags,
@@ -106,37 +137,45 @@ class OpenStackDriver(Driver):
             gateway_ip=gateway, no_gateway=gateway is None, allocation_pools=pools,
             dns_nameservers=list(self.config.dns_nameservers) if gateway is not None else None, tags=self.tags,
             opts=opts)
+        if ingress is None:
+            return _Net(net, subnet, None)
         group = openstack.networking.SecGroup(
             name, name=f"{self.prefix}-{label}", description=f"railyard {self.spec.stack}: {label}", tags=self.tags,
             opts=opts)
-        for i, (remote, protocol, port) in enumerate(ingress):
-            rule = openstack.networking.SecGroupRule(
-                f"{name}-in-{i}", security_group_id=group.id, direction="ingress", ethertype=_ethertype(remote),
-                remote_ip_prefix=remote, protocol=protocol, port_range_min=port, port_range_max=port,
-                description=f"railyard {self.spec.stack}: {label} from {remote}",
-                opts=pulumi.ResourceOptions(parent=group))
-            self.rules.append(rule)
-        return net, subnet, group
+        for rule in ingress:
+            # The subnets are IPv4, so a rule from the group's own ports is an IPv4 one.
+            source = "its own ports" if rule.remote is None else rule.remote
+            self.rules.append(openstack.networking.SecGroupRule(
+                f"{name}-in-{rule.key}", security_group_id=group.id, direction="ingress",
+                ethertype="IPv4" if rule.remote is None else _ethertype(rule.remote),
+                remote_ip_prefix=rule.remote, remote_group_id=group.id if rule.remote is None else None,
+                protocol=rule.protocol, port_range_min=rule.port, port_range_max=rule.port,
+                description=f"railyard {self.spec.stack}: {label} from {source}",
+                # Neutron refuses a rule identical to one the group has, and every argument of a
+                # rule replaces it (its description too).
+                opts=_replaced_after_deletion(group)))
+        return _Net(net, subnet, group)
 
     def fabric(self, name: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
         nets, config = self.plan.networks, self.config
         mgmt = nets.management
-        # SSH only, and only from the networks the stack names: the jump host's, the operators'.
+        # SSH only from the networks the stack names (the jump host's, the operators'), and
+        # anything between the stack's own VMs: the collectives' bootstrap (NCCL, torch.distributed
+        # rendezvous) and ping run over the management addresses.
         self.management = self._network(
             f"{name}-management", "management", config.management, mgmt.cidr, mgmt.mtu, parent, gateway=mgmt.gateway,
-            ingress=[(cidr, "tcp", SSH_PORT) for cidr in config.ssh_from])
+            ingress=[*(_Ingress(cidr, "tcp", SSH_PORT) for cidr in config.ssh_from), _Ingress(None)])
         if config.storage is not None:
             stor = nets.storage
             self.storage_net = self._network(f"{name}-storage", "storage", config.storage, stor.cidr, stor.mtu, parent,
-                                             ingress=[(stor.cidr, None, None)])
+                                             ingress=[_Ingress(stor.cidr)])
         compute = nets.compute
         for i, (segment, rail) in enumerate(zip(config.rails, compute.rails)):
-            # A rail's own traffic; across rails too where the fabric routes between them.
-            remote = compute.cidr if compute.routed else rail.cidr
             self.rails.append(self._network(f"{name}-rail{i}", f"rail{i}", segment, rail.cidr, compute.mtu, parent,
-                                            reserved=rail.gateway, ingress=[(remote, None, None)]))
+                                            reserved=rail.gateway, ingress=None))
         # The rules too: a server that boots before its group lets SSH in is not ready for Ansible.
-        made = [r for net in [self.management, self.storage_net, *self.rails] if net is not None for r in net]
+        made = [r for net in [self.management, self.storage_net, *self.rails] if net is not None
+                for r in net if r is not None]
         return [*made, *self.rules]
 
     # --- storage ---------------------------------------------------------------------------------
@@ -163,6 +202,15 @@ class OpenStackDriver(Driver):
 
     # --- machines --------------------------------------------------------------------------------
 
+    def _project_id(self, parent: pulumi.Resource) -> pulumi.Output[str]:
+        """The project the provider's credentials are scoped to: the one every resource of the
+        stack is made in, servers included."""
+        if self._project is None:
+            scope = openstack.identity.get_auth_scope_output(name="current", opts=pulumi.InvokeOutputOptions(
+                parent=parent))
+            self._project = scope.apply(lambda s: s.project_id)
+        return self._project
+
     def pool(self, name: str, pool: PoolPlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> list[NodeHandle]:
         if not pool.vms_are_machines:
@@ -170,41 +218,54 @@ class OpenStackDriver(Driver):
         if self.keypair is None or self.management is None:
             raise RuntimeError("access() and fabric() come before pool()")
         config = self.config
-        opts = pulumi.ResourceOptions(parent=parent, depends_on=depends_on)
         flavors = layout.pool_flavors(self.spec, config, self.plan.guests(pool.name), pool.name)
         by_index: dict[int, openstack.compute.Flavor] = {}
+        granted: list[pulumi.Resource] = []
         for f in flavors:
+            logical = f"{name}-flavor" + (f"-vm{f.vms[0]}" if len(flavors) > 1 else "")
             res = openstack.compute.Flavor(
-                f"{name}-flavor" + (f"-vm{f.vms[0]}" if len(flavors) > 1 else ""), name=f.name, vcpus=f.flavor.vcpus,
+                logical, name=f.name, vcpus=f.flavor.vcpus,
                 ram=f.flavor.ram_mib, disk=f.flavor.disk_gib, extra_specs=f.flavor.specs,
                 # Its GPUs are the stack's: no other project of the cloud may boot it.
                 is_public=False, description=f"railyard {self.spec.stack}: pool {pool.name}",
-                opts=pulumi.ResourceOptions(parent=parent))
+                # Flavor names are unique in nova, and a new size replaces the flavor.
+                opts=_replaced_after_deletion(parent))
+            # Nova grants a private flavor to no project, not even its creator's (only admins could
+            # boot it): the stack's project gets it.
+            granted.append(openstack.compute.FlavorAccess(
+                logical, flavor_id=res.id, tenant_id=self._project_id(parent),
+                opts=pulumi.ResourceOptions(parent=res)))
             by_index.update((j, res) for j in f.vms)
+        opts = pulumi.ResourceOptions(parent=parent, depends_on=depends_on)
         group = openstack.compute.ServerGroup(f"{name}-group", name=f"{self.prefix}-{pool.name}",
                                               policies=config.server_group(pool.name),
                                               opts=pulumi.ResourceOptions(parent=parent))
         handles = []
         for machine in pool.machines:
             vm = cast(VmPlan, machine)
-            handles.append(self._server(vm, pool.name, by_index[vm.index], group, self.keypair, parent, opts))
+            handles.append(self._server(vm, pool.name, by_index[vm.index], group, self.keypair, parent, opts,
+                                        granted))
         return handles
 
-    def _port(self, name: str, net: tuple[openstack.networking.Network, openstack.networking.Subnet,
-                                          openstack.networking.SecGroup], address: str, opts: pulumi.ResourceOptions,
-              *, direct: bool = False) -> openstack.networking.Port:
-        network, subnet, group = net
+    def _port(self, name: str, net: _Net, address: str, opts: pulumi.ResourceOptions, *,
+              direct: bool = False) -> openstack.networking.Port:
+        # A VF (direct) port gets no security group: neutron's SR-IOV agent filters none (its
+        # firewall driver is off for SR-IOV), and without no_security_groups neutron would give it
+        # the project's default group. Port security stays on: the agent applies it as the VF's
+        # spoof check, so a guest sends from its port's MAC only.
+        assert direct or net.group is not None, "only a rail's network has no security group"
         return openstack.networking.Port(
-            name, name=f"{self.prefix}-{name}", network_id=network.id, admin_state_up=True,
-            fixed_ips=[openstack.networking.PortFixedIpArgs(subnet_id=subnet.id, ip_address=address)],
-            security_group_ids=[group.id], tags=self.tags,
+            name, name=f"{self.prefix}-{name}", network_id=net.network.id, admin_state_up=True,
+            fixed_ips=[openstack.networking.PortFixedIpArgs(subnet_id=net.subnet.id, ip_address=address)],
+            security_group_ids=None if direct or net.group is None else [net.group.id],
+            no_security_groups=True if direct else None, tags=self.tags,
             # An SR-IOV VF, bound straight into the guest (nova picks it from the rail's physical network).
             binding=openstack.networking.PortBindingArgs(vnic_type="direct") if direct else None,
             opts=opts)
 
     def _server(self, vm: VmPlan, pool: str, flavor: openstack.compute.Flavor, group: openstack.compute.ServerGroup,
                 keypair: openstack.compute.Keypair, parent: pulumi.Resource,
-                opts: pulumi.ResourceOptions) -> NodeHandle:
+                opts: pulumi.ResourceOptions, granted: list[pulumi.Resource]) -> NodeHandle:
         assert self.management is not None
         config = self.config
         key = HostKey(f"{vm.name}-host-key", machine=f"{self.prefix}/{vm.name}",
@@ -228,6 +289,12 @@ class OpenStackDriver(Driver):
             tags=self.tags, user_data=user_data,
             image_id=config.image if config.image_is_id else None,
             image_name=None if config.image_is_id else config.image,
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["user_data"])))
+            # A port is bound to one server at a time, and these are the plan's: a replacement server
+            # (a new keypair, user_data) could not take them while the old one holds them.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                additional_secret_outputs=["user_data"], delete_before_replace=True,
+                # Credentials that may make flavors without being admins (a cloud's own policy) see a
+                # private flavor only once their project has it.
+                depends_on=granted)))
         address = mgmt.all_fixed_ips.apply(lambda ips: ips[0])
         return NodeHandle(ready=[server], management_ip=address, host_key=key.public_key, name=vm.name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping
 
 from railyard.drivers.openstack import layout
 from railyard.drivers.openstack.config import (
@@ -22,8 +22,8 @@ from railyard.drivers.openstack.config import (
 )
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
-from railyard.model.spec import Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, one_of as _one_of, \
-    show as _show
+from railyard.model.spec import SectionReader, Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, \
+    one_of as _one_of, show as _show
 from railyard.model.spec.types import host_reserve_threads
 from railyard.model.topology import Topology
 from railyard.ssh_client import DEFAULT_PORT, KEY_TYPES, address_kind, canonical, key_problem
@@ -31,6 +31,8 @@ from railyard.ssh_client import DEFAULT_PORT, KEY_TYPES, address_kind, canonical
 P = "railyard:openstack"
 
 SEGMENT_KEYS = ("physicalNetwork", "vlan", "vni")
+# A rail is a VLAN: its VFs are SR-IOV ports, which neutron binds on VLAN and flat networks only.
+RAIL_KEYS = ("physicalNetwork", "vlan")
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("image", "user", "publicKey", "sshKey", "rootDiskGiB", "gpuAlias", "cpuThreadPolicy",
          "pciNumaAffinityPolicy", "serverGroupPolicy", "sshFrom", "jumpHost", "dnsNameservers", "swiftS3Endpoint",
@@ -38,12 +40,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "jumpHost": ("address", "user", "port", "hostKey"),
     "management": SEGMENT_KEYS,
     "storage": SEGMENT_KEYS,
-    "rails[]": SEGMENT_KEYS,
+    "rails[]": RAIL_KEYS,
     "pools.<pool>": ("serverGroupPolicy",),
 }
 
-# A login name: no whitespace, no ':' and never a leading '-' (it would read as an ssh option).
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?$")
 # Neutron's physical network names are the operator's ML2 labels: no ':' or ',' (its own
 # separators in bridge_mappings and physical_device_mappings) and no whitespace.
 _PHYSNET = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -51,77 +51,11 @@ _PHYSNET = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ALIAS = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class _Reader:
+class _Reader(SectionReader):
     """The section's readers: each returns None (and records why) when a value cannot be used."""
 
     def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
-        self.problems.append(Problem(path, found, allowed, hint))
-
-    def missing(self, path: str, allowed: str, hint: str = "") -> None:
-        hint = "this key is required" + (f": {hint}" if hint else "")
-        self.problem(path, "nothing (the key is missing)", allowed, hint)
-
-    def mapping(self, value: Any, path: str, keys: Sequence[str]) -> dict | None:
-        if value is None:
-            return {}
-        if _is_secret(value) or not isinstance(value, dict):
-            self.problem(path, _show(value), f"a mapping with keys {', '.join(keys)}")
-            return None
-        for key in value:
-            if key not in keys:
-                self.problem(f"{path}.{key}", "an unknown key", _one_of(keys), _did_you_mean(key, keys))
-        return value
-
-    def plain(self, m: Mapping, key: str, path: str, allowed: str) -> Any:
-        """The value under key (None when absent or empty); a secret is refused unshown."""
-        value = m.get(key)
-        if _is_secret(value):
-            self.problem(path, _show(value), allowed, f"only {P}.sshKey may be a secret here")
-            return None
-        return value
-
-    def string(self, m: Mapping, key: str, path: str, allowed: str, *, required: bool = False,
-               hint: str = "") -> str | None:
-        value = self.plain(m, key, path, allowed)
-        if value is None:
-            if required and not _is_secret(m.get(key)):
-                self.missing(path, allowed, hint)
-            return None
-        if not isinstance(value, str) or not value.strip():
-            self.problem(path, _show(value), allowed)
-            return None
-        return value.strip()
-
-    def integer(self, m: Mapping, key: str, path: str, lo: int, hi: int | None = None) -> int | None:
-        allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
-        value = self.plain(m, key, path, allowed)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-            hint = "write the number without quotes" if isinstance(value, str) and value.strip().isdigit() else ""
-            self.problem(path, _show(value), allowed, hint)
-            return None
-        return value
-
-    def choice(self, m: Mapping, key: str, path: str, choices: Sequence[str], default: str) -> str | None:
-        value = self.plain(m, key, path, _one_of(choices))
-        if value is None:
-            return default
-        if value not in choices:
-            self.problem(path, _show(value), _one_of(choices), _did_you_mean(value, choices))
-            return None
-        return value
-
-    def user(self, m: Mapping, key: str, path: str) -> str | None:
-        allowed = "a login name: letters, digits, '_', '.', '-', '@', not starting with '-'"
-        value = self.string(m, key, path, allowed)
-        if value is not None and not _USER.match(value):
-            self.problem(path, _show(value), allowed)
-            return None
-        return value
+        super().__init__(f"only {P}.sshKey may be a secret here")
 
     def public_key(self, m: Mapping) -> str | None:
         path = f"{P}.publicKey"
@@ -267,6 +201,15 @@ class _Reader:
 
     def segment(self, value: Any, path: str, section: str) -> Segment | None:
         """A provider network's segment (management, storage, a rail)."""
+        rail = section == "rails[]"
+        vxlan = rail and isinstance(value, dict) and "vni" in value
+        if vxlan:
+            # Told with why, not as a key rails[] does not know; the rest of the rail is read as usual.
+            self.problem(f"{path}.vni", _show(value["vni"]), f"nothing: a rail is a VLAN (vlan 1-{VLAN_MAX} on "
+                         "physicalNetwork)", "neutron's SR-IOV mechanism driver binds a direct (VF) port only on a "
+                         "VLAN or flat network, and nova picks the port's VF by the rail's physical network, which a "
+                         "VXLAN has none of")
+            value = {k: v for k, v in value.items() if k != "vni"}
         m = self.mapping(value, path, KEYS[section])
         if m is None:
             return None
@@ -281,6 +224,10 @@ class _Reader:
         if len(given) == 2:
             self.problem(path, "both vlan and vni", "one of vlan (a VLAN on physicalNetwork) or vni (a VXLAN)",
                          "a network has one segment")
+            return None
+        if not given and rail:
+            self.problem(f"{path}.vlan", "nothing (the key is missing)", f"a VLAN ID 1-{VLAN_MAX} on physicalNetwork",
+                         "the VLAN neutron makes the rail's network on (SR-IOV ports bind on VLANs)")
             return None
         if not given:
             self.problem(f"{path}.vlan", "nothing (the key is missing)",
@@ -297,7 +244,7 @@ class _Reader:
                          "neutron takes no physical network for a VXLAN network; remove it, or give vlan instead "
                          "of vni")
             return None
-        if (vlan is None and vni is None) or (given == ["vlan"] and physnet is None):
+        if vxlan or (vlan is None and vni is None) or (given == ["vlan"] and physnet is None):
             return None
         return Segment(physnet if vlan is not None else None, vlan, vni, path)
 
@@ -330,6 +277,8 @@ def parse(section: Any, spec: Any) -> tuple[OpenStackConfig | None, list[Problem
                      DEFAULT_SERVER_GROUP_POLICY)
     ssh_from = r.cidrs(s, "sshFrom", f"{P}.sshFrom", required=True)
     jump = r.jump_host(s.get("jumpHost"))
+    if jump is not None and ssh_from and not any(p.path.startswith(f"{P}.sshFrom") for p in r.problems):
+        _check_jump_host(r, jump, ssh_from)
     dns = r.nameservers(s)
     swift = r.url(s, "swiftS3Endpoint", f"{P}.swiftS3Endpoint")
 
@@ -371,10 +320,10 @@ def rail_count(spec: Any) -> int:
 def _rails(r: _Reader, s: Mapping, spec: Any) -> list[Segment | None]:
     path = f"{P}.rails"
     want = rail_count(spec)
-    allowed = f"a list of {want} segments, one per rail in rail order: {{physicalNetwork, vlan}} or {{vni}}"
+    allowed = f"a list of {want} segments, one per rail in rail order: {{physicalNetwork, vlan}}"
     value = r.plain(s, "rails", path, allowed)
     if value is None:
-        r.missing(path, allowed, "each rail is a provider network its VMs' SR-IOV ports are on")
+        r.missing(path, allowed, "each rail is a provider VLAN its VMs' SR-IOV ports are on")
         return [None]
     if not isinstance(value, list):
         r.problem(path, _show(value), allowed)
@@ -382,7 +331,7 @@ def _rails(r: _Reader, s: Mapping, spec: Any) -> list[Segment | None]:
     out = [r.segment(item, f"{path}[{i}]", "rails[]") if item is not None else None for i, item in enumerate(value)]
     for i, item in enumerate(value):
         if item is None:
-            r.problem(f"{path}[{i}]", "an empty value", "a segment {physicalNetwork, vlan} or {vni}")
+            r.problem(f"{path}[{i}]", "an empty value", "a segment {physicalNetwork, vlan}")
     if want and len(value) != want:
         r.problem(path, f"{len(value)} rail{'s' if len(value) != 1 else ''}", allowed,
                   f"the plan has {want} rails (the compute NICs of the pools' SKUs); rail i's VFs go on rails[i]")
@@ -413,6 +362,21 @@ def _pools(r: _Reader, s: Mapping, spec: Any) -> dict[str, str]:
             if policy:
                 out[name] = policy
     return out
+
+
+def _check_jump_host(r: _Reader, jump: JumpHost, ssh_from: tuple[str, ...]) -> None:
+    """The jump host inside sshFrom: the management group lets SSH in from those networks only, so
+    a jump host outside them reaches no VM. A DNS name is not looked up (validation makes no
+    network connection)."""
+    if address_kind(jump.address) not in ("ipv4", "ipv6"):
+        return
+    ip = ipaddress.ip_address(jump.address)
+    if any(ip in ipaddress.ip_network(net) for net in ssh_from):
+        return
+    r.problem(f"{P}.jumpHost.address", _show(jump.address), f"an address inside {P}.sshFrom ({', '.join(ssh_from)})",
+              "the VMs' management security group lets SSH in only from sshFrom, so Ansible could not reach them "
+              "through this jump host; add its network to sshFrom (and, where it reaches the VMs from another "
+              "address of its own, that address's network too)")
 
 
 def _check_segments(r: _Reader, segments: list[Segment]) -> None:

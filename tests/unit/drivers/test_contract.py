@@ -63,6 +63,28 @@ def test_no_driver_imports_another_driver_or_the_components():
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+def test_every_driver_section_is_read_with_the_models_one_reader():
+    """A driver's own keys are read by the model's SectionReader (drivers may not import one
+    another): their problems read alike, and a reader fixed once is fixed for all of them."""
+    from railyard.model.spec import LOGIN_NAME, SectionReader
+
+    shared = [m for m in vars(SectionReader) if not m.startswith("__")]
+    read = []
+    for name in drivers.DRIVERS:
+        rules = drivers.rules()[name]
+        if not rules.KEYS:
+            continue
+        module = rules.module
+        classes = [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == module.__name__]
+        assert any(issubclass(c, SectionReader) for c in classes), name
+        # A driver keeps its own forms (a segment, a BMC, its wording of a missing key), not copies.
+        copies = [f"{c.__name__}.{m}" for c in classes for m in shared if m in vars(c) and m != "missing"]
+        assert not copies, f"{module.__name__} copies {copies}"
+        assert LOGIN_NAME.pattern not in Path(module.__file__).read_text(), module.__name__
+        read.append(name)
+    assert sorted(read) == ["coreweave", "hosts", "openstack"]
+
+
 def test_every_module_the_registry_names_exists_and_fits_its_role():
     for name, entry in drivers.DRIVERS.items():
         if entry.rules:

@@ -15,6 +15,7 @@ import pulumi
 import pytest
 import yaml
 from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor
 
 from railyard.stack import from_config, load
 from railyard.tuning.runner import JUMP_VAR
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[4]
 DYNAMIC = "pulumi-python:dynamic:Resource"
 PORT, INSTANCE, FLAVOR = "openstack:networking/port:Port", "openstack:compute/instance:Instance", \
     "openstack:compute/flavor:Flavor"
+GROUP, RULE = "openstack:networking/secGroup:SecGroup", "openstack:networking/secGroupRule:SecGroupRule"
+FLAVOR_ACCESS = "openstack:compute/flavorAccess:FlavorAccess"
+PROJECT = "project-of-the-credentials"
 PRIVATE = "-----BEGIN OPENSSH PRIVATE KEY-----"
 STACK_KEY = f"{PRIVATE}\nthe stack's own key\n-----END OPENSSH PRIVATE KEY-----\n"
 S3_SECRET = "s3-secret-from-keystone"
@@ -31,14 +35,14 @@ S3_SECRET = "s3-secret-from-keystone"
 
 class Mocks(pulumi.runtime.Mocks):
     """The provider as it answers: a port gets the fixed address it asks for, a host key and an EC2
-    credential their generated values. Every id names its type, so a test can tell a rail's
-    network from its subnet and its security group."""
+    credential their generated values, the credentials' scope its project. Every id names its
+    type, so a test can tell a network from its subnet and its security group."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         outs = dict(args.inputs)
         if args.typ == PORT:
             outs["allFixedIps"] = [f["ipAddress"] for f in args.inputs.get("fixedIps", [])]
-        if args.typ == DYNAMIC:
+        if args.typ == DYNAMIC and args.name.endswith("-host-key"):
             outs.update(public_key=f"ssh-ed25519 AAAA{args.name}", private_key=f"{PRIVATE}\n{args.name}\n")
         if args.typ == "openstack:identity/ec2CredentialV3:Ec2CredentialV3":
             outs.update(access="access-from-keystone", secret=S3_SECRET)
@@ -47,7 +51,23 @@ class Mocks(pulumi.runtime.Mocks):
         return f"{args.typ.rsplit(':', 1)[-1]}/{args.name}", outs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "openstack:identity/getAuthScope:getAuthScope":
+            return {"projectId": PROJECT}
         return {}
+
+
+class Monitor(MockMonitor):
+    """The mocks' monitor, keeping what each registration asked of the engine beside its inputs:
+    its resource options (delete before replace, additional secret outputs, dependencies)."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.requests: dict[str, Any] = {}
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        self.requests[response.urn] = request
+        return response
 
 
 def _resolve(output):
@@ -65,11 +85,21 @@ class Built:
         self.spec, self.plan, self.cluster, self.inventory = spec, plan, cluster, inventory
         monitor = pulumi.runtime.settings.get_monitor()
         self.resources = {u: r for u, r in monitor.resources.items()}
+        self.requests = dict(monitor.requests)
 
     def of(self, typ: str) -> dict[str, dict]:
         """State by logical name of every resource of that type."""
         return {u.rsplit("::", 1)[1]: r.state for u, r in self.resources.items()
                 if u.split("::")[2].rsplit("$", 1)[-1] == typ}
+
+    def options(self, typ: str) -> dict[str, Any]:
+        """The registration (its resource options) by logical name of every resource of that type."""
+        return {u.rsplit("::", 1)[1]: r for u, r in self.requests.items()
+                if u.split("::")[2].rsplit("$", 1)[-1] == typ}
+
+    def urn(self, typ: str, name: str) -> str:
+        (urn,) = [u for u in self.resources if u.split("::")[2].rsplit("$", 1)[-1] == typ and u.endswith(f"::{name}")]
+        return urn
 
     def id(self, typ: str, name: str) -> str:
         return f"{typ.rsplit(':', 1)[-1]}/{name}"
@@ -79,7 +109,8 @@ class Built:
 
 
 def build(spec, plan, config: dict[str, Any] | None = None) -> Built:
-    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack=spec.stack, preview=False)
+    mocks = Mocks()
+    pulumi.runtime.set_mocks(mocks, project="railyard", stack=spec.stack, preview=False, monitor=Monitor(mocks))
     if config is not None:
         # As Pulumi hands the program a stack's config: the secret section decrypted, marked secret.
         pulumi.runtime.set_all_config({f"railyard:{k}": json.dumps(v) for k, v in config.items()},
@@ -135,12 +166,14 @@ def test_us_south_vela_declares_one_server_per_planned_vm_with_its_ports_and_the
         # management, storage, and one per rail
         "openstack:networking/network:Network": 2 + rails,
         "openstack:networking/subnet:Subnet": 2 + rails,
-        "openstack:networking/secGroup:SecGroup": 2 + rails,
-        # SSH from the one sshFrom network; the storage network's and each rail's own traffic
-        "openstack:networking/secGroupRule:SecGroupRule": 1 + 1 + rails,
+        # management and storage: a rail's ports are SR-IOV VFs, which take no security group
+        GROUP: 2,
+        # SSH from the one sshFrom network and anything from the stack's VMs; the storage network's
+        RULE: 1 + 1 + 1,
         "openstack:objectstorage/container:Container": 1,
         "openstack:identity/ec2CredentialV3:Ec2CredentialV3": 1,
         "openstack:compute/flavor:Flavor": 1,
+        FLAVOR_ACCESS: 1,
         "openstack:compute/serverGroup:ServerGroup": 1,
         # management, storage and a VF port per planned VF
         PORT: 2 * len(vms) + vfs,
@@ -175,6 +208,19 @@ def test_the_vela_flavor_has_the_vm_plans_size_and_exactly_the_pinning_extra_spe
     assert len(topology.cells) == 2  # its GPUs and VFs sit on both sockets
 
 
+def test_each_private_flavor_is_granted_to_the_credentials_project_before_a_server_boots_it(small):
+    """Nova grants a private flavor to no project, its creator's included: without the grant only
+    an admin could boot it."""
+    flavors = {small.id(FLAVOR, n): f for n, f in small.of(FLAVOR).items()}
+    assert {f["isPublic"] for f in flavors.values()} == {False}
+    access = small.of(FLAVOR_ACCESS)
+    assert sorted(a["flavorId"] for a in access.values()) == sorted(flavors)
+    assert {a["tenantId"] for a in access.values()} == {PROJECT}
+    grants = {small.urn(FLAVOR_ACCESS, n) for n in access}
+    for name in small.of(INSTANCE):
+        assert grants <= set(small.requests[small.urn(INSTANCE, name)].dependencies), name
+
+
 def test_vms_of_different_shapes_get_a_flavor_each_named_after_their_index(small):
     flavors = {f["name"]: f for f in small.of(FLAVOR).values()}
     assert sorted(flavors) == ["lab-os-gpu-vm0", "lab-os-gpu-vm1"]
@@ -193,7 +239,7 @@ def test_vms_of_different_shapes_get_a_flavor_each_named_after_their_index(small
 
 
 def _rail_ids(built: Built) -> dict[int, tuple[str, str, str]]:
-    """Rail -> (its network, subnet and security group ids), found by their names."""
+    """Rail -> (its network, subnet and security group ids, "" for none), found by their names."""
     out = {}
     for typ, at in (("openstack:networking/network:Network", 0), ("openstack:networking/subnet:Subnet", 1),
                     ("openstack:networking/secGroup:SecGroup", 2)):
@@ -214,7 +260,12 @@ def test_every_vf_is_an_sr_iov_port_on_its_rails_network_at_the_planned_address(
                 assert port["networkId"] == network
                 assert port["fixedIps"] == [{"subnetId": subnet, "ipAddress": vf.ip}]
                 assert port["binding"] == {"vnicType": "direct"}
-                assert port["securityGroupIds"] == [group]
+                # Neutron's SR-IOV agent filters no VF: no group pretends to (nor the project's
+                # default group, which neutron would add unasked), and port security stays on, as
+                # the VF's spoof check.
+                assert "securityGroupIds" not in port and port["noSecurityGroups"] is True
+                assert port.get("portSecurityEnabled", True) is True
+                assert group == ""  # a rail has no security group
     # Nothing but the VFs is an SR-IOV port.
     direct = [n for n, p in ports.items() if p.get("binding")]
     assert len(direct) == sum(len(vm.vfs) for n in vela.plan.nodes for vm in n.vms)
@@ -274,32 +325,61 @@ def test_provider_networks_are_on_the_stacks_segments_with_the_plans_subnets_and
         assert "gatewayIp" not in sub
 
 
-def test_ssh_is_allowed_only_from_ssh_from_and_a_rail_takes_its_fabrics_traffic(vela, small):
-    rules = list(vela.of("openstack:networking/secGroupRule:SecGroupRule").values())
-    groups = {vela.id("openstack:networking/secGroup:SecGroup", n): g["name"]
-              for n, g in vela.of("openstack:networking/secGroup:SecGroup").items()}
-    by_group = {}
-    for r in rules:
-        by_group.setdefault(groups[r["securityGroupId"]], []).append(
-            (r["direction"], r["ethertype"], r.get("protocol"), r.get("portRangeMin"), r.get("portRangeMax"),
-             r["remoteIpPrefix"]))
-    compute = vela.plan.networks.compute
-    assert by_group["us-south-vela-management"] == [("ingress", "IPv4", "tcp", 22, 22, "203.0.113.0/24")]
-    # The vela fabric routes between rails (it has spines), so a rail takes the whole compute network.
-    assert compute.routed
-    assert by_group["us-south-vela-rail0"] == [("ingress", "IPv4", None, None, None, compute.cidr)]
+def _rules_by_group(built: Built) -> dict[str, list[tuple]]:
+    groups = {built.id(GROUP, n): g["name"] for n, g in built.of(GROUP).items()}
+    out: dict[str, list[tuple]] = {}
+    for r in built.of(RULE).values():
+        remote = r.get("remoteIpPrefix") or groups.get(r.get("remoteGroupId", ""), r.get("remoteGroupId"))
+        out.setdefault(groups[r["securityGroupId"]], []).append(
+            (r["direction"], r["ethertype"], r.get("protocol"), r.get("portRangeMin"), r.get("portRangeMax"), remote))
+    return out
+
+
+def test_ssh_comes_only_from_ssh_from_and_the_vms_reach_one_another_on_management(vela):
+    by_group = _rules_by_group(vela)
+    # The stack's own VMs: anything (the collectives' bootstrap, ping), from the group itself.
+    assert sorted(by_group["us-south-vela-management"], key=str) == [
+        ("ingress", "IPv4", "tcp", 22, 22, "203.0.113.0/24"),
+        ("ingress", "IPv4", None, None, None, "us-south-vela-management")]
     assert by_group["us-south-vela-storage"] == [("ingress", "IPv4", None, None, None,
                                                   vela.plan.networks.storage.cidr)]
-    mgmt_ports = [p for n, p in vela.of(PORT).items() if n.endswith("-mgmt")]
-    mgmt_group = next(g for g, name in groups.items() if name == "us-south-vela-management")
-    assert all(p["securityGroupIds"] == [mgmt_group] for p in mgmt_ports)
+    assert set(by_group) == {"us-south-vela-management", "us-south-vela-storage"}
+    groups = {vela.id(GROUP, n): g["name"] for n, g in vela.of(GROUP).items()}
+    for name, port in vela.of(PORT).items():
+        if name.endswith(("-mgmt", "-storage")):
+            want = "us-south-vela-" + ("management" if name.endswith("-mgmt") else "storage")
+            assert [groups[g] for g in port["securityGroupIds"]] == [want], name
+
+
+def test_a_rule_is_named_after_what_it_lets_in_so_reordering_ssh_from_changes_none():
+    def built(ssh_from: list[str]) -> Built:
+        cfg = _config()
+        cfg["railyard:openstack"]["sshFrom"] = ssh_from
+        return build(*from_config(cfg, "lab-os"), {"openstack": {**cfg["railyard:openstack"], "sshKey": STACK_KEY}})
+
+    one, other = built(["203.0.113.0/24", "2001:db8::/48"]), built(["2001:db8::/48", "203.0.113.0/24"])
+    assert one.of(RULE) == other.of(RULE)
+    ipv6 = [r for r in one.of(RULE).values() if r.get("remoteIpPrefix") == "2001:db8::/48"]
+    assert [r["ethertype"] for r in ipv6] == ["IPv6"]
+
+
+def test_what_the_cloud_refuses_twice_is_deleted_before_its_replacement_is_made(vela):
+    """Pulumi makes a replacement before it deletes the old resource, unless told otherwise: nova
+    refuses a second flavor or keypair of one name, neutron a second identical rule, and a port
+    is bound to one server at a time."""
+    replaced_after = {u.split("::")[2].rsplit("$", 1)[-1] for u, r in vela.requests.items()
+                      if r.deleteBeforeReplace}
+    assert replaced_after == {"openstack:compute/flavor:Flavor", "openstack:compute/keypair:Keypair", RULE,
+                              INSTANCE}
+    assert all(r.deleteBeforeReplace for r in vela.options(INSTANCE).values())
+    assert all(r.deleteBeforeReplace for r in vela.options(RULE).values())
 
 
 def test_servers_wait_for_their_networks_and_the_rules_that_let_ssh_in(vela):
     import pulumi_openstack as openstack
 
     ready = vela.cluster.fabric.ready
-    assert sum(isinstance(r, openstack.networking.SecGroupRule) for r in ready) == 4
+    assert sum(isinstance(r, openstack.networking.SecGroupRule) for r in ready) == 3
     assert sum(isinstance(r, openstack.networking.Subnet) for r in ready) == 4
 
 
@@ -348,9 +428,16 @@ def test_host_keys_are_injected_as_secret_user_data_and_never_plain_in_any_resou
     # cloud-init's ssh_keys: the server presents this very key from its first boot.
     assert yaml.safe_load(cloud_config)["ssh_keys"] == {"ed25519_public": "ssh-ed25519 AAAAgpu-0-vm1-host-key",
                                                         "ed25519_private": f"{PRIVATE}\ngpu-0-vm1-host-key\n"}
+    # The engine stores a resource's additional secret outputs as secrets; the mocks hand them back
+    # as they are, so those are read as the engine would keep them.
     offenders = [u for u, r in small.resources.items()
-                 if _plaintext({k: v for k, v in r.state.items() if k != "private_key"}, PRIVATE)]
+                 if _plaintext({k: v for k, v in r.state.items()
+                                if k not in small.requests[u].additionalSecretOutputs}, PRIVATE)]
     assert offenders == []
+    host_keys = {n: r for n, r in small.options(DYNAMIC).items() if n.endswith("-host-key")}
+    assert len(host_keys) == 4
+    assert all("private_key" in r.additionalSecretOutputs for r in host_keys.values())
+    assert all("userData" in r.additionalSecretOutputs for r in small.options(INSTANCE).values())
 
 
 def test_the_stacks_private_key_reaches_access_as_a_secret_and_nothing_else(small):

@@ -97,10 +97,15 @@ BAD: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "pool_that_is_not_there": (_edit(pools={"cpu": {"serverGroupPolicy": "affinity"}}), f"{O}.pools.cpu", "gpu"),
     "rail_without_physical_network": (lambda c: c[O]["rails"][3].pop("physicalNetwork"),
                                       f"{O}.rails[3].physicalNetwork", "physical_device_mappings"),
-    "rail_without_segment": (lambda c: c[O]["rails"][2].pop("vlan"), f"{O}.rails[2].vlan", "VXLAN"),
-    "rail_with_vlan_and_vni": (lambda c: c[O]["rails"][1].update(vni=7), f"{O}.rails[1]", "one segment"),
-    "vxlan_rail_with_physical_network": (lambda c: c[O]["rails"].__setitem__(0, {"physicalNetwork": "p", "vni": 9}),
-                                         f"{O}.rails[0].physicalNetwork", "no physical network for a VXLAN"),
+    "rail_without_segment": (lambda c: c[O]["rails"][2].pop("vlan"), f"{O}.rails[2].vlan",
+                             "SR-IOV ports bind on VLANs"),
+    # Neutron's SR-IOV mechanism driver binds a VF port on VLAN and flat networks only.
+    "rail_on_a_vxlan": (lambda c: c[O]["rails"].__setitem__(0, {"vni": 9}), f"{O}.rails[0].vni",
+                        "SR-IOV mechanism driver binds a direct (VF) port only on a VLAN or flat network"),
+    "rail_with_vlan_and_vni": (lambda c: c[O]["rails"][1].update(vni=7), f"{O}.rails[1].vni", "a rail is a VLAN"),
+    "management_with_vlan_and_vni": (lambda c: c[O]["management"].update(vni=7), f"{O}.management", "one segment"),
+    "vxlan_with_physical_network": (lambda c: c[O].update(management={"physicalNetwork": "p", "vni": 9}),
+                                    f"{O}.management.physicalNetwork", "no physical network for a VXLAN"),
     "vlan_out_of_range": (lambda c: c[O]["rails"][4].update(vlan=4095), f"{O}.rails[4].vlan", "<= 4094"),
     "too_few_rails": (lambda c: c[O]["rails"].pop(), f"{O}.rails", "the plan has 8 rails"),
     "rail_segment_twice": (lambda c: c[O]["rails"][5].update(physicalNetwork="physnet-rail1", vlan=101),
@@ -116,6 +121,8 @@ BAD: dict[str, tuple[Callable[[dict], None], str, str]] = {
     "jump_host_with_user_in_address": (lambda c: c[O]["jumpHost"].update(address="admin@bastion.example.net"),
                                        f"{O}.jumpHost.address", "user:"),
     "ssh_from_everywhere": (_edit(sshFrom=["0.0.0.0/0"]), f"{O}.sshFrom[0]", "every address"),
+    "jump_host_outside_ssh_from": (_edit(sshFrom=["198.51.100.0/24", "2001:db8::/48"]), f"{O}.jumpHost.address",
+                                   "inside railyard:openstack.sshFrom (198.51.100.0/24, 2001:db8::/48)"),
     "ssh_from_host_bits": (_edit(sshFrom=["203.0.113.7/24"]), f"{O}.sshFrom[0]", "203.0.113.0/24"),
     "public_key_garbled": (_edit(publicKey="ssh-ed25519 not-base64!"), f"{O}.publicKey", "not base64"),
     "alias_with_count": (_edit(gpuAlias="h100:8"), f"{O}.gpuAlias", "`<alias>:<count>`"),
@@ -148,6 +155,29 @@ def test_a_bad_value_is_refused_at_its_key_with_why(case):
     assert path in [p.path for p in found], found
     (problem,) = [p for p in found if p.path == path]
     assert said in f"{problem.allowed} {problem.hint}", str(problem)
+
+
+def test_management_and_storage_may_be_vxlans_but_a_rail_always_names_its_physical_network():
+    c = parse_config(config(management={"vni": 5000}, storage={"vni": 5001}), "t").driver_config
+    assert (c.management.network_type, c.storage.network_type) == ("vxlan", "vxlan")
+    assert {(r.network_type, r.physical_network is not None) for r in c.rails} == {("vlan", True)}
+    assert "vni" not in rules.KEYS["rails[]"]
+    # A VXLAN rail is told why at its vni, and what a rail needs instead at its vlan.
+    cfg = config()
+    cfg[O]["rails"][0] = {"vni": 9, "vlanID": 3}
+    found = {p.path: p for p in problems(cfg)}
+    assert sorted(found) == [f"{O}.rails[0].vlan", f"{O}.rails[0].vlanID", f"{O}.rails[0].vni"]
+    assert found[f"{O}.rails[0].vlanID"].allowed == "one of physicalNetwork, vlan"
+    assert found[f"{O}.rails[0].vlanID"].hint == "did you mean vlan?"
+
+
+def test_a_jump_host_in_any_ssh_from_network_or_named_by_dns_passes():
+    parse_config(config(sshFrom=["198.51.100.0/24", "203.0.113.0/28"]), "t")
+    # A DNS name is not looked up: validation makes no network connection.
+    parse_config(config(sshFrom=["198.51.100.0/24"], jumpHost={"address": "bastion.example.net", "hostKey": JUMP_KEY}),
+                 "t")
+    # An sshFrom that cannot be read is told once, not again as the jump host's.
+    assert paths(config(sshFrom=["198.51.100.0/24", "203.0.113.7/24"])) == [f"{O}.sshFrom[1]"]
 
 
 def test_a_plain_text_private_key_is_refused_and_never_shown():
