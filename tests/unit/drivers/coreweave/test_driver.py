@@ -70,9 +70,15 @@ def of_type(resources, typ: str) -> dict[str, dict]:
     return {name: state for name, (t, state) in resources.items() if t == typ}
 
 
+TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
 @pytest.fixture(scope="module")
 def region():
-    return build(region_config())
+    """us-east-bm with its commented example taint on the pool."""
+    config = region_config()
+    config["railyard:coreweave"]["pools"]["h100"]["taints"] = [TAINT]
+    return build(config)
 
 
 def test_one_nodepool_per_pool_with_the_catalogs_instance_type_and_the_pools_count(region):
