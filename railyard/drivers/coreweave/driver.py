@@ -98,7 +98,11 @@ class CoreWeaveDriver(Driver):
         """Every CoreWeave resource goes through the stack's provider, with its token; a named
         resource is deleted before its replacement is made (CoreWeave refuses two of one name)."""
         if self.provider is None:
+            # An explicit provider reads no stack config: the provider's other settings are passed on.
+            cw = pulumi.Config("coreweave")
             self.provider = coreweave.Provider(f"{self.spec.stack}-coreweave", token=self.token,
+                                               endpoint=cw.get("endpoint"), s3_endpoint=cw.get("s3Endpoint"),
+                                               http_timeout=cw.get("httpTimeout"),
                                                opts=pulumi.ResourceOptions(parent=parent))
         return pulumi.ResourceOptions(parent=parent, provider=self.provider, delete_before_replace=True, **kw)
 

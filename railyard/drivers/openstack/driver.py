@@ -134,7 +134,9 @@ class OpenStackDriver(Driver):
                 start=str(ipaddress.ip_address(reserved) + 1), end=str(network.broadcast_address - 1))]
         subnet = openstack.networking.Subnet(
             name, name=f"{self.prefix}-{label}", network_id=net.id, cidr=cidr, ip_version=4, enable_dhcp=False,
-            gateway_ip=gateway, no_gateway=gateway is None, allocation_pools=pools,
+            # gateway_ip and no_gateway conflict in the provider's schema even when no_gateway is
+            # false, so only one of them is ever sent.
+            gateway_ip=gateway, no_gateway=True if gateway is None else None, allocation_pools=pools,
             dns_nameservers=list(self.config.dns_nameservers) if gateway is not None else None, tags=self.tags,
             opts=opts)
         if ingress is None:

@@ -138,15 +138,29 @@ def test_the_vpc_addresses_nodes_from_the_management_network_and_holds_the_clust
 
 def test_every_coreweave_resource_goes_through_the_stacks_provider_with_its_token(region):
     resources, _, _ = region
-    monitor = pulumi.runtime.settings.get_monitor()
     providers = of_type(resources, "pulumi:providers:coreweave")
     assert list(providers) == ["us-east-bm-coreweave"]
     assert plaintext_and_secret_hits(providers["us-east-bm-coreweave"], TOKEN) == (0, 1)
-    cw = [u.rsplit("::", 1)[1] for u in monitor.resources
-          if u.split("::")[2].rsplit("$", 1)[-1].startswith("coreweave:index")]
+    cw = [name for name, (t, _) in resources.items() if t.startswith("coreweave:index")]
     assert len(cw) == 4  # VPC, cluster, bucket, lifecycle
     for name in cw:
         assert "::us-east-bm-coreweave::" in PROVIDER_OF[name], name
+
+
+def test_the_provider_keeps_the_stacks_other_coreweave_settings():
+    pulumi.runtime.set_mocks(Mocks(), project="railyard", stack="us-east-bm", preview=False)
+    pulumi.runtime.set_all_config({"coreweave:token": TOKEN, "coreweave:endpoint": "https://api.example.invalid/",
+                                   "coreweave:httpTimeout": "30s"}, secret_keys=["coreweave:token"])
+    from components.cluster import Cluster, ClusterArgs
+    from railyard.drivers.base import load_driver
+
+    spec = parse_config(region_config(), "us-east-bm")
+    plan = make_plan(spec)
+    Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
+    monitor = pulumi.runtime.settings.get_monitor()
+    (state,) = [r.state for u, r in monitor.resources.items() if u.endswith("::us-east-bm-coreweave")]
+    assert (state["endpoint"], state["httpTimeout"]) == ("https://api.example.invalid/", "30s")
 
 
 def test_the_object_tier_is_a_bucket_with_its_lifecycle_and_policy():
@@ -263,3 +277,39 @@ def test_without_any_token_the_program_stops_before_registering_anything(monkeyp
     with pytest.raises(pulumi.RunError, match="no CoreWeave API token"):
         load_driver(spec, make_plan(spec))
     assert not pulumi.runtime.settings.get_monitor().resources
+
+
+def test_the_registered_resources_carry_the_replacement_options():
+    """What the engine is told, not what a helper returns: the NodePool is replaced (deleted first)
+    on a new instanceType and leaves an autoscaled targetNodes alone; CoreWeave's named resources
+    are deleted before their replacement."""
+    from pulumi.runtime.mocks import MockMonitor
+
+    class Monitor(MockMonitor):
+        def __init__(self, mocks):
+            super().__init__(mocks)
+            self.requests = {}
+
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            self.requests[response.urn.rsplit("::", 1)[1]] = request
+            return response
+
+    config = region_config()
+    config["railyard:coreweave"]["pools"]["h100"].update(autoscaling=True, minNodes=416, maxNodes=480)
+    mocks = Mocks()
+    monitor = Monitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="railyard", stack="us-east-bm", preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config({"coreweave:token": TOKEN}, secret_keys=["coreweave:token"])
+    from components.cluster import Cluster, ClusterArgs
+    from railyard.drivers.base import load_driver
+
+    spec = parse_config(config, "us-east-bm")
+    plan = make_plan(spec)
+    Cluster(spec.stack, ClusterArgs(spec=spec, plan=plan), load_driver(spec, plan))
+    asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
+    pool = monitor.requests["us-east-bm-h100-machines"]
+    assert list(pool.replaceOnChanges) == ["spec.instanceType"] and pool.deleteBeforeReplace
+    assert list(pool.ignoreChanges) == ["spec.targetNodes"]
+    named = [r for r in monitor.requests.values() if r.type.startswith("coreweave:index")]
+    assert len(named) == 4 and all(r.deleteBeforeReplace for r in named)

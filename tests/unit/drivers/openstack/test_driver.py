@@ -316,6 +316,8 @@ def test_provider_networks_are_on_the_stacks_segments_with_the_plans_subnets_and
     mgmt = subnets["us-south-vela-management"]
     assert (mgmt["cidr"], mgmt["gatewayIp"], mgmt["enableDhcp"]) == (plan.management.cidr, plan.management.gateway,
                                                                       False)
+    # The provider refuses gateway_ip beside any no_gateway, false included.
+    assert "noGateway" not in mgmt
     for i, rail in enumerate(plan.compute.rails):
         sub = subnets[f"us-south-vela-rail{i}"]
         # No gateway for neutron to hand out as a second default route; the rail's router address
