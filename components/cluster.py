@@ -67,8 +67,7 @@ class Cluster(pulumi.ComponentResource):
         machines = [r for p in self.pools for n in p.nodes for r in n.ready] + list(self.fabric.ready)
         self.tuning: HostTuning | None = None
         # Railyard tunes hosts it was given. Where the provider's VMs are the machines, their
-        # hypervisors are the provider's: no host tuning, and no guest tuning either (it follows
-        # the hypervisors' tuning, below).
+        # hypervisors are the provider's: no host tuning (the VMs get guest tuning, below).
         if caps.tuned_by == "railyard" and not (args.spec.virtual and caps.vms == "are-nodes"):
             self.tuning = HostTuning(
                 f"{name}-tuning",

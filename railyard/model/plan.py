@@ -274,13 +274,11 @@ class Plan:
             out: tuple[GuestTopology, ...] = ()
             if spec.virtual and pool.vms_per_host and pool.vm is not None:
                 sku = self.catalog.nodes[pool.sku]
-                hp = spec.tuning.hugepages
-                backed = bool(hp.count or hp.percent_of_memory)
                 # Validation laid them out already (rules.check_vm): this cannot refuse.
                 out = plan_guests(sku, self.node(pool_name, 0).vms, self.pairing(pool.sku),
                                   vcpus=pool.vm.vcpus, memory_gib=pool.vm.memory_gib,
                                   reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
-                                  hugepage_kib=hp.page_bytes // 1024 if backed else None,
+                                  hugepage_kib=spec.tuning.hugepages.guest_page_kib,
                                   key=f"railyard:nodePools[{self._ordinal[pool_name]}].vm")
             self._guests[pool_name] = out
         return self._guests[pool_name]

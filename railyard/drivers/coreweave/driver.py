@@ -16,6 +16,7 @@ plan, the preview and the review say so. The provider plugin cannot be built on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -66,7 +67,8 @@ class CoreWeaveDriver(Driver):
         super().__init__(spec, plan)
         self.config: CoreWeaveConfig = spec.driver_config
         self.cluster: coreweave.CksCluster | None = None
-        self._provider: k8s.Provider | None = None
+        self._kube: k8s.Provider | None = None
+        """The NodePools' Kubernetes provider, on the cluster's API."""
         self.provider: coreweave.Provider | None = None
         self._kubeconfig: pulumi.Output[str] | None = None
         self._nobody = pulumi.Output.from_input("")
@@ -156,11 +158,11 @@ class CoreWeaveDriver(Driver):
         return out
 
     def _kube_provider(self, parent: pulumi.Resource) -> k8s.Provider:
-        if self._provider is None:
-            self._provider = k8s.Provider(
+        if self._kube is None:
+            self._kube = k8s.Provider(
                 f"{self.spec.stack}-cks-provider", kubeconfig=self.kubeconfig_output(), enable_server_side_apply=True,
                 opts=pulumi.ResourceOptions(parent=parent, depends_on=[self.cluster] if self.cluster else []))
-        return self._provider
+        return self._kube
 
     def kubeconfig_output(self) -> pulumi.Output[str]:
         if self._kubeconfig is None:
@@ -185,9 +187,7 @@ class CoreWeaveDriver(Driver):
 
     def kueue_chart(self) -> dict[str, str] | None:
         k = self.config.kueue
-        if k is None:
-            return None
-        return {"repository": k.repository, "chart": k.chart, "version": k.version, "namespace": k.namespace}
+        return dataclasses.asdict(k) if k is not None else None
 
 
 def _lifecycle_rule(rule: LifecycleRule) -> coreweave.ObjectStorageBucketLifecycleConfigurationRuleArgs:

@@ -54,6 +54,8 @@ class Flavor:
     ram_mib: int
     disk_gib: int
     extra_specs: tuple[tuple[str, str], ...]
+    page_kib: int | None = None
+    """The hugepage size behind hw:mem_page_size (None: small pages), for the fit check."""
 
     @property
     def specs(self) -> dict[str, str]:
@@ -78,7 +80,7 @@ def flavor(topology: GuestTopology, *, gpu_alias: str, cpu_thread_policy: str, p
         "pci_passthrough:alias": f"{gpu_alias}:{gpus}",
         "hw:pci_numa_affinity_policy": pci_numa_affinity_policy,
     }
-    return Flavor(topology.vcpus, topology.memory_mib, root_disk_gib, tuple(specs.items()))
+    return Flavor(topology.vcpus, topology.memory_mib, root_disk_gib, tuple(specs.items()), topology.hugepage_kib)
 
 
 def config_flavor(config: OpenStackConfig, topology: GuestTopology) -> Flavor:
@@ -150,7 +152,7 @@ def fit_problem(sku: Any, flavor: Flavor, thread_policy: str) -> FitProblem | No
              "and VFs) and refuses an uneven split"
     if flavor.vcpus % n:
         return FitProblem("vcpus", str(flavor.vcpus), f"a multiple of {n}", spread)
-    page_kib = _page_kib(flavor.specs["hw:mem_page_size"])
+    page_kib = flavor.page_kib
     cell_mib = flavor.ram_mib // n
     if flavor.ram_mib % n or (page_kib and (cell_mib * 1024) % page_kib):
         page_mib = (page_kib or 1024) // 1024
@@ -172,16 +174,6 @@ def fit_problem(sku: Any, flavor: Flavor, thread_policy: str) -> FitProblem | No
             why += " (hw:cpu_thread_policy=isolate gives every vCPU a whole core)"
         return FitProblem("vcpus", str(flavor.vcpus), f"at most {most * n} ({most} per guest NUMA node)", why)
     return None
-
-
-def _page_kib(size: str) -> int | None:
-    if size == "small":
-        return None
-    if size.endswith("GB"):
-        return int(size[:-2]) << 20
-    if size.endswith("MB"):
-        return int(size[:-2]) << 10
-    return int(size)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,9 +23,7 @@ from railyard.drivers.openstack.config import (
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
 from railyard.model.spec import SectionReader, Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, \
-    one_of as _one_of, show as _show
-from railyard.model.spec.types import host_reserve_threads
-from railyard.model.topology import Topology
+    one_of as _one_of, pool_guests, show as _show
 from railyard.ssh_client import DEFAULT_PORT, KEY_TYPES, address_kind, canonical, key_problem
 
 P = "railyard:openstack"
@@ -420,18 +418,6 @@ def _check_server_groups(r: _Reader, spec: Any, default: str | None, pools: Mapp
                       f"{pool.vms_per_host}")
 
 
-def pool_guests(spec: Any, pool: Any, sku: Any) -> tuple[guest_topology.GuestTopology, ...]:
-    """The guests of a pool's hosts as Plan.guests lays them out, before there is a plan (the
-    model's check_guests lays them out the same way); GuestTopologyError where it cannot."""
-    vm, hp = pool.vm, spec.tuning.hugepages
-    return guest_topology.plan_guests(
-        sku, guest_topology.vm_devices(sku, pool.vms_per_host, vm.gpus, vm.vfs), Topology.from_sku(sku).pairing(),
-        vcpus=vm.vcpus, memory_gib=vm.memory_gib,
-        reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
-        hugepage_kib=hp.page_bytes // 1024 if (hp.count or hp.percent_of_memory) else None,
-        key="")
-
-
 def _check_flavors(r: _Reader, spec: Any, thread_policy: str, pci_numa_policy: str, disk_gib: int) -> None:
     """Each pool's flavors, as the driver makes them (layout.flavor), pinned as nova would
     (layout.fit_problem)."""
@@ -448,7 +434,7 @@ def _check_flavors(r: _Reader, spec: Any, thread_policy: str, pci_numa_policy: s
         if not (vm.gpus and vm.vcpus and vm.memory_gib and vm.vfs):
             continue
         try:
-            guests = pool_guests(spec, pool, sku)
+            guests = pool_guests(pool, sku, spec.tuning.hugepages)
         except guest_topology.GuestTopologyError:
             continue  # the model's own check of the VM says why
         told = set()

@@ -21,6 +21,7 @@ re-exports, so callers import `railyard.model.spec.<name>` and never a submodule
 """
 
 from railyard.model.spec.load import parse, read_stack_file, stack_name_of
+from railyard.model.spec.rules import pool_guests
 from railyard.model.spec.section import LOGIN_NAME, SectionReader
 from railyard.model.spec.show import did_you_mean, is_secret, one_of, show
 from railyard.model.spec.types import (
@@ -82,6 +83,6 @@ __all__ = [
     "AcceptanceSpec", "Affinity", "ComputeFabric", "DriverRules", "Ephemeral", "Fabric", "Hugepages", "KubernetesSpec", "LocalCache", "Network",
     "NodePool", "ObjectTier", "ParallelFs", "Secret", "SectionReader", "SlurmSpec", "Spec", "Sriov", "StorageSpec",
     "Tenant", "TuningSpec", "VmSpec",
-    "documented_keys", "host_reserve_threads", "os_reserve_gib", "parse", "parse_ttl", "read_stack_file",
+    "documented_keys", "host_reserve_threads", "os_reserve_gib", "parse", "parse_ttl", "pool_guests", "read_stack_file",
     "stack_name_of",
 ]

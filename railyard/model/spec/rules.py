@@ -194,14 +194,8 @@ class CrossFieldRules:
     def check_guests(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages) -> None:
         """The VMs laid out on their host (railyard.model.guest_topology): vCPUs pinned beside their
         devices, a cell's memory, the guest's PCIe tree."""
-        vm, sku = pool.vm, fact.sku
         try:
-            guest_topology.plan_guests(
-                sku, guest_topology.vm_devices(sku, pool.vms_per_host, vm.gpus, vm.vfs),
-                Topology.from_sku(sku).pairing(), vcpus=vm.vcpus, memory_gib=vm.memory_gib,
-                reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
-                hugepage_kib=hp.page_bytes // 1024 if (hp.count or hp.percent_of_memory) else None,
-                key=f"{fact.path}.vm")
+            pool_guests(pool, fact.sku, hp, key=f"{fact.path}.vm")
         except guest_topology.GuestTopologyError as exc:
             key = exc.key
             if "shape" in fact.vm_keys and key.rsplit(".", 1)[-1] in ("vcpus", "memoryGiB"):
@@ -283,3 +277,15 @@ def _most_hugepages(hp: Hugepages, key: str, memory_gib: float, reserve_gib: flo
     if key == "count":
         return int((memory_gib - reserve_gib) * (1 << 30)) // hp.page_bytes
     return math.floor((memory_gib - reserve_gib) / memory_gib * 100)
+
+
+def pool_guests(pool: Any, sku: Any, hugepages: Any, key: str = "") -> tuple[guest_topology.GuestTopology, ...]:
+    """The VMs of one of a pool's hosts laid out on it (railyard.model.guest_topology) from the
+    pool's spec alone, as validation and a driver checking its own shapes need them before there
+    is a plan; GuestTopologyError naming `key` where they do not fit."""
+    vm = pool.vm
+    return guest_topology.plan_guests(
+        sku, guest_topology.vm_devices(sku, pool.vms_per_host, vm.gpus, vm.vfs), Topology.from_sku(sku).pairing(),
+        vcpus=vm.vcpus, memory_gib=vm.memory_gib,
+        reserve_threads=host_reserve_threads(sku.threads) if sku.threads else 0,
+        hugepage_kib=hugepages.guest_page_kib, key=key)

@@ -327,6 +327,12 @@ class Hugepages:
     def page_bytes(self) -> int:
         return HUGEPAGE_SIZES[self.size]
 
+    @property
+    def guest_page_kib(self) -> int | None:
+        """The page size (KiB) that backs a guest's memory, where the stack reserves hugepages on
+        its hypervisors; None where it reserves none (the guest gets ordinary pages)."""
+        return self.page_bytes // 1024 if (self.count or self.percent_of_memory) else None
+
     def pages_for(self, memory_gib: float) -> int:
         """Pages reserved on a host with that much memory."""
         if self.count is not None:
