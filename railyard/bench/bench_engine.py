@@ -10,10 +10,15 @@ Beside them, a preview of a stack with state at 224 and 448 nodes: a checkpoint 
 resource exists (railyard.bench.stack_state, imported with `pulumi stack import`), so the nodes'
 outputs are known and the program does at preview what it does only once nodes exist (host
 tuning's role variables for every node). Its time must grow no faster than the nodes.
+
+Across the two sizes: the peak RSS of the largest preview beside its baseline's, and what each
+node added from the smaller size to the larger costs beside the smaller size's average per node
+(`marginal_cost`), from the same run's fresh previews.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,7 +37,15 @@ from railyard.engine.toolchain import command_settings, engine_env
 SIZES = (448, 2_500)
 QUICK_SIZES = (8, 32)
 TARGET_WALL_S = {448: 60.0, 2_500: 300.0}
-TARGET_RATIO = {448: 1.25}
+TARGET_RATIO = {448: 1.15, 2_500: 1.10}
+# Peak RSS of the process tree beside the baseline's, for the largest size only.
+TARGET_RSS_RATIO = {2_500: 1.15}
+# A node added costs no more than the average node already there: preview time at most
+# proportional to the nodes, so whatever is fixed (engine start, the cluster's own resources)
+# does not hide a per-node cost that grows with the stack.
+TARGET_MARGINAL = {(448, 2_500): 1.0}
+# Resources per node (an HgxNode component and what is under it), an upper bound as every target.
+TARGET_RESOURCES_PER_NODE = 2
 PREVIEW_TIMEOUT_S = 3_600
 # The preview with state: two sizes a factor of two apart, so linear growth is a ratio of 2.0.
 STATE_SIZES = (224, 448)
@@ -201,19 +214,52 @@ def settle(project: StackProject, fresh: dict, workdir: Path) -> tuple[int, dict
                        + "; ".join(stack_state.changes(result)[:5]))
 
 
+@contextlib.contextmanager
+def touches_no_lab(stack: str, what: str, *roots: Path):
+    """Raise if the stack's lab directory (paths.lab_dir, under each project root given, else the
+    default one) appears during the block: a preview calls the providers' diffs, which only
+    compare."""
+    labs = [paths.lab_dir(stack, root) for root in roots] if roots else [paths.lab_dir(stack)]
+    there = {lab for lab in labs if lab.exists()}
+    yield
+    made = [str(lab) for lab in labs if lab.exists() and lab not in there]
+    if made:
+        raise RuntimeError(f"{what} made {', '.join(made)}: a provider did more than diff")
+
+
 def stateful_preview(project: StackProject, fresh: dict, workdir: Path, name: str) -> tuple[proctree.TreeRun, int, dict]:
     """Time `pulumi preview` of the project's stack once the settled checkpoint is in place;
     asserts it plans no change and left no lab object (the providers' diffs only compare)."""
-    lab = paths.lab_dir(project.stack)
-    lab_before = lab.exists()
-    rounds, _ = settle(project, fresh, workdir)
-    run, result = preview(project, name)
+    with touches_no_lab(project.stack, "preview with state"):
+        rounds, _ = settle(project, fresh, workdir)
+        run, result = preview(project, name)
     planned = stack_state.changes(result)
     if planned:
         raise RuntimeError(f"preview with state plans changes: {'; '.join(planned[:5])}")
-    if lab.exists() and not lab_before:
-        raise RuntimeError(f"preview with state made {lab}: a provider did more than diff")
     return run, rounds, stack_state.plan_counts(result)
+
+
+def marginal_cost(small: int, t_small: float, large: int, t_large: float) -> float:
+    """What each node added from `small` to `large` costs, over the average per node at `small`:
+    ((t_large - t_small) / (large - small)) / (t_small / small). 1.0 when time is proportional to
+    the nodes; below when a fixed part is spread over more nodes; above when a node costs more the
+    more nodes there are."""
+    return ((t_large - t_small) / (large - small)) / (t_small / small)
+
+
+def scaling_samples(fresh: dict[int, proctree.TreeRun], baselines: dict[int, proctree.TreeRun]):
+    """Figures across the sizes of one run: the largest preview's peak RSS beside its baseline's,
+    and the marginal cost per node from the smallest size to the largest (fresh previews' walls)."""
+    small, large = min(fresh), max(fresh)
+    yield Sample(f"preview, {large:,} nodes: peak RSS ratio to baseline",
+                 fresh[large].peak_rss_mib / baselines[large].peak_rss_mib, "x", target=TARGET_RSS_RATIO.get(large),
+                 note="peak RSS (process tree) of Railyard's preview / the baseline's with as many resources")
+    if small != large:
+        yield Sample(f"preview: marginal cost per added node, {small:,} -> {large:,}",
+                     marginal_cost(small, fresh[small].wall_s, large, fresh[large].wall_s), "x",
+                     target=TARGET_MARGINAL.get((small, large)),
+                     note=f"((t{large} - t{small}) / ({large} - {small})) / (t{small} / {small}), fresh previews' "
+                          "walls of the same run: 1.0 is time proportional to the nodes")
 
 
 def cpu_note(run: proctree.TreeRun) -> str:
@@ -224,6 +270,8 @@ def run(ctx: Context):
     sizes = QUICK_SIZES if ctx.quick else SIZES
     state_sizes = QUICK_STATE_SIZES if ctx.quick else STATE_SIZES
     with_state: dict[int, proctree.TreeRun] = {}
+    fresh_runs: dict[int, proctree.TreeRun] = {}
+    baselines: dict[int, proctree.TreeRun] = {}
     for nodes in sorted({*sizes, *state_sizes}):
         base = Path(tempfile.mkdtemp(prefix=f"engine-{nodes}-", dir=ctx.workdir))
         try:
@@ -234,6 +282,7 @@ def run(ctx: Context):
             per_node = node_resource_count(result)
             if nodes in sizes:
                 baseline, _ = preview(BaselineProject(base / "baseline", count), f"baseline-{count}")
+                fresh_runs[nodes], baselines[nodes] = ours, baseline
             if nodes in state_sizes:
                 stateful, rounds, counts = stateful_preview(project, result, base, f"railyard-state-{nodes}")
                 with_state[nodes] = stateful
@@ -245,7 +294,7 @@ def run(ctx: Context):
         yield Sample(f"{label}: CPU (process tree)", ours.total_cpu_s, "s", note=cpu_note(ours))
         yield Sample(f"{label}: resources", count, "")
         if nodes in sizes:
-            yield Sample(f"{label}: resources per node", per_node / nodes, "",
+            yield Sample(f"{label}: resources per node", per_node / nodes, "", target=TARGET_RESOURCES_PER_NODE,
                          note="an HgxNode component and everything under it, per node")
             yield Sample(f"{label}: resources outside the nodes", count - per_node, "",
                          note="cluster, fabric, storage and pool components, key, fabric, spine, object store, tuning, expiry")
@@ -267,6 +316,7 @@ def run(ctx: Context):
                               f"checkpoint settled in {rounds} previews")
             yield Sample(f"{label}: ratio to the preview without state", stateful.wall_s / ours.wall_s, "x",
                          note=f"wall with state / wall of the fresh stack's preview just before ({ours.wall_s:.1f} s)")
+    yield from scaling_samples(fresh_runs, baselines)
     small, large = sorted(with_state)[0], sorted(with_state)[-1]
     if small != large:
         linear = large / small

@@ -35,10 +35,11 @@ import copy
 import datetime
 import hashlib
 import json
-import pickletools
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from railyard.review.preview import provider_class
 
 # The engine's wire value for "not known during preview", as preview JSON prints it.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -104,37 +105,21 @@ OUTPUTS: dict[str, Callable[[str, dict], dict]] = {
                                          "private_key": private_key(urn)},
     "FabricProvider": lambda urn, i: {"namespace": f"bench-{i.get('stack', '')}-fabric"},
     "SpineProvider": lambda urn, i: {},
-    "NodeProvider": lambda urn, i: {"host_key": host_key(urn)},
+    "NodeProvider": lambda urn, i: {"host_key": host_key(urn), **(
+        {"cache_device": "/dev/loop0", "cache_note": ""} if (i.get("spec") or {}).get("cache") else {})},
     "VmProvider": lambda urn, i: {"host_key": host_key(urn)},
-    "NodeStorageProvider": lambda urn, i: {"cache_device": "/dev/loop0", "cache_note": ""},
     "ObjectStoreProvider": _object_store,
     "TuningProvider": lambda urn, i: {"last_run": "20000101T000000.000000Z", "changed": 0},
+    # railyard.tuning.acceptance.run: a run in which every node passed.
+    "AcceptanceProvider": lambda urn, i: {"passed": True, "findings": [], "drained": [], "cordoned": {},
+                                          "rail_pairs": 0, "median_gbps": 0.0, "flagged": [], "seconds": 0.0,
+                                          "report": None, "last_run": "20000101T000000.000000Z"},
     "ExpiryProvider": _expiry,
 }
 
 
 class CheckpointError(RuntimeError):
     """The previews do not give what a checkpoint needs; the message names the resource."""
-
-
-def provider_class(pickled: Any) -> str | None:
-    """The class name of a dynamic provider from its `__provider` input (a base64 pickle of an
-    instance, the class by reference); None when it is not readable (blinded, unknown)."""
-    if not isinstance(pickled, str) or pickled in (BLINDED, UNKNOWN):
-        return None
-    try:
-        ops = list(pickletools.genops(base64.b64decode(pickled, validate=True)))
-    except (ValueError, TypeError):
-        return None
-    strings: list[str] = []
-    for op, arg, _pos in ops:
-        if isinstance(arg, str) and "UNICODE" in op.name:
-            strings.append(arg)
-        elif op.name == "STACK_GLOBAL" and strings:
-            return strings[-1]
-        elif op.name == "GLOBAL" and isinstance(arg, str):
-            return arg.split()[-1]
-    return None
 
 
 def _name(urn: str) -> str:

@@ -8,6 +8,8 @@ are found by comparing old and new inputs.
 
 from __future__ import annotations
 
+import base64
+import pickletools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -144,6 +146,27 @@ def load(data: dict, stack: str) -> Preview:
     diags = [Diagnostic(parse_urn(d["urn"]) if d.get("urn") else None, d.get("severity", "info"),
                         d.get("message", "")) for d in data.get("diagnostics") or ()]
     return Preview(stack, steps, diags)
+
+
+def provider_class(pickled: Any) -> str | None:
+    """The class name of a dynamic provider from its `__provider` input (a base64 pickle of an
+    instance, the class by reference), read without importing it; None when it is not readable
+    (masked as a secret, unknown)."""
+    if not isinstance(pickled, str) or pickled in (SECRET, UNKNOWN):
+        return None
+    try:
+        ops = list(pickletools.genops(base64.b64decode(pickled, validate=True)))
+    except (ValueError, TypeError):
+        return None
+    strings: list[str] = []
+    for op, arg, _pos in ops:
+        if isinstance(arg, str) and "UNICODE" in op.name:
+            strings.append(arg)
+        elif op.name == "STACK_GLOBAL" and strings:
+            return strings[-1]
+        elif op.name == "GLOBAL" and isinstance(arg, str):
+            return arg.split()[-1]
+    return None
 
 
 def failed_run(stack: str, output: str) -> Preview:

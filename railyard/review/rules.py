@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterable, Mapping
 
-from railyard.review.preview import SECRET, Path, Step, diff_values, format_path
+from railyard.review.preview import SECRET, Path, Step, diff_values, format_path, provider_class
 
 
 class Disruption(IntEnum):
@@ -46,6 +46,9 @@ NODE_IDENTITY = re.compile(r"(^|[._-])sku($|[._-])", re.I)
 # Kubernetes objects whose every change makes an operator drain and reconfigure nodes: the SR-IOV
 # Network Operator re-creates the VFs of the nodes a policy selects.
 DRAINING_TYPES = re.compile(r":SriovNetworkNodePolicy$")
+# Dynamic providers whose delete only drops the resource from state, what it made living on under
+# another resource: the lab's node storage, merged into the node's own resource (issue 18).
+STATE_ONLY_DELETES = {"NodeStorageProvider": "merged into its node's resource, which keeps the cache as it is"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ def classify_step(kind: str | None, step: Step, paths: Iterable[Path | str]) -> 
     if DRAINING_TYPES.search(step.urn.type) and op in ("create", "update", "replace", "delete"):
         return Verdict(Disruption.NEEDS_REBOOT,
                        f"{step.urn.name}: the SR-IOV operator drains and reconfigures the nodes it selects")
+    if op == "delete" and (merged := STATE_ONLY_DELETES.get(provider_class((step.old or {}).get("__provider")) or "")):
+        return Verdict(Disruption.IN_PLACE, f"{step.urn.name}: {merged}")
     if op in ("delete", "replace"):
         verb = "deletes" if op == "delete" else "replaces"
         if holds_data(kind, step):

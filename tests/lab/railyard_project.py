@@ -49,6 +49,45 @@ def stack_up(base: Path, stack: str, config_of, *, timeout: float = 900):
         gc.destroy_all(stack)
 
 
+@contextlib.contextmanager
+def worktree_of(commit: str, path: Path, why: str):
+    """A git worktree of `commit` at `path` whose `railyard` is its own under code_env(path): the
+    code a user had at that commit, for tests of taking its stacks over (`why` says which issue
+    starts there)."""
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["git", "-C", str(ROOT), *args], text=True, capture_output=True, check=False)
+        assert not check or proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
+        return proc
+
+    if git("cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode != 0:
+        raise AssertionError(f"commit {commit} ({why}) is not in this clone's history; the test needs a full "
+                             "clone (git fetch --unshallow)")
+    git("worktree", "add", "--detach", str(path), commit)
+    try:
+        # A checkout's own virtualenv: the engine's PATH and the orphan check look for
+        # <checkout>/.venv/bin (ansible-playbook lives there).
+        (path / ".venv").symlink_to(ROOT / ".venv")
+        # From a directory holding no railyard: `python -c` puts its working directory first on
+        # sys.path, so run from the worktree itself it would find the old code without PYTHONPATH.
+        where = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c",
+                                "import os, railyard; print(os.path.realpath(railyard.__file__))"],
+                               cwd=path.parent, env=code_env(path), text=True, capture_output=True,
+                               check=True).stdout.strip()
+        assert Path(where).is_relative_to(path.resolve()), \
+            f"with PYTHONPATH={path} the virtualenv still imports railyard from {where}"
+        yield path
+    finally:
+        git("worktree", "remove", "--force", str(path), check=False)
+
+
+def code_env(checkout: Path) -> dict[str, str]:
+    """The environment that makes `railyard` the checkout's own (RailyardProject.run_code_of)."""
+    env = dict(os.environ)
+    if checkout != ROOT:
+        env["PYTHONPATH"] = str(checkout)
+    return env
+
+
 def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -> list[str]:
     """`count` /prefix networks from 198.18.192.0/18 that no host route overlaps (the default lab
     and the other lab tests take theirs lower down or from the top /24s)."""

@@ -105,9 +105,9 @@ def test_preview_of_a_grown_pool_shows_exactly_the_new_node(project):
     try:
         steps = json.loads(project.pulumi("preview", "--diff", "--json").stdout)["steps"]
         changed = {(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps if s["op"] != "same"}
-        # The new node (its component, machine and storage), and host tuning and acceptance rerun
-        # because the node set changed; nothing of gpu-0 or gpu-1, no rail, no fabric.
-        assert changed == {("create", "gpu-2"), ("create", "gpu-2-host"), ("create", "gpu-2-host-storage"),
+        # The new node (its component, and its machine with its cache), and host tuning and
+        # acceptance rerun because the node set changed; nothing of gpu-0 or gpu-1, no rail, no fabric.
+        assert changed == {("create", "gpu-2"), ("create", "gpu-2-host"),
                            ("update", f"{STACK}-tuning-run"), ("update", f"{STACK}-acceptance-run")}, changed
     finally:
         project.config["railyard:nodePools"][0]["count"] = 2

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from railyard import paths
-from tests.lab.railyard_project import RailyardProject, free_networks
+from tests.lab.railyard_project import RailyardProject, code_env, free_networks, worktree_of
 
 ROOT = paths.PROJECT_ROOT
 
@@ -120,8 +120,32 @@ def _guest_step(step: dict) -> bool:
     return False
 
 
+# Issue 18 (docs/lab.md): a node's cache and parallel-FS mount belong to the node's resource, whose
+# settings are one `spec`. Each node is updated in place to hold its cache's settings (its other
+# settings as they were; its rails may gain issue 16's MTU and leaf in the same update), and the
+# storage resource is deleted from state only: its provider's delete leaves the cache mounted
+# (tests/lab/test_merged_node_storage.py checks the lab objects).
+def merged_storage_step(step: dict) -> bool:
+    urn, op = step.get("urn", ""), step.get("op")
+    if op == "delete":
+        return urn.endswith("-host-storage")
+    if op == "update" and urn.endswith("-host"):
+        old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
+        new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+        return _node_settings(old) == _node_settings(new) and "cache" in (new.get("spec") or {})
+    return False
+
+
+def _node_settings(inputs: dict) -> dict:
+    """A node's inputs in either layout, without its cache and the rails' MTU and leaf."""
+    flat = {k: v for k, v in inputs.items() if k not in ("spec", "__provider")}
+    flat.update({k: v for k, v in (inputs.get("spec") or {}).items() if k != "cache"})
+    return _without_rail(flat, "mtu", "leaf")
+
+
 def _deliberate(name: str, step: dict) -> bool:
-    return _routed_switch_step(name, step) or _acceptance_step(step) or _guest_step(step)
+    return (_routed_switch_step(name, step) or _acceptance_step(step) or _guest_step(step)
+            or merged_storage_step(step))
 
 
 def _without_rail(spec: Any, *keys: str) -> Any:
@@ -196,43 +220,10 @@ FORBIDDEN_OPS = {"replace", "create-replacement", "delete-replaced", "delete", "
                  "read-replacement"}
 
 
-def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["git", "-C", str(ROOT), *args], text=True, capture_output=True, check=False)
-    if check:
-        assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
-    return proc
-
-
-def code_env(checkout: Path) -> dict[str, str]:
-    """The environment that makes `railyard` the checkout's own (RailyardProject.run_code_of)."""
-    env = dict(os.environ)
-    if checkout != ROOT:
-        env["PYTHONPATH"] = str(checkout)
-    return env
-
-
 @pytest.fixture(scope="module")
 def base_checkout(tmp_path_factory) -> Iterator[Path]:
-    if git("cat-file", "-e", f"{BASE}^{{commit}}", check=False).returncode != 0:
-        pytest.fail(f"commit {BASE} (where issue 11 starts) is not in this clone's history; the test needs "
-                    "a full clone (git fetch --unshallow)")
-    path = tmp_path_factory.mktemp("base") / "checkout"
-    git("worktree", "add", "--detach", str(path), BASE)
-    try:
-        # A checkout's own virtualenv: the engine's PATH and the orphan check look for
-        # <checkout>/.venv/bin (ansible-playbook lives there).
-        (path / ".venv").symlink_to(ROOT / ".venv")
-        # From a directory holding no railyard: `python -c` puts its working directory first on
-        # sys.path, so run from the worktree itself it would find the old code without PYTHONPATH.
-        where = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c",
-                                "import os, railyard; print(os.path.realpath(railyard.__file__))"],
-                               cwd=path.parent, env=code_env(path), text=True, capture_output=True,
-                               check=True).stdout.strip()
-        assert Path(where).is_relative_to(path.resolve()), \
-            f"with PYTHONPATH={path} the virtualenv still imports railyard from {where}"
+    with worktree_of(BASE, tmp_path_factory.mktemp("base") / "checkout", "where issue 11 starts") as path:
         yield path
-    finally:
-        git("worktree", "remove", "--force", str(path), check=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -444,6 +435,8 @@ def test_up_with_the_new_code_replaces_and_deletes_nothing(takeover):
         # and every stack the acceptance stage's component and run, the virtual one guest tuning's.
         guest = any(_guest_step(s) and s.get("op") == "create" for s in steps)
         expected["create"] = expected.get("create", 0) + 2 + (2 if guest else 0)
+        merged = {s["urn"] for s in steps if s.get("op") == "delete" and merged_storage_step(s)}
+        expected["delete"] = expected.get("delete", 0) + len(merged)
         changes = {op: n - expected.get(op, 0) for op, n in (summaries[name].get("resourceChanges") or {}).items()
                    if op in FORBIDDEN_OPS or op not in ("same", "update")}
         changes = {op: n for op, n in {**{op: -n for op, n in expected.items()}, **changes}.items() if n}

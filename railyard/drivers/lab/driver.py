@@ -152,25 +152,23 @@ class LabDriver(Driver):
         rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}", "mtu": mtu,
                   **self._rail_gateway(nic.rail), **({"leaf": nic.leaf} if on_leaves else {})}
                  for nic in node.nics]
+        cache = self.spec.storage.local_cache
+        pfs = self.spec.storage.parallel_fs
+        local = None
+        if cache is not None:
+            # One sparse image per data drive of the SKU (one loop device where the kernel has no md),
+            # at least one where the SKU lists no data drive, at most a node's loop budget.
+            local = {"mount": cache.mount, "fs": cache.fs, "raid": cache.raid,
+                     "drives": min(self.plan.tuning(node).cache_drives or 1, MAX_DRIVES), "size_gib": 1.0,
+                     "pfs_mount": pfs.mount if pfs is not None else None}
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
             **self._links(node.management_ip, node.storage_ip),
-            authorized_key=access.public_key,
+            authorized_key=access.public_key, cache=local,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
         self._host_keys[node.name] = res.host_key
         ready: list[pulumi.Resource] = [res]
-        cache = self.spec.storage.local_cache
-        pfs = self.spec.storage.parallel_fs
-        if cache is not None:
-            # One sparse image per data drive of the SKU (one loop device where the kernel has no md),
-            # at least one where the SKU lists no data drive, at most a node's loop budget.
-            drives = min(self.plan.tuning(node).cache_drives or 1, MAX_DRIVES)
-            ready.append(resources.LabNodeStorage(
-                f"{name}-storage", stack=self.spec.stack, node=node.name, cache_mount=cache.mount, fs=cache.fs,
-                raid=cache.raid, drives=drives, size_gib=1.0,
-                pfs_mount=pfs.mount if pfs is not None else None,
-                opts=pulumi.ResourceOptions(parent=parent, depends_on=[res])))
         return NodeHandle(ready=ready, management_ip=node.management_ip, host_key=res.host_key, name=node.name)
 
     def vm(self, name: str, vm: VmPlan, hypervisor: str, access: Access, parent: pulumi.Resource,

@@ -8,9 +8,9 @@ state, so the pickle holds no secret: it is stored in the clear (serialize_as_se
 
 Per-node resources take their settings as one nested `spec` input: the Python SDK makes a tracked
 Output of every top-level input, and those Outputs were most of what a 448-node preview cost
-beyond the engine's own work (docs/benchmarks.md). `stack` and `node` stay on top, as the names
-every object is found by; diff and the providers read both layouts (`_flat`), so a stack written
-before the change converges to the new layout without an update.
+beyond the engine's own work (docs/benchmarks.md). A node's `stack` and `node` went into its
+`spec` too (issue 18; a VM's stay on top); diff and the providers read every layout (`_flat`), so a
+stack written before a change converges to the new layout without an update.
 """
 
 from __future__ import annotations
@@ -221,8 +221,16 @@ class LabSwitches(Resource):
 
 
 class NodeProvider(_LabProvider):
+    """A node and its local storage: the NVMe cache (loop-device images, the configured fs,
+    mounted in the node) and its mount of the stack's shared parallel-FS directory, which a
+    resource of their own (`LabNodeStorage`) held before issue 18.
+
+    A new cache layout (fs, RAID, drive count or size) is an update, not a replace: create_cache
+    starts the cache over and leaves the node running; the review names it as reformatting data
+    (`spec.cache.fs` and the like)."""
+
     REPLACE = ("stack", "node")
-    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key")
+    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key", "cache")
 
     def object_id(self, props):
         from railyard.drivers.lab import names
@@ -239,20 +247,49 @@ class NodeProvider(_LabProvider):
             rails=[{**r, "rail": int(r["rail"]), **_mtu(r)} for r in props["rails"]], storage=dict(props["storage"]) if props.get("storage") else None,
             compute_cidr=props.get("compute_cidr") or None, hw_tree_source=hw,
         )
-        return {"host_key": state["host_key"]}
+        return {"host_key": state["host_key"], **_ensure_local_storage(props)}
 
     def observe(self, props):
-        from railyard.drivers.lab import node
+        from railyard.drivers.lab import node, storage
 
         state = node.read_node(props["stack"], props["node"])
         if state is None or not state.get("running"):
             return None
+        cache = props.get("cache")
+        if cache and not (storage.read_cache(props["stack"], props["node"]) or {}).get("mounted"):
+            # Part of what the stack declares is gone: refresh drops the node, and the next up
+            # converges it (create adopts the running node and makes the cache again).
+            return None
         return {"host_key": state["host_key"]}
 
     def remove(self, props):
-        from railyard.drivers.lab import node
+        from railyard.drivers.lab import node, storage
 
+        # Whatever the inputs say (a stack written before issue 18 has no `cache` on its nodes):
+        # each of these is a no-op where there is nothing.
+        storage.delete_pfs_mount(props["stack"], props["node"])
+        storage.delete_cache(props["stack"], props["node"])
         node.delete_node(props["stack"], props["node"])
+
+
+def _ensure_local_storage(props: dict) -> dict:
+    """The node's cache and parallel-FS mount as `cache` asks, removing what it no longer asks
+    for; the cache's device and note, recorded in state."""
+    from railyard.drivers.lab import storage
+
+    stack, name, cache = props["stack"], props["node"], props.get("cache")
+    pfs_mount = (cache or {}).get("pfs_mount")
+    if not pfs_mount and storage.pfs_mount_exists(stack, name):
+        storage.delete_pfs_mount(stack, name)
+    if not cache:
+        if storage.cache_exists(stack, name):
+            storage.delete_cache(stack, name)
+        return {}
+    state = storage.create_cache(stack, name, mount=cache["mount"], fs=cache["fs"], raid=cache["raid"],
+                                 drives=int(cache["drives"]), size_gib=float(cache["size_gib"]))
+    if pfs_mount:
+        storage.create_pfs_mount(stack, name, mount=pfs_mount)
+    return {"cache_device": state.get("device"), "cache_note": state.get("note") or ""}
 
 
 def _mtu(nic: dict) -> dict:
@@ -273,14 +310,19 @@ def _hw_tree(props: dict) -> str | None:
 
 
 class LabNode(Resource):
+    """`cache`: {mount, fs, raid, drives, size_gib, pfs_mount} for the node's local cache and its
+    parallel-FS mount, or None for neither."""
+
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, node: str, sku: str, mgmt: dict, rails: list[dict],
-                 storage: dict | None, compute_cidr: str | None, authorized_key: Any,
+                 storage: dict | None, compute_cidr: str | None, authorized_key: Any, cache: dict | None = None,
                  opts: pulumi.ResourceOptions | None = None):
+        # Three top-level inputs: the SDK tracks an Output per top-level input, and the stack and
+        # node names are settings like the rest (the providers read them through `_flat`).
         super().__init__(NodeProvider(), name, {
-            "stack": stack, "node": node,
-            "spec": {"sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage, "compute_cidr": compute_cidr},
+            "spec": {"stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
+                     "compute_cidr": compute_cidr, "cache": cache},
             "authorized_key": authorized_key, "host_key": None,
         }, opts)
 
@@ -343,24 +385,16 @@ class LabObjectStore(Resource):
 
 
 class NodeStorageProvider(_LabProvider):
-    """A node's local NVMe cache (loop-device images, the configured fs, mounted in the node) and its
-    mount of the stack's shared parallel-FS directory."""
+    """Stacks written before issue 18 hold a node's cache and parallel-FS mount as a resource of
+    their own, with this provider pickled in its state. The node's resource owns them now
+    (NodeProvider), so the program no longer declares this one and the engine deletes it from
+    state: that delete must leave the cache mounted (the node's update has adopted it, and the
+    node's own delete removes it). Read still reports what is there, for a refresh in between."""
 
-    REPLACE = ("stack", "node", "fs", "drives", "size_gib")
     INPUTS = ("stack", "node", "cache_mount", "fs", "raid", "drives", "size_gib", "pfs_mount")
 
     def object_id(self, props):
         return f"{props['node']}-storage"
-
-    def ensure(self, props):
-        from railyard.drivers.lab import storage
-
-        cache = storage.create_cache(props["stack"], props["node"], mount=props["cache_mount"], fs=props["fs"],
-                                     raid=props["raid"], drives=int(props["drives"]), size_gib=float(props["size_gib"]))
-        out = {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
-        if props.get("pfs_mount"):
-            storage.create_pfs_mount(props["stack"], props["node"], mount=props["pfs_mount"])
-        return out
 
     def observe(self, props):
         from railyard.drivers.lab import storage
@@ -371,22 +405,7 @@ class NodeStorageProvider(_LabProvider):
         return {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
 
     def remove(self, props):
-        from railyard.drivers.lab import storage
-
-        if props.get("pfs_mount"):
-            storage.delete_pfs_mount(props["stack"], props["node"])
-        storage.delete_cache(props["stack"], props["node"])
-
-
-class LabNodeStorage(Resource):
-    def __init__(self, name: str, *, stack: str, node: str, cache_mount: str, fs: str, raid: str, drives: int,
-                 size_gib: float, pfs_mount: str | None, opts: pulumi.ResourceOptions | None = None):
-        # cache_device and cache_note are outputs the program never reads: the provider still
-        # records them in state, without an Output each here.
-        super().__init__(NodeStorageProvider(), name, {
-            "stack": stack, "node": node,
-            "spec": {"cache_mount": cache_mount, "fs": fs, "raid": raid, "drives": drives, "size_gib": size_gib,
-                     "pfs_mount": pfs_mount}}, opts)
+        pass
 
 
 def _guest_tree(props: dict) -> str | None:

@@ -66,7 +66,7 @@ def lab():
 def test_one_lab_node_resource_per_planned_node_named_after_the_node(lab):
     urns, state, _, plan, _ = lab
     hosts = [u for u in urns if u.endswith("-host")]
-    assert sorted(state[u.rsplit("::", 1)[1]]["node"] for u in hosts) == sorted(n.name for n in plan.nodes)
+    assert sorted(state[u.rsplit("::", 1)[1]]["spec"]["node"] for u in hosts) == sorted(n.name for n in plan.nodes)
 
 
 def test_node_resources_are_parented_cluster_pool_node(lab):
@@ -153,9 +153,14 @@ def test_bare_metal_has_no_guest_tuning(lab):
 
 def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(lab):
     urns, state, *_ = lab
-    assert sum(u.endswith("-host-storage") for u in urns) == 2
-    assert state["gpu-0-host-storage"]["spec"]["cache_mount"] == "/mnt/cache"
-    assert state["gpu-0-host-storage"]["spec"]["fs"] == "xfs"
+    # The node's resource holds its cache and parallel-FS mount (issue 18): two resources a node.
+    assert not any(u.endswith("-host-storage") for u in urns)
+    for node in ("gpu-0", "gpu-1"):
+        cache = state[f"{node}-host"]["spec"]["cache"]
+        assert {k: cache[k] for k in ("mount", "fs", "raid")} == {"mount": "/mnt/cache", "fs": "xfs", "raid": "raid0"}
+        assert cache["pfs_mount"] == "/mnt/pfs" and cache["drives"] >= 1
+    # Under each HgxNode one resource, the node's (a mock URN's type names its parent's type).
+    assert sum(u.split("::")[2].startswith("railyard:index:HgxNode$") for u in urns) == 2
     assert state["lab-storage-tiers"]["bucket"] == "datasets"
 
 

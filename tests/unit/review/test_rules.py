@@ -46,6 +46,31 @@ def test_deleting_a_storage_or_cache_resource_destroys_data():
     assert verdict_of(data).disruption == Disruption.DESTROYS_DATA
 
 
+def _pickled(provider) -> str:
+    import base64
+    import pickle
+
+    return base64.b64encode(pickle.dumps(provider)).decode()
+
+
+def test_the_storage_merged_into_its_node_leaves_state_only_and_destroys_nothing():
+    from railyard.drivers.lab.resources import NodeProvider, NodeStorageProvider
+
+    parent = urn(HGX, "gpu-1")
+    old = {"__provider": _pickled(NodeStorageProvider()), "stack": "s", "node": "gpu-1",
+           "spec": {"cache_mount": "/mnt/cache", "fs": "xfs"}}
+    data = {"steps": [step("delete", NODE_HOST, "gpu-1-host-storage", parent, old=old)]}
+    assert verdict_of(data).disruption == Disruption.IN_PLACE
+    assert "merged into its node" in rules.classify_step("HgxNode", preview.load(data, "s").steps[0], ()).why
+    # Any other provider's delete of a cache is what it says.
+    other = {**old, "__provider": _pickled(NodeProvider())}
+    assert verdict_of({"steps": [step("delete", NODE_HOST, "gpu-1-host-storage", parent, old=other)]}).disruption \
+        == Disruption.DESTROYS_DATA
+    masked = {**old, "__provider": SECRET}
+    assert verdict_of({"steps": [step("delete", NODE_HOST, "gpu-1-host-storage", parent, old=masked)]}).disruption \
+        == Disruption.DESTROYS_DATA
+
+
 def test_replacing_or_deleting_a_node_replaces_nodes():
     assert verdict_of({"steps": node_steps("replace", "gpu-3", {"a": 1}, {"a": 1})}).disruption \
         == Disruption.REPLACES_NODES
