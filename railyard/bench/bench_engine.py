@@ -262,6 +262,10 @@ def scaling_samples(fresh: dict[int, proctree.TreeRun], baselines: dict[int, pro
                           "walls of the same run: 1.0 is time proportional to the nodes")
 
 
+def rss_note(run: proctree.TreeRun) -> str:
+    return "at the peak, MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(run.rss_at_peak_mib.items()))
+
+
 def cpu_note(run: proctree.TreeRun) -> str:
     return "sampled every 0.2 s; " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(run.cpu_s.items()))
 
@@ -290,7 +294,7 @@ def run(ctx: Context):
             shutil.rmtree(base, ignore_errors=True)
         label = f"preview, {nodes:,} nodes"
         yield Sample(f"{label}: wall", ours.wall_s, "s", target=TARGET_WALL_S.get(nodes))
-        yield Sample(f"{label}: peak RSS (process tree)", ours.peak_rss_mib, "MiB")
+        yield Sample(f"{label}: peak RSS (process tree)", ours.peak_rss_mib, "MiB", note=rss_note(ours))
         yield Sample(f"{label}: CPU (process tree)", ours.total_cpu_s, "s", note=cpu_note(ours))
         yield Sample(f"{label}: resources", count, "")
         if nodes in sizes:
@@ -300,7 +304,7 @@ def run(ctx: Context):
                          note="cluster, fabric, storage and pool components, key, fabric, spine, object store, tuning, expiry")
             yield Sample(f"baseline preview, {count:,} no-op dynamic resources: wall", baseline.wall_s, "s")
             yield Sample(f"baseline preview, {count:,} no-op dynamic resources: peak RSS (process tree)",
-                         baseline.peak_rss_mib, "MiB")
+                         baseline.peak_rss_mib, "MiB", note=rss_note(baseline))
             yield Sample(f"baseline preview, {count:,} no-op dynamic resources: CPU (process tree)",
                          baseline.total_cpu_s, "s", note=cpu_note(baseline))
             yield Sample(f"{label}: ratio to baseline", ours.wall_s / baseline.wall_s, "x",

@@ -28,6 +28,7 @@ class TreeRun:
     peak_rss_mib: float  # the tree's summed RSS at its sampled peak
     peak_process_rss_mib: float  # the largest single process
     cpu_s: dict[str, float] = field(default_factory=dict)  # by process kind
+    rss_at_peak_mib: dict[str, float] = field(default_factory=dict)  # the peak's sum, by process kind
     stdout: str = ""
     stderr: str = ""
     lines: list[tuple[float, str]] = field(default_factory=list)  # (seconds since start, stdout line)
@@ -123,17 +124,20 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, in
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         peak = peak_one = 0
+        at_peak: dict[str, int] = {}
         cpu_by_pid: dict[int, tuple[str, float]] = {}
         announced: dict[int, str] = {}
         try:
             while proc.poll() is None:
                 total = 0
+                by_kind: dict[str, int] = {}
                 for pid in tree(proc.pid):
                     s = _sample(pid)
                     if s is None:
                         continue
                     rss, cpu, k = s
                     total += rss
+                    by_kind[k] = by_kind.get(k, 0) + rss
                     peak_one = max(peak_one, rss)
                     # Between fork and exec a child still shows its parent's command: announce a
                     # process again when what it runs changes.
@@ -142,7 +146,8 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, in
                         on_new(pid, k)
                     # A zombie's cmdline is empty: keep the kind seen while it ran.
                     cpu_by_pid[pid] = (k if k != "?" else cpu_by_pid.get(pid, (k, 0.0))[0], cpu)
-                peak = max(peak, total)
+                if total > peak:
+                    peak, at_peak = total, by_kind
                 if timeout is not None and time.perf_counter() - start > timeout:
                     proc.kill()
                     break
@@ -157,5 +162,5 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, in
         cpu: dict[str, float] = {}
         for k, c in cpu_by_pid.values():
             cpu[k] = cpu.get(k, 0.0) + c
-        return TreeRun(proc.returncode, wall, peak / 2**20, peak_one / 2**20, cpu, "".join(l for _, l in lines),
-                       err.read(), lines)
+        return TreeRun(proc.returncode, wall, peak / 2**20, peak_one / 2**20, cpu, {k: v / 2**20 for k, v in at_peak.items()},
+                       "".join(l for _, l in lines), err.read(), lines)

@@ -108,6 +108,9 @@ OUTPUTS: dict[str, Callable[[str, dict], dict]] = {
     "NodeProvider": lambda urn, i: {"host_key": host_key(urn), **(
         {"cache_device": "/dev/loop0", "cache_note": ""} if (i.get("spec") or {}).get("cache") else {})},
     "VmProvider": lambda urn, i: {"host_key": host_key(urn)},
+    # A node's storage before issue 18 (its own resource), for checkpoints of an older commit's
+    # program (the before figures of a change are taken that way).
+    "NodeStorageProvider": lambda urn, i: {"cache_device": "/dev/loop0", "cache_note": ""},
     "ObjectStoreProvider": _object_store,
     "TuningProvider": lambda urn, i: {"last_run": "20000101T000000.000000Z", "changed": 0},
     # railyard.tuning.acceptance.run: a run in which every node passed.

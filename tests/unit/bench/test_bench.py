@@ -16,6 +16,9 @@ def test_process_tree_memory_is_summed_over_children_and_lines_are_stamped():
     assert run.returncode == 0
     assert run.peak_rss_mib > 60  # the child's 60 MB counts, not only the parent's
     assert run.peak_rss_mib > run.peak_process_rss_mib
+    # The peak's breakdown by kind sums to the peak: both are python processes here.
+    assert run.rss_at_peak_mib.get("python (other)", 0) > 60
+    assert abs(sum(run.rss_at_peak_mib.values()) - run.peak_rss_mib) < 0.01
     assert [line for _, line in run.lines] == ["start\n"]
     assert run.wall_s > 1.2
 
