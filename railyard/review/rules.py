@@ -60,8 +60,21 @@ class Verdict:
 IN_PLACE = Verdict(Disruption.IN_PLACE)
 
 
+# Inputs that make a resource hold data whatever its name: a lab node's local cache (issue 18 put
+# it in the node's own resource).
+DATA_INPUTS = ("cache",)
+
+
 def holds_data(kind: str | None, step: Step) -> bool:
-    return kind in DATA_KINDS or bool(DATA_WORDS.search(step.urn.name)) or bool(DATA_WORDS.search(step.urn.type))
+    return (kind in DATA_KINDS or bool(DATA_WORDS.search(step.urn.name)) or bool(DATA_WORDS.search(step.urn.type))
+            or any(_data_input(inputs) for inputs in (step.old, step.new)))
+
+
+def _data_input(inputs: dict | None) -> bool:
+    if not isinstance(inputs, dict):
+        return False
+    spec = inputs.get("spec") if isinstance(inputs.get("spec"), dict) else {}
+    return any(inputs.get(key) or spec.get(key) for key in DATA_INPUTS)
 
 
 def classify_step(kind: str | None, step: Step, paths: Iterable[Path | str]) -> Verdict:

@@ -146,6 +146,25 @@ def test_up_keeps_every_lab_object_and_a_second_up_plans_nothing(takeover):
     takeover.project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes", stack=takeover.stack)
 
 
+def test_a_new_cache_file_system_is_an_update_of_the_node_that_keeps_it_running(takeover):
+    config = takeover.project.config_of(takeover.stack)
+    config["railyard:storage"]["localCache"]["fs"] = "ext4"
+    takeover.project.write_stack(takeover.stack, config)
+    out = takeover.project.railyard("preview", "--stack", takeover.stack, "--", "--json").stdout
+    steps = json.JSONDecoder().raw_decode(out[out.index("{"):])[0]["steps"]
+    nodes = {s["urn"].rsplit("::", 1)[1]: s["op"] for s in steps if s["urn"].endswith("-host")}
+    assert nodes == {f"{n}-host": "update" for n in takeover.nodes}, nodes
+    takeover.project.railyard("up", "--stack", takeover.stack)
+    after = takeover.objects()
+    for n in takeover.nodes:
+        cache = storage.read_cache(takeover.stack, n, takeover.project.dir)
+        assert cache["fs"] == "ext4" and cache["mounted"], cache
+        # A new file system starts the cache over: it held copies, now gone; the node stayed up.
+        assert after[n]["file in the cache"] is None
+        kept = {k: after[n][k] for k in ("netns inode", "init", "sshd", "parallel FS")}
+        assert kept == {k: takeover.before[n][k] for k in kept}, f"{n} was remade: {kept}"
+
+
 def test_down_with_the_new_code_leaves_nothing(takeover):
     takeover.project.railyard("down", "--stack", takeover.stack)
     assert not takeover.project.leftovers(takeover.stack)

@@ -137,9 +137,10 @@ def merged_storage_step(step: dict) -> bool:
 
 
 def _node_settings(inputs: dict) -> dict:
-    """A node's inputs in either layout, without its cache and the rails' MTU and leaf."""
+    """A node's inputs in either layout, without its cache, its parallel-FS mount and the rails'
+    MTU and leaf."""
     flat = {k: v for k, v in inputs.items() if k not in ("spec", "__provider")}
-    flat.update({k: v for k, v in (inputs.get("spec") or {}).items() if k != "cache"})
+    flat.update({k: v for k, v in (inputs.get("spec") or {}).items() if k not in ("cache", "pfs_mount")})
     return _without_rail(flat, "mtu", "leaf")
 
 

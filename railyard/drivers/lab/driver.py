@@ -159,12 +159,11 @@ class LabDriver(Driver):
             # One sparse image per data drive of the SKU (one loop device where the kernel has no md),
             # at least one where the SKU lists no data drive, at most a node's loop budget.
             local = {"mount": cache.mount, "fs": cache.fs, "raid": cache.raid,
-                     "drives": min(self.plan.tuning(node).cache_drives or 1, MAX_DRIVES), "size_gib": 1.0,
-                     "pfs_mount": pfs.mount if pfs is not None else None}
+                     "drives": min(self.plan.tuning(node).cache_drives or 1, MAX_DRIVES), "size_gib": 1.0}
         res = resources.LabNode(
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
             **self._links(node.management_ip, node.storage_ip),
-            authorized_key=access.public_key, cache=local,
+            authorized_key=access.public_key, cache=local, pfs_mount=pfs.mount if pfs is not None else None,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
         self._host_keys[node.name] = res.host_key

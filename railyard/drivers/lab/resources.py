@@ -230,7 +230,7 @@ class NodeProvider(_LabProvider):
     (`spec.cache.fs` and the like)."""
 
     REPLACE = ("stack", "node")
-    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key", "cache")
+    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key", "cache", "pfs_mount")
 
     def object_id(self, props):
         from railyard.drivers.lab import names
@@ -273,13 +273,14 @@ class NodeProvider(_LabProvider):
 
 
 def _ensure_local_storage(props: dict) -> dict:
-    """The node's cache and parallel-FS mount as `cache` asks, removing what it no longer asks
-    for; the cache's device and note, recorded in state."""
+    """The node's cache (`cache`) and parallel-FS mount (`pfs_mount`) as asked, removing what is
+    no longer asked for; the cache's device and note, recorded in state."""
     from railyard.drivers.lab import storage
 
-    stack, name, cache = props["stack"], props["node"], props.get("cache")
-    pfs_mount = (cache or {}).get("pfs_mount")
-    if not pfs_mount and storage.pfs_mount_exists(stack, name):
+    stack, name, cache, pfs_mount = props["stack"], props["node"], props.get("cache"), props.get("pfs_mount")
+    if pfs_mount:
+        storage.create_pfs_mount(stack, name, mount=pfs_mount)
+    elif storage.pfs_mount_exists(stack, name):
         storage.delete_pfs_mount(stack, name)
     if not cache:
         if storage.cache_exists(stack, name):
@@ -287,8 +288,6 @@ def _ensure_local_storage(props: dict) -> dict:
         return {}
     state = storage.create_cache(stack, name, mount=cache["mount"], fs=cache["fs"], raid=cache["raid"],
                                  drives=int(cache["drives"]), size_gib=float(cache["size_gib"]))
-    if pfs_mount:
-        storage.create_pfs_mount(stack, name, mount=pfs_mount)
     return {"cache_device": state.get("device"), "cache_note": state.get("note") or ""}
 
 
@@ -310,19 +309,19 @@ def _hw_tree(props: dict) -> str | None:
 
 
 class LabNode(Resource):
-    """`cache`: {mount, fs, raid, drives, size_gib, pfs_mount} for the node's local cache and its
-    parallel-FS mount, or None for neither."""
+    """`cache`: {mount, fs, raid, drives, size_gib} for the node's local cache, or None;
+    `pfs_mount`: where the stack's parallel FS is mounted in the node, or None."""
 
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, node: str, sku: str, mgmt: dict, rails: list[dict],
                  storage: dict | None, compute_cidr: str | None, authorized_key: Any, cache: dict | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 pfs_mount: str | None = None, opts: pulumi.ResourceOptions | None = None):
         # Three top-level inputs: the SDK tracks an Output per top-level input, and the stack and
         # node names are settings like the rest (the providers read them through `_flat`).
         super().__init__(NodeProvider(), name, {
             "spec": {"stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
-                     "compute_cidr": compute_cidr, "cache": cache},
+                     "compute_cidr": compute_cidr, "cache": cache, "pfs_mount": pfs_mount},
             "authorized_key": authorized_key, "host_key": None,
         }, opts)
 

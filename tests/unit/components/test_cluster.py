@@ -158,7 +158,7 @@ def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(la
     for node in ("gpu-0", "gpu-1"):
         cache = state[f"{node}-host"]["spec"]["cache"]
         assert {k: cache[k] for k in ("mount", "fs", "raid")} == {"mount": "/mnt/cache", "fs": "xfs", "raid": "raid0"}
-        assert cache["pfs_mount"] == "/mnt/pfs" and cache["drives"] >= 1
+        assert state[f"{node}-host"]["spec"]["pfs_mount"] == "/mnt/pfs" and cache["drives"] >= 1
     # Under each HgxNode one resource, the node's (a mock URN's type names its parent's type).
     assert sum(u.split("::")[2].startswith("railyard:index:HgxNode$") for u in urns) == 2
     assert state["lab-storage-tiers"]["bucket"] == "datasets"

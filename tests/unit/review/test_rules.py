@@ -53,6 +53,15 @@ def _pickled(provider) -> str:
     return base64.b64encode(pickle.dumps(provider)).decode()
 
 
+def test_deleting_or_replacing_a_node_with_a_cache_destroys_data():
+    cache = {"spec": {"node": "gpu-3", "cache": {"mount": "/mnt/cache", "fs": "xfs"}}}
+    assert verdict_of({"steps": node_steps("delete", "gpu-3", cache)}).disruption == Disruption.DESTROYS_DATA
+    assert verdict_of({"steps": node_steps("replace", "gpu-3", cache, cache)}).disruption == Disruption.DESTROYS_DATA
+    # Without one, the node's jobs stop and nothing held is lost.
+    bare = {"spec": {"node": "gpu-3", "cache": None}}
+    assert verdict_of({"steps": node_steps("delete", "gpu-3", bare)}).disruption == Disruption.REPLACES_NODES
+
+
 def test_the_storage_merged_into_its_node_leaves_state_only_and_destroys_nothing():
     from railyard.drivers.lab.resources import NodeProvider, NodeStorageProvider
 
