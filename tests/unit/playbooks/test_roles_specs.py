@@ -35,6 +35,9 @@ def test_the_site_playbook_runs_every_role():
                 for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
                     if module in task and "tasks_from" not in task[module]:
                         used.add(task[module]["name"])
+    for role in list(used):  # and the roles they depend on (host_hw)
+        for dep in _yaml(PLAYBOOKS / "roles" / role / "meta/main.yml").get("dependencies") or ():
+            used.add(dep if isinstance(dep, str) else dep["role"])
     assert used == set(ROLES) - set(NOT_IN_SITE)
 
 
