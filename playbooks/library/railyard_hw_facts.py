@@ -60,6 +60,10 @@ cmdline:
   description: The running kernel's command line.
   returned: always
   type: str
+cpu_vendor:
+  description: The first CPU's C(vendor_id) in cpuinfo (C(GenuineIntel), C(AuthenticAMD)); null when cpuinfo is unreadable.
+  returned: always
+  type: str
 bridges_acs:
   description: PCI bridges by address with C(on), C(off) or C(unknown) ACS source validation.
   returned: when acs is true
@@ -79,6 +83,19 @@ def _read(path):
             return fh.read().strip()
     except OSError:
         return None
+
+
+def _cpu_vendor(path):
+    # The first stanza names it; a large host's cpuinfo is hundreds of kB, so the read stops there.
+    try:
+        with open(path) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip()
+    except OSError:
+        return None
+    return None
 
 
 def _int(text):
@@ -141,6 +158,7 @@ def main():
         changed=False, gpus=gpus, nics=nics, numa_nodes=numa,
         global_hugepages=_hugepages(os.path.join(sysfs, "kernel", "mm", "hugepages")),
         cmdline=_read(os.path.join(procfs, "cmdline")) or "",
+        cpu_vendor=_cpu_vendor(os.path.join(procfs, "cpuinfo")),
         notes=found.notes,
     )
     if module.params["acs"]:

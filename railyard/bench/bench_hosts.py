@@ -50,6 +50,8 @@ def hosts_config(addresses: list[str], keys: list[str], mgmt: str, storage: str)
             "management": {"cidr": mgmt},
         },
         "railyard:ephemeral": {"ttl": "2h"},
+        # The lab's kernel has no md: each node's cache is one of its drives (raid0 is refused there).
+        "railyard:storage": {"localCache": {"raid": "none"}},
         "railyard:hosts": {"sshKey": "agent", "hostKeys": "pinned",
                            "pools": {"gpu": {"hosts": [{"address": a, "hostKey": k} for a, k in zip(addresses, keys)]}}},
     }

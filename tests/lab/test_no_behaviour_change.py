@@ -70,6 +70,14 @@ ALLOWED_DIFFERENCES: dict[str, str] = {
     # Issue 15: the plan says who tunes the machines (a cloud platform may tune its own), instead
     # of leaving it unsaid; the lab's answer is what it always did.
     "plan/*/*/host_tuning": "added: who tunes the hosts (railyard.drivers.platform_tuning)",
+    # Issue 18: hugepages and iommu share one hardware read, the role host_hw they depend on, so
+    # the lab's tree roots are handed to it instead of to each of them. The same trees are read.
+    "tuning/*hugepages_sysfs_root": "moved to host_hw_sysfs_root (one hardware read for hugepages and iommu)",
+    "tuning/*hugepages_procfs_root": "moved to host_hw_procfs_root (one hardware read for hugepages and iommu)",
+    "tuning/*iommu_sysfs_root": "moved to host_hw_sysfs_root (one hardware read for hugepages and iommu)",
+    "tuning/*iommu_procfs_root": "moved to host_hw_procfs_root (one hardware read for hugepages and iommu)",
+    "tuning/*host_hw_sysfs_root": "added: the roots of the hardware read hugepages and iommu share",
+    "tuning/*host_hw_procfs_root": "added: the roots of the hardware read hugepages and iommu share",
 }
 
 # Issue 16, part 3 (docs/lab.md): a lab RoCE stack's switches become FRR routers once. Its one

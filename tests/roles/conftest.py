@@ -90,10 +90,11 @@ def make_host(sku: str, work: Path, endpoint: str) -> Host:
     (ipdir / "ip").write_text(f"#!{sys.executable}\n" + FAKE_IP.read_text())
     (ipdir / "ip").chmod(0o755)
     sysfs, procfs = str(hw / "sys"), str(hw / "proc")
-    for role in ("hugepages", "iommu", "sriov", "gpu_nic_affinity"):
+    for role in ("host_hw", "sriov", "gpu_nic_affinity"):
         v[f"{role}_sysfs_root"] = sysfs
+    for role in ("hugepages", "iommu", "sriov", "gpu_nic_affinity"):
         v[f"{role}_etc_root"] = str(etc)
-    for role in ("hugepages", "iommu", "gpu_nic_affinity"):
+    for role in ("host_hw", "gpu_nic_affinity"):
         v[f"{role}_procfs_root"] = procfs
     v |= {
         "ansible_connection": "local",

@@ -7,8 +7,8 @@ from typing import Any
 from railyard.drivers.lab.node import HW_TREE
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
-# host's /sys and /proc (which nodes see read-only).
-TUNING_ROLES = ("hugepages", "iommu", "sriov", "gpu_nic_affinity", "verify")
+# host's /sys and /proc (which nodes see read-only). host_hw is the read hugepages and iommu share.
+TUNING_ROLES = ("host_hw", "sriov", "gpu_nic_affinity", "verify")
 
 # Slurm in a node: no systemd (daemons by pid file), this machine's /usr (packages come from
 # scripts/host-deps.sh), no cgroups delegated (linuxproc, no task binding), and counts the node

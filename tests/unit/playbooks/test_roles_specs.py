@@ -28,7 +28,16 @@ NOT_IN_SITE: dict[str, str] = {"acceptance": "playbooks/acceptance.yml, after tu
 
 def test_the_site_playbook_runs_every_role():
     plays = _yaml(PLAYBOOKS / "site.yml")
-    used = {r["role"] for play in plays for r in play["roles"]}
+    used = {r["role"] for play in plays for r in play.get("roles") or ()}
+    for play in plays:
+        for key in ("pre_tasks", "tasks", "post_tasks"):
+            for task in _tasks_of(play.get(key) or []):
+                for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                    if module in task and "tasks_from" not in task[module]:
+                        used.add(task[module]["name"])
+    for role in list(used):  # and the roles they depend on (host_hw)
+        for dep in _yaml(PLAYBOOKS / "roles" / role / "meta/main.yml").get("dependencies") or ():
+            used.add(dep if isinstance(dep, str) else dep["role"])
     assert used == set(ROLES) - set(NOT_IN_SITE)
 
 
@@ -69,15 +78,17 @@ def test_internal_variables_are_double_underscore_prefixed(role):
             assert name.startswith(f"__{role}_"), f"{role}: vars/main.yml defines {name}"
 
 
+def _tasks_of(tasks):
+    for task in tasks:
+        if "block" in task:  # a block's own tasks, and those it runs on failure or always
+            for key in ("block", "rescue", "always"):
+                yield from _tasks_of(task.get(key) or [])
+        else:
+            yield task
+
+
 def _tasks(path: Path):
-    def flat(tasks):
-        for task in tasks:
-            if "block" in task:  # a block's own tasks, and those it runs on failure or always
-                for key in ("block", "rescue", "always"):
-                    yield from flat(task.get(key) or [])
-            else:
-                yield task
-    yield from flat(_yaml(path) if path.exists() else [])
+    yield from _tasks_of(_yaml(path) if path.exists() else [])
 
 
 @pytest.mark.parametrize("role", ROLES)
