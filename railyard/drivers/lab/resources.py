@@ -286,9 +286,13 @@ def _ensure_local_storage(props: dict) -> dict:
         if storage.cache_exists(stack, name):
             storage.delete_cache(stack, name)
         return {}
-    state = storage.create_cache(stack, name, mount=cache["mount"], fs=cache["fs"], raid=cache["raid"],
-                                 drives=int(cache["drives"]), size_gib=float(cache["size_gib"]))
-    return {"cache_device": state.get("device"), "cache_note": state.get("note") or ""}
+    return _cache_outputs(storage.create_cache(stack, name, mount=cache["mount"], fs=cache["fs"], raid=cache["raid"],
+                                               drives=int(cache["drives"]), size_gib=float(cache["size_gib"])))
+
+
+def _cache_outputs(cache: dict) -> dict:
+    """What state records of a cache (storage.create_cache's or read_cache's result)."""
+    return {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
 
 
 def _mtu(nic: dict) -> dict:
@@ -388,20 +392,14 @@ class NodeStorageProvider(_LabProvider):
     their own, with this provider pickled in its state. The node's resource owns them now
     (NodeProvider), so the program no longer declares this one and the engine deletes it from
     state: that delete must leave the cache mounted (the node's update has adopted it, and the
-    node's own delete removes it). Read still reports what is there, for a refresh in between."""
-
-    INPUTS = ("stack", "node", "cache_mount", "fs", "raid", "drives", "size_gib", "pfs_mount")
-
-    def object_id(self, props):
-        return f"{props['node']}-storage"
+    node's own delete removes it). Read still reports what is there, for a refresh in between;
+    nothing creates or diffs it any more."""
 
     def observe(self, props):
         from railyard.drivers.lab import storage
 
         cache = storage.read_cache(props["stack"], props["node"])
-        if cache is None or not cache.get("mounted"):
-            return None
-        return {"cache_device": cache.get("device"), "cache_note": cache.get("note") or ""}
+        return _cache_outputs(cache) if cache and cache.get("mounted") else None
 
     def remove(self, props):
         pass
