@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from railyard.review.preview import provider_class
+from railyard.review.preview import decoded, provider_class
 
 # The engine's wire value for "not known during preview", as preview JSON prints it.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
@@ -106,7 +106,7 @@ OUTPUTS: dict[str, Callable[[str, dict], dict]] = {
     "FabricProvider": lambda urn, i: {"namespace": f"bench-{i.get('stack', '')}-fabric"},
     "SpineProvider": lambda urn, i: {},
     "NodeProvider": lambda urn, i: {"host_key": host_key(urn), **(
-        {"cache_device": "/dev/loop0", "cache_note": ""} if (i.get("spec") or {}).get("cache") else {})},
+        {"cache_device": "/dev/loop0", "cache_note": ""} if (decoded(i.get("spec")) or {}).get("cache") else {})},
     "VmProvider": lambda urn, i: {"host_key": host_key(urn)},
     # A node's storage before issue 18 (its own resource), for checkpoints of an older commit's
     # program (the before figures of a change are taken that way).

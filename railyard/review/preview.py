@@ -3,12 +3,13 @@
 Only what the engine printed is used: the URN's type chain, each step's op, old and new inputs
 (with the engine's own `[secret]` masks and unknown-value sentinel left as they are) and, where a
 provider gave one, its detailedDiff. Python dynamic providers give none, so the changed properties
-are found by comparing old and new inputs.
+are found by comparing old and new inputs (JSON held in a string as what it holds).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import pickletools
 import re
 from dataclasses import dataclass, field
@@ -215,8 +216,25 @@ def get_path(value: Any, path: Path) -> Any:
     return value
 
 
+def decoded(value: Any) -> Any:
+    """A string holding a JSON object or array as that object or array, anything else as it is.
+    Pulumi's own diff display reads such strings the same way (a lab node's `spec` is one)."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(parsed, (dict, list)):
+            return parsed
+    return value
+
+
 def diff_values(old: Any, new: Any, path: Path = ()) -> list[Change]:
-    """Leaf-level differences between two input trees, in a stable order."""
+    """Leaf-level differences between two input trees, in a stable order; JSON held in strings is
+    compared as what it holds (`decoded`), so one changed setting is one change."""
+    if old == new:
+        return []
+    old, new = decoded(old), decoded(new)
     if old == new:
         return []
     if new == UNKNOWN or old == UNKNOWN:

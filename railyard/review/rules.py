@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterable, Mapping
 
-from railyard.review.preview import SECRET, Path, Step, diff_values, format_path, provider_class
+from railyard.review.preview import SECRET, Path, Step, decoded, diff_values, format_path, provider_class
 
 
 class Disruption(IntEnum):
@@ -73,7 +73,8 @@ def holds_data(kind: str | None, step: Step) -> bool:
 def _data_input(inputs: dict | None) -> bool:
     if not isinstance(inputs, dict):
         return False
-    spec = inputs.get("spec") if isinstance(inputs.get("spec"), dict) else {}
+    spec = decoded(inputs.get("spec"))
+    spec = spec if isinstance(spec, dict) else {}
     return any(inputs.get(key) or spec.get(key) for key in DATA_INPUTS)
 
 

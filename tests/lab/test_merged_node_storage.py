@@ -142,7 +142,8 @@ def test_up_keeps_every_lab_object_and_a_second_up_plans_nothing(takeover):
     assert not any(u.endswith("-host-storage") for u in urns)
     for n in takeover.nodes:
         res = next(r for r in state["resources"] if r["urn"].endswith(f"::{n}-host"))
-        assert res["inputs"]["spec"]["cache"]["mount"] == "/mnt/cache" and res["outputs"]["cache_device"]
+        # The node's settings are one JSON string now (issue 18), the cache among them.
+        assert json.loads(res["inputs"]["spec"])["cache"]["mount"] == "/mnt/cache" and res["outputs"]["cache_device"]
     takeover.project.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes", stack=takeover.stack)
 
 

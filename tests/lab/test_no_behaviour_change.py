@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from railyard import paths
+from railyard.review.preview import decoded
 from tests.lab.railyard_project import RailyardProject, code_env, free_networks, worktree_of
 
 ROOT = paths.PROJECT_ROOT
@@ -98,8 +99,7 @@ def _routed_switch_step(name: str, step: dict) -> bool:
     if op == "create":
         return urn.endswith("-net-switches")
     if op == "update" and urn.endswith("-host") and changed_inputs(step) == {"spec"}:
-        old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
-        new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+        old, new = inputs_of(step, "old"), inputs_of(step, "new")
         return _without_rail(old.get("spec"), "mtu", "leaf") == _without_rail(new.get("spec"), "mtu", "leaf")
     return False
 
@@ -121,8 +121,7 @@ def _guest_step(step: dict) -> bool:
         return "railyard:index:GuestTuning" in urn
     if op == "update" and urn.endswith("-guest"):
         keys = changed_inputs(step)
-        old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
-        new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+        old, new = inputs_of(step, "old"), inputs_of(step, "new")
         # The VFs may gain their MTU in the same update (issue 16's, allowed by _mtu_update alone).
         return "guest" in keys and keys <= {"guest", "vfs"} and _without_mtu(old.get("vfs")) == _without_mtu(new.get("vfs"))
     return False
@@ -138,8 +137,7 @@ def merged_storage_step(step: dict) -> bool:
     if op == "delete":
         return urn.endswith("-host-storage")
     if op == "update" and urn.endswith("-host"):
-        old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
-        new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+        old, new = inputs_of(step, "old"), inputs_of(step, "new")
         return _node_settings(old) == _node_settings(new) and "cache" in (new.get("spec") or {})
     return False
 
@@ -184,8 +182,7 @@ def _without_rail_mtu(spec: Any) -> Any:
 # `mtu` (both veth ends; the VF itself) and the spine's links take it too. Updates in place,
 # nothing else in them may differ.
 def _mtu_update(step: dict) -> bool:
-    old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
-    new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+    old, new = inputs_of(step, "old"), inputs_of(step, "new")
     urn = step.get("urn", "")
     if urn.endswith("-host") and changed_inputs(step) == {"spec"}:
         return _without_rail_mtu(old.get("spec")) == _without_rail_mtu(new.get("spec"))
@@ -210,11 +207,18 @@ def _unknown(value: Any) -> bool:
     return value == UNKNOWN
 
 
+def inputs_of(step: dict, side: str) -> dict:
+    """A step's old or new inputs (preview JSON: oldState/newState; engine events: old/new), a lab
+    node's `spec` read as the settings it holds: a mapping, or since issue 18 one JSON string (the
+    same settings in either are no change; railyard.review.preview.decoded reads it so too)."""
+    inputs = (step.get(f"{side}State") or step.get(side) or {}).get("inputs") or {}
+    return {**inputs, "spec": decoded(inputs["spec"])} if "spec" in inputs else inputs
+
+
 def changed_inputs(step: dict) -> set[str]:
     """The inputs an update step changes, from its old and new state (preview JSON: oldState and
     newState; engine events: old and new)."""
-    old = (step.get("oldState") or step.get("old") or {}).get("inputs") or {}
-    new = (step.get("newState") or step.get("new") or {}).get("inputs") or {}
+    old, new = inputs_of(step, "old"), inputs_of(step, "new")
     return {k for k in set(old) | set(new) if old.get(k) != new.get(k)} or {"?"}
 
 
@@ -229,8 +233,7 @@ def allowed_update(step: dict) -> bool:
 
 
 def _hosts_differ_as_allowed(step: dict) -> bool:
-    old = ((step.get("oldState") or step.get("old") or {}).get("inputs") or {}).get("hosts")
-    new = ((step.get("newState") or step.get("new") or {}).get("inputs") or {}).get("hosts")
+    old, new = inputs_of(step, "old").get("hosts"), inputs_of(step, "new").get("hosts")
     if not isinstance(old, dict) or not isinstance(new, dict) or old.keys() != new.keys():
         return False
     if any({k: v for k, v in old[h].items() if k != "vars"} != {k: v for k, v in new[h].items() if k != "vars"}

@@ -6,11 +6,16 @@ provider into every resource's state, and dill pickles a class from an importabl
 reference (a few hundred bytes) instead of by value (its whole code, per resource). They hold no
 state, so the pickle holds no secret: it is stored in the clear (serialize_as_secret_always).
 
-Per-node resources take their settings as one nested `spec` input: the Python SDK makes a tracked
-Output of every top-level input, and those Outputs were most of what a 448-node preview cost
-beyond the engine's own work (docs/benchmarks.md). A node's `stack` and `node` went into its
-`spec` too (issue 18; a VM's stay on top); diff and the providers read every layout (`_flat`), so a
-stack written before a change converges to the new layout without an update.
+Per-node resources take their settings as one `spec` input: the Python SDK makes a tracked Output
+of every top-level input, and those Outputs were most of what a 448-node preview cost beyond the
+engine's own work (docs/benchmarks.md). A node's `spec` is a JSON document in one string (issue
+18): the engine keeps every property value of every resource as objects of its own, in inputs,
+outputs and the preview's events, about 1.4 KB per value, so a node's seventy-odd values were a
+third of a 2,500-node preview's memory; one string is one value. `pulumi preview --diff` shows a
+change inside it as a JSON diff, and `railyard review` as the paths that changed
+(railyard.review.preview.decoded). A VM's settings stay plain inputs. Diff and the providers read
+every layout (`_flat`: settings on top, in a `spec` mapping, in a `spec` string), so a stack
+written before a change converges to the new layout without an update.
 """
 
 from __future__ import annotations
@@ -26,11 +31,19 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 
 def _flat(props: dict) -> dict:
-    """A resource's inputs with its nested `spec` lifted to the top (either layout)."""
+    """A resource's inputs with its `spec` (a mapping, or one as a JSON string) lifted to the top."""
     spec = props.get("spec")
+    if isinstance(spec, str):
+        spec = json.loads(spec)
     if not isinstance(spec, dict):
         return dict(props)
     return {**{k: v for k, v in props.items() if k != "spec"}, **spec}
+
+
+def encode_spec(spec: dict) -> str:
+    """A `spec` as the one string the engine stores: keys sorted and no spaces, so equal settings
+    are always the same string."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 class _LabProvider(ResourceProvider):
@@ -322,10 +335,12 @@ class LabNode(Resource):
                  storage: dict | None, compute_cidr: str | None, authorized_key: Any, cache: dict | None = None,
                  pfs_mount: str | None = None, opts: pulumi.ResourceOptions | None = None):
         # Three top-level inputs: the SDK tracks an Output per top-level input, and the stack and
-        # node names are settings like the rest (the providers read them through `_flat`).
+        # node names are settings like the rest (the providers read them through `_flat`). The
+        # authorized key stays apart: it is an Output, unknown until the access key exists.
         super().__init__(NodeProvider(), name, {
-            "spec": {"stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails, "storage": storage,
-                     "compute_cidr": compute_cidr, "cache": cache, "pfs_mount": pfs_mount},
+            "spec": encode_spec({"stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails,
+                                 "storage": storage, "compute_cidr": compute_cidr, "cache": cache,
+                                 "pfs_mount": pfs_mount}),
             "authorized_key": authorized_key, "host_key": None,
         }, opts)
 

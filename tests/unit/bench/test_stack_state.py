@@ -46,7 +46,8 @@ def fresh_preview() -> dict:
         _step(TUNING_URN, dyn, CLUSTER, {"__provider": BLINDED, "stack": "s", "hosts": UNKNOWN, "private_key": BLINDED},
               dependencies=[NODE_URN, ACCESS_URN]),
         _step(NODE_URN, dyn, CLUSTER, {"__provider": NODE, "stack": "s", "node": "gpu-0", "authorized_key": UNKNOWN,
-                                       "spec": {"sku": "dgx-h100", "mgmt": {"address": "198.18.64.2/20"}}},
+                                       "spec": json.dumps({"sku": "dgx-h100", "mgmt": {"address": "198.18.64.2/20"},
+                                                           "cache": {"mount": "/mnt/cache"}})},
               dependencies=[ACCESS_URN], propertyDependencies={"authorized_key": [ACCESS_URN], "node": []}),
         _step(CLUSTER, "railyard:index:Cluster", STACK),
         _step(ACCESS_URN, dyn, CLUSTER, {"__provider": ACCESS, "comment": "railyard-s"},
@@ -121,6 +122,8 @@ def test_outputs_are_the_inputs_plus_what_the_lab_provider_creates():
     res = _by_urn(stack_state.checkpoint(fresh_preview(), BASE))
     node = res[NODE_URN]
     assert node["outputs"]["spec"] == node["inputs"]["spec"] and node["outputs"]["__provider"] == NODE
+    # Its spec (one JSON string, issue 18) asks for a cache, so the cache's device is an output.
+    assert node["outputs"]["cache_device"] == "/dev/loop0"
     kind, blob = node["outputs"]["host_key"].split()
     raw = base64.b64decode(blob)
     assert kind == "ssh-ed25519" and raw[4:15] == b"ssh-ed25519" and len(raw) == 4 + 11 + 4 + 32

@@ -6,6 +6,7 @@ Mocks prove wiring only; tests/engine and tests/lab run the same program on the 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pulumi
@@ -52,6 +53,12 @@ def build(stack: str, path: Path | None = None):
     return urns, {u.rsplit("::", 1)[1]: monitor.resources[u].state for u in urns}, cluster, plan, inventory
 
 
+def spec_of(inputs: dict) -> dict:
+    """A lab node's settings: one JSON string on the wire (issue 18), never a mapping of values."""
+    assert isinstance(inputs["spec"], str), "a node's spec is one string value"
+    return json.loads(inputs["spec"])
+
+
 def _resolve(output):
     fut = asyncio.get_event_loop().create_future()
     output.apply(lambda v: fut.set_result(v) if not fut.done() else None)
@@ -66,7 +73,7 @@ def lab():
 def test_one_lab_node_resource_per_planned_node_named_after_the_node(lab):
     urns, state, _, plan, _ = lab
     hosts = [u for u in urns if u.endswith("-host")]
-    assert sorted(state[u.rsplit("::", 1)[1]]["spec"]["node"] for u in hosts) == sorted(n.name for n in plan.nodes)
+    assert sorted(spec_of(state[u.rsplit("::", 1)[1]])["node"] for u in hosts) == sorted(n.name for n in plan.nodes)
 
 
 def test_node_resources_are_parented_cluster_pool_node(lab):
@@ -80,7 +87,7 @@ def test_node_resources_are_parented_cluster_pool_node(lab):
 
 def test_every_rail_nic_carries_its_sku_netdev_name_address_and_gateway(lab):
     _, state, _, plan, _ = lab
-    rails = state["gpu-0-host"]["spec"]["rails"]
+    rails = spec_of(state["gpu-0-host"])["rails"]
     node = plan.node("gpu", 0)
     assert [r["rail"] for r in rails] == list(range(8))
     # dgx-h100 names from the catalog (Table 6): rail 0 is mlx5_0 = ibp24s0, rail 1 mlx5_3 = ibp64s0.
@@ -156,9 +163,9 @@ def test_storage_tiers_give_every_node_a_cache_and_the_stack_one_object_store(la
     # The node's resource holds its cache and parallel-FS mount (issue 18): two resources a node.
     assert not any(u.endswith("-host-storage") for u in urns)
     for node in ("gpu-0", "gpu-1"):
-        cache = state[f"{node}-host"]["spec"]["cache"]
+        cache = spec_of(state[f"{node}-host"])["cache"]
         assert {k: cache[k] for k in ("mount", "fs", "raid")} == {"mount": "/mnt/cache", "fs": "xfs", "raid": "raid0"}
-        assert state[f"{node}-host"]["spec"]["pfs_mount"] == "/mnt/pfs" and cache["drives"] >= 1
+        assert spec_of(state[f"{node}-host"])["pfs_mount"] == "/mnt/pfs" and cache["drives"] >= 1
     # Under each HgxNode one resource, the node's (a mock URN's type names its parent's type).
     assert sum(u.split("::")[2].startswith("railyard:index:HgxNode$") for u in urns) == 2
     assert state["lab-storage-tiers"]["bucket"] == "datasets"

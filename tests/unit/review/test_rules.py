@@ -62,6 +62,38 @@ def test_deleting_or_replacing_a_node_with_a_cache_destroys_data():
     assert verdict_of({"steps": node_steps("delete", "gpu-3", bare)}).disruption == Disruption.REPLACES_NODES
 
 
+def _encoded(spec: dict) -> str:
+    from railyard.drivers.lab.resources import encode_spec
+
+    return encode_spec(spec)
+
+
+def test_a_node_spec_held_as_one_json_string_is_reviewed_setting_by_setting():
+    spec = {"node": "gpu-3", "cache": {"mount": "/mnt/cache", "fs": "xfs"}, "rails": [{"address": "198.19.0.2/19"}]}
+    reformat = {**spec, "cache": {"mount": "/mnt/cache", "fs": "ext4"}}
+    data = {"steps": node_steps("update", "gpu-3", {"spec": _encoded(spec)}, {"spec": _encoded(reformat)})}
+    changes = preview.load(data, "s").steps[0].changes()
+    assert [(preview.format_path(c.path), c.old, c.new) for c in changes] == [("spec.cache.fs", "xfs", "ext4")]
+    verdict = verdict_of(data)
+    assert verdict.disruption == Disruption.DESTROYS_DATA and "spec.cache.fs reformats data" in verdict.why
+    # Deleting a node whose string spec holds a cache loses the cache, as with a mapping.
+    assert verdict_of({"steps": node_steps("delete", "gpu-3", {"spec": _encoded(spec)})}).disruption \
+        == Disruption.DESTROYS_DATA
+    readdress = {**spec, "rails": [{"address": "198.19.0.9/19"}]}
+    changes = preview.load({"steps": node_steps("update", "gpu-3", {"spec": _encoded(spec)},
+                                                {"spec": _encoded(readdress)})}, "s").steps[0].changes()
+    assert [preview.format_path(c.path) for c in changes] == ["spec.rails[0].address"]
+
+
+def test_a_node_spec_moving_from_a_mapping_to_a_string_is_no_change():
+    spec = {"node": "gpu-3", "cache": None, "rails": [{"address": "198.19.0.2/19", "mtu": 4092}]}
+    data = {"steps": node_steps("update", "gpu-3", {"spec": spec}, {"spec": _encoded(spec)})}
+    assert preview.load(data, "s").steps[0].changes() == []
+    # A string that is not JSON, or JSON that is not an object or array, stays a string.
+    assert preview.decoded("{not json") == "{not json" and preview.decoded("[1]") == [1]
+    assert preview.diff_values({"k": "12"}, {"k": "13"})[0].new == "13"
+
+
 def test_the_storage_merged_into_its_node_leaves_state_only_and_destroys_nothing():
     from railyard.drivers.lab.resources import NodeProvider, NodeStorageProvider
 

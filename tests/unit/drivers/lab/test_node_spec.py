@@ -1,0 +1,48 @@
+"""A lab node's settings travel as one JSON string (issue 18): the provider reads that layout and
+the ones stacks written before hold, so a takeover plans no update and a real change still shows."""
+
+from __future__ import annotations
+
+import json
+
+from railyard.drivers.lab.resources import NodeProvider, _flat, encode_spec
+
+SPEC = {"stack": "lab", "node": "gpu-0", "sku": "dgx-h100", "mgmt": {"name": "mgmt0", "address": "198.18.64.2/20"},
+        "rails": [{"name": "ibp24s0", "rail": 0, "address": "198.19.0.2/19", "gateway": "198.19.0.1", "mtu": 4092}],
+        "storage": None, "compute_cidr": "198.19.0.0/16",
+        "cache": {"mount": "/mnt/cache", "fs": "xfs", "raid": "raid0", "drives": 8, "size_gib": 1.0},
+        "pfs_mount": "/mnt/pfs"}
+
+
+def _wire(value):
+    """What the engine hands a Python provider back from state: every number a float."""
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def test_equal_settings_are_one_string_whatever_the_key_order():
+    shuffled = dict(reversed(list(SPEC.items())))
+    assert encode_spec(shuffled) == encode_spec(SPEC) and json.loads(encode_spec(SPEC)) == SPEC
+
+
+def test_every_layout_reads_as_the_same_settings():
+    news = {"spec": encode_spec(SPEC), "authorized_key": "ssh-ed25519 AAAA"}
+    as_mapping = {"spec": _wire(SPEC), "authorized_key": "ssh-ed25519 AAAA"}  # issue 18's first layout
+    on_top = {**_wire({k: v for k, v in SPEC.items() if k not in ("cache", "pfs_mount")}),
+              "authorized_key": "ssh-ed25519 AAAA"}  # before issue 18 (cache on a resource of its own)
+    assert _flat(news)["rails"][0]["gateway"] == "198.19.0.1" and _flat(news)["node"] == "gpu-0"
+    assert not NodeProvider().diff("id", as_mapping, news).changes
+    # The older layout has no cache on the node: taking it over is that update and nothing else.
+    diff = NodeProvider().diff("id", on_top, news)
+    assert diff.changes and not diff.replaces
+
+
+def test_a_changed_setting_inside_the_string_is_an_update_or_a_replace():
+    moved = NodeProvider().diff("id", {"spec": encode_spec(SPEC)},
+                                {"spec": encode_spec({**SPEC, "rails": [{**SPEC["rails"][0], "address": "198.19.0.9/19"}]})})
+    assert moved.changes and not moved.replaces
+    renamed = NodeProvider().diff("id", {"spec": encode_spec(SPEC)}, {"spec": encode_spec({**SPEC, "node": "gpu-9"})})
+    assert renamed.replaces == ["node"]
