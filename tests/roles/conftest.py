@@ -100,9 +100,7 @@ def make_host(sku: str, work: Path, endpoint: str) -> Host:
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         # Never the host's bootloader or service manager: the handlers run a harmless command.
-        "hugepages_bootloader_command": ["true"],
-        "iommu_bootloader_command": ["true"],
-        "cpu_isolation_bootloader_command": ["true"],
+        "host_boot_bootloader_command": ["true"],
         "cpu_isolation_systemd_command": ["true"],
         "cpu_isolation_etc_root": str(etc),
         "cpu_isolation_run_root": str(work / "run"),

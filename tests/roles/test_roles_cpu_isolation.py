@@ -104,7 +104,7 @@ def host(tmp_path_factory) -> Host:
           # Never this machine's irqbalance: the drop-in and the policy script are read instead.
           "cpu_isolation_irqbalance_restart": False,
           # Never this machine's bootloader or service manager: the handlers leave a trace instead.
-          "cpu_isolation_bootloader_command": ["touch", str(work / "bootloader-ran")],
+          "host_boot_bootloader_command": ["touch", str(work / "bootloader-ran")],
           "cpu_isolation_systemd_command": ["touch", str(work / "reexec-ran")]}
     return Host("dgx-h100", work, hw, etc, work / "cache", v, work)
 

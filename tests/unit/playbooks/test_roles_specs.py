@@ -1,6 +1,7 @@
 """The roles' contracts, checked statically: argument specs match defaults, every default is
 commented, modules are documented and support check mode, names are fully qualified, templates
-carry the managed-by header, module_utils are the model's own files, reboots are gated."""
+carry the managed-by header, module_utils are the model's own files, reboots are gated, every
+notification has a handler, and one role regenerates the bootloader configuration and reboots."""
 
 from __future__ import annotations
 
@@ -150,12 +151,61 @@ def test_templates_start_with_the_managed_by_header(template):
     assert "Managed by Railyard" in first, f"{template.name}: {first!r}"
 
 
+def _task_files(role: str) -> list[Path]:
+    """Every file of the role's tasks and handlers, the entry points' includes too."""
+    return sorted(p for d in ("tasks", "handlers") for p in (PLAYBOOKS / "roles" / role / d).glob("*.yml"))
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_reboots_only_in_handlers_gated_by_reboot_ok(role):
-    for f in ("tasks/main.yml", "handlers/main.yml"):
-        for task in _tasks(PLAYBOOKS / "roles" / role / f):
+    for path in _task_files(role):
+        for task in _tasks(path):
             if "ansible.builtin.reboot" in task:
-                assert f == "handlers/main.yml", f"{role}: a reboot outside handlers"
+                assert path.parent.name == "handlers", f"{role}: a reboot outside handlers ({path.name})"
                 assert task.get("when") == f"{role}_reboot_ok | bool", f"{role}: reboot not gated by {role}_reboot_ok"
             text = yaml.safe_dump(task)
             assert "rc.local" not in text and "echo " not in text, f"{role}: {task.get('name')}"
+
+
+def _dependencies(role: str) -> set[str]:
+    out = set()
+    for dep in _yaml(PLAYBOOKS / "roles" / role / "meta/main.yml").get("dependencies") or ():
+        name = dep if isinstance(dep, str) else dep["role"]
+        out |= {name} | _dependencies(name)
+    return out
+
+
+def _notified(role: str) -> set[str]:
+    out = set()
+    for path in _task_files(role):
+        for task in _tasks(path):
+            notify = task.get("notify") or []
+            out |= {notify} if isinstance(notify, str) else set(notify)
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_notification_reaches_a_handler_of_the_role_or_its_dependencies(role):
+    heard = set()
+    for name in {role} | _dependencies(role):
+        for handler in _tasks(PLAYBOOKS / "roles" / name / "handlers/main.yml"):
+            listen = handler.get("listen") or []
+            heard |= {handler.get("name")} | ({listen} if isinstance(listen, str) else set(listen))
+    assert _notified(role) <= heard, f"{role}: nothing handles {sorted(_notified(role) - heard)}"
+
+
+def test_one_regeneration_and_one_reboot_serve_every_role_that_changes_the_kernel_command_line():
+    # Handlers of one topic run once per flush, in the order they are defined: a host whose roles
+    # changed several drop-ins regenerates its bootloader configuration once, then reboots once.
+    topic = "kernel command line changed"
+    reboots = {(role, task.get("name")) for role in ROLES for path in _task_files(role) for task in _tasks(path)
+               if "ansible.builtin.reboot" in task}
+    assert reboots == {("host_boot", "Reboot to apply the kernel command line")}
+    listeners = [(role, h["name"]) for role in ROLES for h in _tasks(PLAYBOOKS / "roles" / role / "handlers/main.yml")
+                 if topic in ([h.get("listen")] if isinstance(h.get("listen"), str) else h.get("listen") or [])]
+    assert listeners == [("host_boot", "Regenerate the bootloader configuration"),
+                         ("host_boot", "Reboot to apply the kernel command line")]
+    writers = {role for role in ROLES if topic in _notified(role)}
+    assert writers == {"hugepages", "iommu", "cpu_isolation"}
+    for role in writers:
+        assert "host_boot" in _dependencies(role), f"{role} notifies {topic!r} without depending on host_boot"
