@@ -1,6 +1,7 @@
 """Review section: `railyard review` of a pull request's edit to a 448-node stack, beside a plain
 `pulumi preview` of the same edited stack, so the ratio is what the review adds to the preview it
-runs (its `stack ls`, git, the preview's JSON and the comment).
+runs (its start, git, the preview's JSON and the comment; it lists no stacks: a stack the backend
+lacks is the preview's own error).
 
 The stack is the engine section's lab-driver stack (bench_engine.preview_config) in a copy of the
 project with a throwaway file backend (railyard/bench/stack_project.py), given state the way the

@@ -77,3 +77,14 @@ def test_review_of_named_stacks_ignores_git(checkout):
     text = checkout.railyard("review", "--stack", "rvother").stdout
     assert "- **`rvother`**: " in text and "(2 nodes added)" in text, text
     assert "_Why it is reviewed: named on the command line._" in text
+
+
+def test_a_stack_the_backend_does_not_hold_is_reported_not_previewed(checkout):
+    # Last in this module: its stack file stays in the checkout, uncommitted.
+    checkout.write_stack("rvnever", lab_config(2, "198.18.204.0/24", "198.18.205.0/24"))
+    proc = checkout.railyard("review", "--stack", "rvnever", "--stack", "rvother")
+    text = proc.stdout
+    assert "- **`rvnever`**: not previewed: the stack is not in this backend yet: its first " \
+           "`make up STACK=rvnever` creates everything it declares" in text, text
+    # The stack beside it is still previewed, from the same command.
+    assert "- **`rvother`**: " in text and "(2 nodes added)" in text, text
