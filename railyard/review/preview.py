@@ -206,7 +206,9 @@ def path_sort_key(path: Path) -> tuple:
 
 
 def get_path(value: Any, path: Path) -> Any:
+    """The value at `path`, through JSON held in strings as diff_values reads it; MISSING if none."""
     for seg in path:
+        value = decoded(value)
         if isinstance(value, dict) and seg in value:
             value = value[seg]
         elif isinstance(value, list) and isinstance(seg, int) and seg < len(value):

@@ -74,6 +74,7 @@ def test_a_node_spec_held_as_one_json_string_is_reviewed_setting_by_setting():
     data = {"steps": node_steps("update", "gpu-3", {"spec": _encoded(spec)}, {"spec": _encoded(reformat)})}
     changes = preview.load(data, "s").steps[0].changes()
     assert [(preview.format_path(c.path), c.old, c.new) for c in changes] == [("spec.cache.fs", "xfs", "ext4")]
+    assert preview.get_path({"spec": _encoded(spec)}, ("spec", "cache", "fs")) == "xfs"
     verdict = verdict_of(data)
     assert verdict.disruption == Disruption.DESTROYS_DATA and "spec.cache.fs reformats data" in verdict.why
     # Deleting a node whose string spec holds a cache loses the cache, as with a mapping.
