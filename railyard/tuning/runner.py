@@ -234,9 +234,7 @@ def run(
             kind = event.get("event")
             host, task = data.get("host", ""), data.get("task", "")
             if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
-                res = data.get("res") or {}
-                msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
-                result.failures.append(Failure(host, task, str(msg).strip()))
+                result.failures.append(Failure(host, task, failure_message(data.get("res") or {})))
             elif kind == "runner_on_ok" and isinstance((data.get("res") or {}).get("acceptance"), dict):
                 result.reports[host] = data["res"]["acceptance"]
             elif kind in ("runner_on_ok", "runner_item_on_ok") and check and (data.get("res") or {}).get("changed"):
@@ -278,6 +276,17 @@ def run(
     _scrub(run_dir, secrets)
     _prune(runs, keep_runs)
     return result
+
+
+def failure_message(res: dict) -> str:
+    """What a failed task said. A loop's own message is only "One or more items failed": what each
+    failed item said instead, named by its label (the site play checks every role's variables in
+    one loop, and the role is the item)."""
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items:
+        return "; ".join(f"{r.get('_ansible_item_label', r.get('item'))}: {failure_message(r)}" for r in items)
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
+    return str(msg).strip()
 
 
 def _end_masters(control_dir: Path) -> None:

@@ -213,3 +213,16 @@ def test_more_vfs_than_sriov_totalvfs_are_refused_before_anything_changes(tmp_pa
     assert "mlx5_0: 200 VFs requested but" in msg and "supports at most 127 (sriov_totalvfs)" in msg, msg
     numvfs = list((host.hw / "sys/bus/pci/devices").glob("*/sriov_numvfs"))
     assert numvfs and all(p.read_text().strip() == "0" for p in numvfs), "nothing changed"
+
+
+def test_a_bad_variable_of_a_late_role_is_refused_before_any_role_changes_the_host(tmp_path, s3):
+    # dataset_cache and gpu_nic_affinity run after hugepages and iommu have written their drop-ins:
+    # their variables are checked against their argument specs before the first role runs.
+    host = make_host("dgx-h100", tmp_path / "h", s3.url)
+    run = host.run(extra={"dataset_cache_fstype": "btrfs", "gpu_nic_affinity_nccl_cross_nic": 5})
+    assert run.rc != 0
+    msg = " ".join(run.failed_tasks())
+    assert "dataset_cache_fstype" in msg and "btrfs" in msg, msg
+    assert "gpu_nic_affinity_nccl_cross_nic" in msg, msg
+    assert not list(host.etc.rglob("*.cfg")), "no role wrote its drop-in"
+    assert not host.cache.exists() or not any(host.cache.iterdir())

@@ -42,6 +42,32 @@ def test_the_site_playbook_runs_every_role():
     assert used == set(ROLES) - set(NOT_IN_SITE)
 
 
+def test_a_role_the_site_play_runs_without_its_own_argument_check_is_checked_up_front():
+    # rolespec_validate: false saves a task per role and host only if the play's first task checks
+    # the same variables against the same spec, before any role runs.
+    plays = _yaml(PLAYBOOKS / "site.yml")
+    unchecked, checked = set(), None
+    for play in plays:
+        for key in ("pre_tasks", "tasks", "post_tasks"):
+            for task in _tasks_of(play.get(key) or []):
+                for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                    if module in task and task[module].get("rolespec_validate") is False:
+                        unchecked.add((task[module]["name"], task[module].get("tasks_from", "main")))
+                if "ansible.builtin.validate_argument_spec" in task:
+                    assert checked is None, "one up-front check"
+                    assert play is plays[0] and task in _tasks_of(plays[0].get("pre_tasks") or []), \
+                        "the check runs before the roles"
+                    assert "always" in task.get("tags", []), "checked under --tags too, as Ansible's own check is"
+                    checked = set(task["loop"])
+    assert unchecked and checked is not None
+    for role, entry in sorted(unchecked):
+        assert role in checked, f"{role} runs with rolespec_validate false and is not in the up-front check"
+        specs = _yaml(PLAYBOOKS / "roles" / role / "meta/argument_specs.yml")["argument_specs"]
+        assert specs[entry]["options"] == specs["main"]["options"], \
+            f"{role}:{entry} has options of its own; the up-front check reads main's"
+    assert checked == {role for role, _ in unchecked}, "a role checked up front that the play checks itself"
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_argument_specs_and_defaults_name_the_same_variables_with_the_same_values(role):
     defaults = _yaml(PLAYBOOKS / "roles" / role / "defaults/main.yml")

@@ -45,3 +45,16 @@ def test_with_the_agents_key_the_inventory_lets_ssh_offer_the_agents_identities(
     assert "IdentitiesOnly=yes" in own["all"]["vars"]["ansible_ssh_common_args"]
     assert "IdentitiesOnly" not in agent["all"]["vars"]["ansible_ssh_common_args"]
     assert agent["all"]["hosts"]["gpu-0"]["ansible_user"] == "admin"
+
+
+def test_a_failed_loop_reports_what_each_failed_item_said_not_ansibles_summary():
+    res = {"failed": True, "msg": "One or more items failed", "results": [
+        {"item": "hugepages", "changed": False, "msg": "The arg spec validation passed"},
+        {"item": "sriov", "failed": True, "msg": "Validation of arguments failed:\nsriov_pfs must be a list"},
+        {"_ansible_item_label": "dataset_cache", "item": {"name": "x"}, "failed": True,
+         "msg": "value of dataset_cache_fstype must be one of: xfs, ext4, got: btrfs"},
+    ]}
+    msg = runner.failure_message(res)
+    assert msg == ("sriov: Validation of arguments failed:\nsriov_pfs must be a list; "
+                   "dataset_cache: value of dataset_cache_fstype must be one of: xfs, ext4, got: btrfs")
+    assert runner.failure_message({"failed": True, "stderr": " no such file \n"}) == "no such file"
