@@ -55,9 +55,10 @@ def test_a_role_the_site_play_runs_without_its_own_argument_check_is_checked_up_
                         unchecked.add((task[module]["name"], task[module].get("tasks_from", "main")))
                 if "ansible.builtin.validate_argument_spec" in task:
                     assert checked is None, "one up-front check"
-                    assert play is plays[0] and task in _tasks_of(plays[0].get("pre_tasks") or []), \
-                        "the check runs before the roles"
-                    assert "always" in task.get("tags", []), "checked under --tags too, as Ansible's own check is"
+                    assert play is plays[0] and task is (play.get("pre_tasks") or [None])[0], \
+                        "the check runs before anything else, outside any block"
+                    assert task.get("any_errors_fatal") is True, "a host that fails it stops the run"
+                    assert task.get("tags") == ["always"], "no role's --tags or --skip-tags skips it"
                     checked = set(task["loop"])
     assert unchecked and checked is not None
     for role, entry in sorted(unchecked):
