@@ -31,11 +31,10 @@ def test_the_site_playbook_runs_every_role():
     plays = _yaml(PLAYBOOKS / "site.yml")
     used = {r["role"] for play in plays for r in play.get("roles") or ()}
     for play in plays:
-        for key in ("pre_tasks", "tasks", "post_tasks"):
-            for task in _tasks_of(play.get(key) or []):
-                for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
-                    if module in task and "tasks_from" not in task[module]:
-                        used.add(task[module]["name"])
+        for task in _play_tasks(play):
+            for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                if module in task and "tasks_from" not in task[module]:
+                    used.add(task[module]["name"])
     for role in list(used):  # and the roles they depend on (host_hw)
         for dep in _yaml(PLAYBOOKS / "roles" / role / "meta/main.yml").get("dependencies") or ():
             used.add(dep if isinstance(dep, str) else dep["role"])
@@ -48,18 +47,17 @@ def test_a_role_the_site_play_runs_without_its_own_argument_check_is_checked_up_
     plays = _yaml(PLAYBOOKS / "site.yml")
     unchecked, checked = set(), None
     for play in plays:
-        for key in ("pre_tasks", "tasks", "post_tasks"):
-            for task in _tasks_of(play.get(key) or []):
-                for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
-                    if module in task and task[module].get("rolespec_validate") is False:
-                        unchecked.add((task[module]["name"], task[module].get("tasks_from", "main")))
-                if "ansible.builtin.validate_argument_spec" in task:
-                    assert checked is None, "one up-front check"
-                    assert play is plays[0] and task is (play.get("pre_tasks") or [None])[0], \
-                        "the check runs before anything else, outside any block"
-                    assert task.get("any_errors_fatal") is True, "a host that fails it stops the run"
-                    assert task.get("tags") == ["always"], "no role's --tags or --skip-tags skips it"
-                    checked = set(task["loop"])
+        for task in _play_tasks(play):
+            for module in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                if module in task and task[module].get("rolespec_validate") is False:
+                    unchecked.add((task[module]["name"], task[module].get("tasks_from", "main")))
+            if "ansible.builtin.validate_argument_spec" in task:
+                assert checked is None, "one up-front check"
+                assert play is plays[0] and task is (play.get("pre_tasks") or [None])[0], \
+                    "the check runs before anything else, outside any block"
+                assert task.get("any_errors_fatal") is True, "a host that fails it stops the run"
+                assert task.get("tags") == ["always"], "no role's --tags or --skip-tags skips it"
+                checked = set(task["loop"])
     assert unchecked and checked is not None
     for role, entry in sorted(unchecked):
         assert role in checked, f"{role} runs with rolespec_validate false and is not in the up-front check"
@@ -113,6 +111,11 @@ def _tasks_of(tasks):
                 yield from _tasks_of(task.get(key) or [])
         else:
             yield task
+
+
+def _play_tasks(play):
+    for key in ("pre_tasks", "tasks", "post_tasks"):
+        yield from _tasks_of(play.get(key) or [])
 
 
 def _tasks(path: Path):
