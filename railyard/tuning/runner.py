@@ -155,6 +155,15 @@ def _change_lines(host: str, task: str, res: dict) -> list[Change]:
     return out or [Change(host, task, "current", "changed")]
 
 
+def ansible_env() -> dict[str, str]:
+    """What every ansible-runner run of the playbooks sets: their ansible.cfg, and the callback
+    directory that ansible-runner's own ANSIBLE_CALLBACK_PLUGINS would otherwise hide from it
+    (ansible.cfg's callback_plugins counts only where that variable is unset), where
+    railyard_warmup lives."""
+    return {"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+            "ANSIBLE_CALLBACK_PLUGINS": str(PLAYBOOKS / "callback_plugins")}
+
+
 def run(
     stack: str,
     hosts: list[Host],
@@ -196,7 +205,7 @@ def run(
     secrets = [private_key or "", *(secret_env or {}).values(), *(str(v) for v in (secret_vars or {}).values())]
     with tempfile.TemporaryDirectory(prefix="railyard-key-") as keydir:
         env = {
-            "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+            **ansible_env(),
             # ansible-runner turns host key checking off unless told otherwise, and ssh takes the
             # first StrictHostKeyChecking it is given: the inventory's pinned keys would not count.
             "ANSIBLE_HOST_KEY_CHECKING": "True",

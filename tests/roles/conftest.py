@@ -15,6 +15,7 @@ from railyard.drivers.lab import hwtree
 from railyard.model.catalog import load_catalog
 from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
+from railyard.tuning.runner import ansible_env
 from railyard.tuning.vars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ class Host:
         r = ansible_runner.run(
             private_data_dir=str(pdd), project_dir=str(PLAYBOOKS), playbook=playbook,
             inventory=inventory, cmdline=cmdline, quiet=True, tags=tags,
-            envvars={"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            envvars={**ansible_env(), "ANSIBLE_NOCOLOR": "1",
                      # The venv's ansible-playbook, whichever way pytest was started.
                      "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
         )
