@@ -17,9 +17,10 @@ DOCUMENTATION = """
     type: aggregate
     short_description: load Jinja's filter and test plugins once, before Ansible forks its workers
     description:
-      - At the playbook's start, templates one expression that uses a filter and a test, so that the
-        builtin filter and test plugins and the Jinja lexer are loaded in the controller's process
-        and inherited by every worker it forks, instead of loaded by each.
+      - At the playbook's start, lists the builtin filter and test plugins and templates one
+        expression that uses a filter and a test, so that those plugins and the Jinja lexer are
+        loaded in the controller's process and inherited by every worker it forks, instead of
+        loaded by each.
     requirements:
       - enabled in callbacks_enabled (playbooks/ansible.cfg)
 """
@@ -41,8 +42,9 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_start(self, playbook):
         # Not before: the playbook's roles and collections have added their plugin paths by now.
-        # The loaders' own listing fills their caches by name as well as loading the modules (a
-        # tenth less again in the measurement); the template builds the Jinja lexer.
+        # The loaders' own listing fills their caches by name as well as loading the modules
+        # (2.5 controller CPU-s per host against 2.6 with the template alone, where it was
+        # measured); the template builds the Jinja lexer.
         for loader in (filter_loader, test_loader):
             for _ in loader.all():
                 pass
