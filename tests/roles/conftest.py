@@ -20,6 +20,13 @@ from railyard.tuning.vars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
+
+
+def runner_env(base: dict[str, str] | None = None, *, path_first: str | None = None) -> dict[str, str]:
+    """A role test's ansible-runner environment: Railyard's own (`ansible_env()`) unless `base` is
+    given, no colour, and the venv's ansible-playbook whichever way pytest was started."""
+    path = [*([path_first] if path_first else []), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    return {**(ansible_env() if base is None else base), "ANSIBLE_NOCOLOR": "1", "PATH": os.pathsep.join(path)}
 FAKE_IP = Path(__file__).resolve().parent / "fake_ip.py"
 STACKS = {"dgx-h100": "lab", "vela-a100": "lab-virtual"}
 DATASET = {"train/shard-000.bin": bytes(range(256)) * 12, "train/shard-001.bin": b"railyard" * 900,
@@ -71,9 +78,7 @@ class Host:
         r = ansible_runner.run(
             private_data_dir=str(pdd), project_dir=str(PLAYBOOKS), playbook=playbook,
             inventory=inventory, cmdline=cmdline, quiet=True, tags=tags,
-            envvars={**ansible_env(), "ANSIBLE_NOCOLOR": "1",
-                     # The venv's ansible-playbook, whichever way pytest was started.
-                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+            envvars=runner_env(),
         )
         return Run(r.status, r.rc, r.stats or {}, list(r.events), r.stdout.read())
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from railyard.tuning.runner import ansible_env
-from tests.roles.conftest import Run
+from tests.roles.conftest import Run, runner_env
 from tests.unit.playbooks.test_rail_network import (IB, IB_IFUPDOWN, IB_NETPLAN, IB_NETWORKD_RAIL0, ROCE, ROCE_CIDR,
                                                     ROCE_IFUPDOWN, ROCE_NETPLAN, ROCE_NETWORKD_RAIL0,
                                                     ROCE_NETWORKD_RAIL1)
@@ -95,8 +94,7 @@ class Host:
             private_data_dir=str(pdd), project_dir=str(self.work / "project"), playbook="rail.yml",
             inventory={"all": {"hosts": {"node": hostvars}}}, cmdline="--diff" + (" --check" if check else ""),
             quiet=True,
-            envvars={**ansible_env(), "ANSIBLE_NOCOLOR": "1",
-                     "PATH": f"{self.bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+            envvars=runner_env(path_first=str(self.bin)),
         )
         return Run(r.status, r.rc, r.stats or {}, list(r.events), r.stdout.read())
 

@@ -4,13 +4,13 @@ directory (ansible-runner's own ANSIBLE_CALLBACK_PLUGINS hides ansible.cfg's cal
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from railyard.tuning.runner import PLAYBOOKS, ansible_env
+from tests.roles.conftest import runner_env
 
 pytestmark = pytest.mark.roles
 
@@ -49,8 +49,7 @@ def _loaded(tmp_path: Path, env: dict[str, str]) -> list[str]:
         private_data_dir=str(pdd), project_dir=str(project), playbook="probe.yml", quiet=True,
         inventory={"all": {"hosts": {"node": {"ansible_connection": "local",
                                               "ansible_python_interpreter": sys.executable}}}},
-        envvars={**env, "ANSIBLE_ACTION_PLUGINS": str(tmp_path / "action"), "ANSIBLE_NOCOLOR": "1",
-                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+        envvars={**runner_env(env), "ANSIBLE_ACTION_PLUGINS": str(tmp_path / "action")})
     assert r.rc == 0, r.stdout.read()
     (ok,) = [e for e in r.events if e.get("event") == "runner_on_ok"]
     return ok["event_data"]["res"]["loaded"]
