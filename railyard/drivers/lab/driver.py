@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from railyard.drivers.base import Access, Driver, NodeHandle
-from railyard.drivers.lab import control_plane, resources
+from railyard.drivers.lab import resources
 from railyard.drivers.lab.storage.cache import MAX_DRIVES
 from railyard.model.plan import NodePlan, VmPlan
 
@@ -92,6 +92,10 @@ class LabDriver(Driver):
 
     def kubeconfig(self, name: str, parent: pulumi.Resource, depends_on: list[pulumi.Resource]) -> pulumi.Output[str]:
         """The lab's own control plane at the plan's `kubernetes` address on the management network."""
+        # Imported here: only a stack with the Kubernetes layer needs it, and with its PKI and the
+        # control plane's binaries it is a third of what the program imports from the driver.
+        from railyard.drivers.lab import control_plane
+
         mgmt = self.plan.networks.management
         nets = self.plan.networks
         service_cidr, pod_cidr = control_plane.cluster_ranges([mgmt.cidr, nets.storage.cidr, nets.compute.cidr])
