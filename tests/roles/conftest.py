@@ -20,6 +20,10 @@ from railyard.tuning.vars import host_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
+FAKE_IP = Path(__file__).resolve().parent / "fake_ip.py"
+STACKS = {"dgx-h100": "lab", "vela-a100": "lab-virtual"}
+DATASET = {"train/shard-000.bin": bytes(range(256)) * 12, "train/shard-001.bin": b"railyard" * 900,
+           "train/labels/index.json": b'{"classes": 10}', "eval/other.bin": b"not staged"}
 
 
 def runner_env(base: dict[str, str] | None = None, *, path_first: str | None = None) -> dict[str, str]:
@@ -27,10 +31,6 @@ def runner_env(base: dict[str, str] | None = None, *, path_first: str | None = N
     given, no colour, and the venv's ansible-playbook whichever way pytest was started."""
     path = [*([path_first] if path_first else []), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
     return {**(ansible_env() if base is None else base), "ANSIBLE_NOCOLOR": "1", "PATH": os.pathsep.join(path)}
-FAKE_IP = Path(__file__).resolve().parent / "fake_ip.py"
-STACKS = {"dgx-h100": "lab", "vela-a100": "lab-virtual"}
-DATASET = {"train/shard-000.bin": bytes(range(256)) * 12, "train/shard-001.bin": b"railyard" * 900,
-           "train/labels/index.json": b'{"classes": 10}', "eval/other.bin": b"not staged"}
 
 
 @dataclass
