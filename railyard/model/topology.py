@@ -559,6 +559,12 @@ def _affinity(row: _Row, columns: list[str], header_cols: list[int] | None, sour
             return {**out, **dict(zip(rest, values))}
         gap = texts.index("") if "" in texts else len(texts)
         if any(texts[gap:]):
+            slots = _printed_slots(columns)
+            whole = [t for _, t in fields]
+            if row.ended:  # printed to its end: the fields after the last value are empty cells
+                whole += [""] * (len(slots) - len(whole))
+            if len(whole) == len(slots) and all(not t for t, c in zip(whole, slots) if c is None):
+                return {c: t for t, c in zip(whole, slots) if c is not None}
             raise ambiguous
         if row.ended:  # printed to its end: the columns after the values are empty cells
             return {**out, **dict.fromkeys(rest, ""), **dict(zip(rest, values))}
@@ -578,6 +584,21 @@ def _affinity(row: _Row, columns: list[str], header_cols: list[int] | None, sour
     if last < len(columns) - 1:
         placed.pop(columns[last], None)  # the row stops early: its last value may be cut
     return placed
+
+
+def _printed_slots(columns: list[str]) -> list[str | None]:
+    """The tab-separated fields nvidia-smi prints for these columns, in order: each cell ends in a
+    tab, and NUMA Affinity in two where GPU NUMA ID follows (None: that empty field). Every complete
+    real row shows it, e.g. `0-63,128-191<tab>0<tab><tab>N/A` (b300_9nic_ansi_bond_sglang26039.tsv),
+    and so does a row whose affinities a container left empty: `<tab><tab><tab>N/A` after the last
+    class cell's own tab is CPU Affinity "", NUMA Affinity "" and GPU NUMA ID N/A
+    (nv12_2gpu_8nic_empty_affinity_vllm19607_excerpt.txt)."""
+    slots: list[str | None] = []
+    for i, name in enumerate(columns):
+        slots.append(name)
+        if name == "NUMA Affinity" and columns[i + 1:i + 2] == ["GPU NUMA ID"]:
+            slots.append(None)
+    return slots
 
 
 def _infer_header(rows: list[_Row], source: str) -> list[str]:

@@ -32,6 +32,10 @@ EXPECTED = {
     "azure_ndv5_h100_topo.xml": (True, 8, 8, 8),
     "dgx_a100_nccl1505_dump_excerpt.xml": (False, 1, 3, 0),
     "hgx_h100_simai128_excerpt.xml": (False, 2, 1, 1),
+    "tesla_p4_1gpu_numa_affinity_na_hami99.tsv": (True, 1, 0, 0),
+    "rtx4090_8gpu_2nic_gpu_numa_id_na_gpuallocator17.tsv": (True, 8, 2, 2),
+    "rtx5090_2gpu_gpu_numa_id_na_club3090_1140.tsv": (True, 2, 0, 0),
+    "nv12_2gpu_8nic_empty_affinity_vllm19607_excerpt.txt": (False, 2, 8, 2),
     "lenovo_sd665n_v3_4xh100_lspci_t.txt": None,
     "lenovo_sd665n_v3_nic_numa.txt": None,
 }
@@ -297,9 +301,17 @@ def test_an_empty_cell_that_the_spacing_cannot_place_is_refused_naming_the_row()
         parse_topology_text(text, "squeezed")
 
 
-def test_a_gap_between_affinity_values_that_could_be_either_column_is_refused():
-    # Derived from B300: GPU2's NUMA Affinity emptied, so "1" after the gap could be NUMA or GPU NUMA ID.
+def test_an_empty_numa_affinity_between_values_is_read_by_the_tabs_nvidia_smi_prints():
+    # Derived from B300: GPU0-2's NUMA Affinity emptied as nvidia-smi prints an empty cell (its tab,
+    # then NUMA Affinity's second tab), so "1" is the GPU NUMA ID, as in vllm #19607's real rows.
     text = _text(B300).replace("0-63,128-191\t0\t\tN/A", "0-63,128-191\t\t\t1", 3)
+    gpu0 = parse_topology_text(text, "gap").gpus[0]
+    assert (gpu0.numa, gpu0.numa_inferred, gpu0.cpu_affinity) == (None, False, "0-63,128-191")
+
+
+def test_a_gap_between_affinity_values_that_nvidia_smi_never_prints_is_refused():
+    # Derived from B300: one tab more than any print of nvidia-smi's, so "1" could be NUMA or GPU NUMA ID.
+    text = _text(B300).replace("0-63,128-191\t0\t\tN/A", "0-63,128-191\t\t\t\t1", 3)
     with pytest.raises(TopologyError, match="row GPU0 has 2 values"):
         parse_topology_text(text, "gap")
 
@@ -496,3 +508,66 @@ def test_a_gpu_nic_cell_that_is_not_a_pcie_class_is_refused(cell):
     text = f"\tGPU0\tNIC0\nGPU0\t X \t{cell}\nNIC0\t{cell}\t X \n"
     with pytest.raises(TopologyError, match="GPU0-NIC0 is"):
         parse_topology_text(text, "bad")
+
+
+# --- N/A cells: containers, VMs and older drivers (issue 38) -----------------------------------------
+
+
+def test_a_numa_affinity_of_na_is_unknown_and_the_cpu_affinity_beside_it_is_kept():
+    # HAMi #99: a Tesla P4 whose driver prints N/A for both NUMA columns.
+    topo = _read("tesla_p4_1gpu_numa_affinity_na_hami99.tsv")
+    (gpu,) = topo.gpus
+    assert (gpu.numa, gpu.numa_inferred, gpu.cpu_affinity) == (None, False, "0-7")
+    assert "NUMA Affinity empty or N/A for GPU0: NUMA unknown" in topo.notes
+
+
+@pytest.mark.parametrize("name, numa", [
+    ("rtx4090_8gpu_2nic_gpu_numa_id_na_gpuallocator17.tsv", [0] * 4 + [1] * 4),
+    ("rtx5090_2gpu_gpu_numa_id_na_club3090_1140.tsv", [0, 0]),
+])
+def test_a_gpu_numa_id_of_na_leaves_the_stated_numa_affinity_in_place(name, numa):
+    topo = _read(name)
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(n, False) for n in numa]
+    assert not any("NUMA unknown" in n for n in topo.notes)
+
+
+def test_nic_numa_is_inferred_and_marked_so_beside_gpus_whose_numa_id_is_na():
+    # go-gpuallocator #17: both NICs PHB to GPU6 (NUMA 1); nothing states their own node.
+    topo = _read("rtx4090_8gpu_2nic_gpu_numa_id_na_gpuallocator17.tsv")
+    assert [(n.name, n.numa, n.numa_inferred) for n in topo.nics] == [("NIC0", 1, True), ("NIC1", 1, True)]
+
+
+def test_empty_affinities_before_a_gpu_numa_id_of_na_read_as_unknown_not_refused():
+    # vllm #19607: the affinity cells a container leaves empty, then N/A, as a terminal printed it.
+    topo = _read("nv12_2gpu_8nic_empty_affinity_vllm19607_excerpt.txt")
+    assert [(g.numa, g.numa_inferred, g.cpu_affinity) for g in topo.gpus] == [(None, False, None)] * 2
+    assert all(n.numa is None for n in topo.nics), "nothing on the node states a NUMA node to infer from"
+    assert topo.pairing() == {"GPU0": "NIC6", "GPU1": "NIC7"}
+    assert "NUMA Affinity empty or N/A for GPU0, GPU1: NUMA unknown" in topo.notes
+
+
+def test_the_empty_affinity_rows_read_the_same_with_their_tabs_back():
+    # The terminal's 8-column stops turned back into the tabs nvidia-smi printed.
+    text = _text("nv12_2gpu_8nic_empty_affinity_vllm19607_excerpt.txt")
+    tabbed = "\n".join(re.sub(r" {2,}", lambda m: "\t" * -(-len(m.group()) // 8), line) if line[:3] in ("GPU", "NIC")
+                       else line for line in text.splitlines())
+    assert "PXB\t\t\t\tN/A" in tabbed
+    _same_reading(parse_topology_text(tabbed), _read("nv12_2gpu_8nic_empty_affinity_vllm19607_excerpt.txt"))
+
+
+@pytest.mark.parametrize("form", ["tabs", "terminal spaces"])
+def test_a_cpu_affinity_of_na_is_unknown_like_an_empty_one(form):
+    # Derived from club-3090 #1140: CPU Affinity N/A (no real print of it was found; the issue
+    # reports them), NUMA Affinity still 0.
+    text = _text("rtx5090_2gpu_gpu_numa_id_na_club3090_1140.tsv").replace("\t0-63\t0\t", "\tN/A\t0\t", 1)
+    if form == "terminal spaces":
+        text = "\n".join(line.expandtabs(8) for line in text.splitlines())
+    gpu0 = parse_topology_text(text).gpus[0]
+    assert (gpu0.numa, gpu0.numa_inferred, gpu0.cpu_affinity) == (0, False, None)
+
+
+def test_every_affinity_cell_of_na_leaves_the_gpu_unknown_and_is_not_refused():
+    # Derived from club-3090 #1140: all three columns N/A, each followed by the tabs nvidia-smi prints.
+    text = _text("rtx5090_2gpu_gpu_numa_id_na_club3090_1140.tsv").replace("\t0-63\t0\t\tN/A", "\tN/A\tN/A\t\tN/A")
+    topo = parse_topology_text(text)
+    assert [(g.numa, g.cpu_affinity) for g in topo.gpus] == [(None, None)] * 2
