@@ -517,8 +517,12 @@ def address_problems(spec: Any, catalog: Any = None, fabric_plan: Any = None) ->
         return problems
     for need in address_needs(spec, catalog, fabric_plan):
         if need.cidr is not None and not need.ok:
-            problems.append(Problem(need.path, need.cidr, f"a /{need.prefixlen} or larger ({need.needed} addresses)",
-                                    need.detail))
+            # Past a /8 no private range holds it, and past /0 the prefix itself reads as nonsense
+            # ("a /-1"): what is wrong then is the count behind it, so the detail says which.
+            allowed = (f"a /{need.prefixlen} or larger ({need.needed} addresses)" if need.prefixlen >= 8 else
+                       f"{need.needed} addresses, more than the largest private IPv4 range holds (10.0.0.0/8: "
+                       f"{1 << 24}); the counts behind it are too large")
+            problems.append(Problem(need.path, need.cidr, allowed, need.detail))
     asns = asn_need(spec, fabric_plan)
     if asns is not None and asns[0] > asns[1]:
         problems.append(Problem("railyard:fabric.compute.asnBase", str(spec.fabric.compute.asn_base),

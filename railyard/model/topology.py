@@ -18,8 +18,11 @@ damaged header (checked against, and if need be rebuilt from, the X diagonal of 
 NICs named by a NIC Legend or by the column headers of older drivers. Class cells that lost the
 tab between them (PXBNODE) are split and checked across the diagonal, the matrix being symmetric;
 a row that lost a cell, or whose affinity cells cannot be told apart, is refused naming the row,
-never read from shifted columns. A GPU's NUMA node is the NUMA Affinity cell its row shows; an
-empty or N/A cell is unknown, not inferred.
+never read from shifted columns. Empty affinity cells between values are told apart by the tabs
+nvidia-smi prints (NUMA Affinity ends in two before GPU NUMA ID), in tabs or in a terminal's
+spaces. A GPU's NUMA node is the NUMA Affinity cell its row shows; an empty or N/A cell (as
+containers, VMs and older drivers print them) is unknown, not inferred; N/A or empty CPU Affinity
+is no CPU list.
 
 Excerpts (lines starting `# [EXCERPT` or `<!--`, truncated rows, missing header) give a topology with
 `complete = False` and notes saying what is missing; anything that is neither format (an `lspci`

@@ -142,6 +142,25 @@ def test_a_cache_drive_holding_data_an_array_without_md_or_a_missing_fs_client_i
     assert "gpu-3: task 'Check the cache drives (changes nothing)': refusing the cache drives: /dev/nvme2n1 " \
            "holds an ext4 signature" in out, out[-4000:]
     node.run_in_node(servers.stack, "srv-3", ["wipefs", "-a", "-q", "/dev/nvme2n1"], check=True)
+    # The cache's mount point as two hosts resolve it (issue 38): one's /mnt/cache is the site's
+    # own scratch mount, the other's a symlink into /etc. The stack is valid; only the hosts differ.
+    run = node.run_in_node
+    assert run(servers.stack, "srv-1", ["sh", "-c", "test ! -e /mnt/cache"]).returncode == 0
+    run(servers.stack, "srv-1", ["sh", "-c", "mkdir /mnt/cache && mount -t tmpfs -o size=8m site-scratch /mnt/cache"],
+        check=True)
+    run(servers.stack, "srv-2", ["ln", "-s", "/etc/railyard-cache", "/mnt/cache"], check=True)
+    try:
+        out = up_fails(project)
+    finally:
+        run(servers.stack, "srv-1", ["sh", "-c", "umount /mnt/cache && rmdir /mnt/cache"], check=True)
+        run(servers.stack, "srv-2", ["rm", "/mnt/cache"], check=True)
+    assert "gpu-1: task 'Check the cache's mount point (changes nothing)': refusing the mount point /mnt/cache: it " \
+           "is already a mount of site-scratch (tmpfs) that Railyard did not make" in out, out[-4000:]
+    assert "gpu-2: task 'Check the cache's mount point (changes nothing)': refusing the mount point /mnt/cache: " \
+           "this host resolves it to /etc/railyard-cache, and /etc is a directory the operating system lives in" \
+           in out, out[-4000:]
+    assert "set railyard:storage.localCache.mount to another path" in out
+    assert run(servers.stack, "srv-2", ["test", "-e", "/etc/railyard-cache"]).returncode != 0
     # An array over eight drives needs md, which this kernel lacks: refused by name, not shrunk.
     config = copy.deepcopy(project.config)
     config["railyard:storage"] = {"localCache": {"raid": "raid0"}}

@@ -202,3 +202,17 @@ def test_a_moved_mount_point_is_mounted_first_and_the_old_one_then_taken_out(ns)
     assert ns.fstab.read_text() == SITE_FSTAB + line(ns) + "\n"
     assert not old.exists() and "previous" not in json.loads(ns.record.read_text())
     assert ns.module(state="absent")["changed"] and ns.fstab.read_text() == SITE_FSTAB and not ns.mount.exists()
+
+
+def test_a_mount_point_reached_through_a_symlink_is_found_so_a_second_run_changes_nothing(ns):
+    # As on a host whose /mnt is a symlink: the mount table shows the resolved path, never the link.
+    real = ns.tmp / "real"
+    real.mkdir()
+    (ns.tmp / "link").symlink_to(real)
+    ns.mount = ns.tmp / "link" / "pfs"
+    assert ns.module()["changed"]
+    mounted = ns.run("findmnt", "-n", "-r", "-o", "SOURCE", "--mountpoint", str(real / "pfs")).stdout.split()
+    assert mounted == [SOURCE]
+    again = ns.module()
+    assert not again["changed"] and not again.get("failed"), again
+    assert ns.module(state="absent")["changed"] and not (real / "pfs").exists()

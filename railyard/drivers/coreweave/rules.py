@@ -38,6 +38,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # CKS's minor version form, `v1.35` (the SDK's CksCluster.version); `1.35` is read as the same.
 _VERSION = re.compile(r"^v?1\.[0-9]{2}$")
 NAME_MAX = 30
+# S3's lifecycle API carries Days and DaysAfterInitiation as 32-bit integers.
+S3_MAX_DAYS = 2**31 - 1
 """CoreWeave's limit on VPC and CKS cluster names."""
 
 
@@ -281,8 +283,9 @@ def _object_storage(r: _Reader, s: Mapping, spec: Any) -> ObjectStorage:
         if status not in LIFECYCLE_STATUSES:
             r.problem(f"{rp}.status", show(status), "Enabled or Disabled", did_you_mean(status, LIFECYCLE_STATUSES))
         prefix = r.string(rm, "prefix", f"{rp}.prefix", "an object key prefix")
-        days = r.integer(rm, "expirationDays", f"{rp}.expirationDays", 1)
-        abort = r.integer(rm, "abortIncompleteMultipartUploadDays", f"{rp}.abortIncompleteMultipartUploadDays", 1)
+        days = r.integer(rm, "expirationDays", f"{rp}.expirationDays", 1, S3_MAX_DAYS)
+        abort = r.integer(rm, "abortIncompleteMultipartUploadDays", f"{rp}.abortIncompleteMultipartUploadDays", 1,
+                          S3_MAX_DAYS)
         if days is None and abort is None and rid is not None:
             r.problem(rp, "a rule that does nothing", "expirationDays or abortIncompleteMultipartUploadDays")
         if rid is not None:

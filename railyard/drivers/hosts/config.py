@@ -19,6 +19,9 @@ HOST_KEY_MODES = ("pinned", "trust-on-first-use")
 DEFAULT_USER = "root"
 DEFAULT_REBOOT_COMMAND = "systemctl reboot"
 DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
+# A day: a server that has not answered by then needs a person, and the wait holds every later
+# host of its pool's rolling reboot.
+MAX_REBOOT_TIMEOUT_SECONDS = 86_400
 
 SSH_AGENT = "agent"
 

@@ -24,7 +24,8 @@ from typing import Any, Mapping, Sequence
 
 from railyard.drivers.hosts import inventory as inventory_file
 from railyard.drivers.hosts.config import (
-    DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES, SSH_AGENT,
+    DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES,
+    MAX_REBOOT_TIMEOUT_SECONDS, SSH_AGENT,
     Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
 )
 from railyard.model.errors import Problem
@@ -410,7 +411,8 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
     command = r.string(rm, "command", f"{rpath}.command", "a command line") or DEFAULT_REBOOT_COMMAND
     if "\n" in command:
         r.problem(f"{rpath}.command", _show(command), "one command line", "chain commands with && on one line")
-    timeout = r.integer(rm, "timeoutSeconds", f"{rpath}.timeoutSeconds", 1) or DEFAULT_REBOOT_TIMEOUT_SECONDS
+    timeout = r.integer(rm, "timeoutSeconds", f"{rpath}.timeoutSeconds", 1, MAX_REBOOT_TIMEOUT_SECONDS) \
+        or DEFAULT_REBOOT_TIMEOUT_SECONDS
     budget = r.budget(rm, "maxUnavailable", f"{rpath}.maxUnavailable") or Budget()
     reboot = Reboot(command=command, timeout_seconds=timeout, max_unavailable=budget)
 

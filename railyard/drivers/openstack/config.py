@@ -23,6 +23,8 @@ SERVER_GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-ant
 
 DEFAULT_USER = "ubuntu"
 DEFAULT_ROOT_DISK_GIB = 100
+# The compute and block storage APIs carry a flavor's disk and a volume's size as 32-bit integers.
+MAX_ROOT_DISK_GIB = 2**31 - 1
 # Nova's default: a vCPU may share a core with another vCPU of the same VM.
 DEFAULT_THREAD_POLICY = "prefer"
 # The GPUs on the guest's own NUMA nodes or no boot: the plan's guest topology assumes them there.

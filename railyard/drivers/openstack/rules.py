@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 from railyard.drivers.openstack import layout
 from railyard.drivers.openstack.config import (
     DEFAULT_PCI_NUMA_POLICY, DEFAULT_ROOT_DISK_GIB, DEFAULT_SERVER_GROUP_POLICY, DEFAULT_THREAD_POLICY, DEFAULT_USER,
-    PCI_NUMA_POLICIES, SERVER_GROUP_POLICIES, SSH_AGENT, THREAD_POLICIES, VLAN_MAX, VNI_MAX, JumpHost,
+    MAX_ROOT_DISK_GIB, PCI_NUMA_POLICIES, SERVER_GROUP_POLICIES, SSH_AGENT, THREAD_POLICIES, VLAN_MAX, VNI_MAX, JumpHost,
     OpenStackConfig, Segment,
 )
 from railyard.model import addressing, guest_topology
@@ -261,7 +261,7 @@ def parse(section: Any, spec: Any) -> tuple[OpenStackConfig | None, list[Problem
     user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
     public_key = r.public_key(s)
     ssh_key = r.ssh_key(s)
-    disk = r.integer(s, "rootDiskGiB", f"{P}.rootDiskGiB", 1) or DEFAULT_ROOT_DISK_GIB
+    disk = r.integer(s, "rootDiskGiB", f"{P}.rootDiskGiB", 1, MAX_ROOT_DISK_GIB) or DEFAULT_ROOT_DISK_GIB
     alias = r.string(s, "gpuAlias", f"{P}.gpuAlias", "a nova PCI alias name", required=True,
                      hint="the alias of the GPUs in the operator's nova.conf [pci] alias")
     if alias is not None and not _ALIAS.match(alias):

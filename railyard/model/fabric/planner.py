@@ -165,6 +165,12 @@ class FabricPlan(Cabling):
         if self.su_nodes < 1:
             raise _fail("reservedLeafPorts", reserved_leaf_ports, f"0..{self.half - 1}",
                         f"a {switch.model} leaf has {radix} ports, half of them down to nodes")
+        if oversubscription > self.half:
+            # Any ratio past the downward half plans the same single uplink: what was asked is not
+            # what would be built.
+            raise _fail("oversubscription", oversubscription, f"1..{self.half}",
+                        f"a {switch.model} leaf has {radix} ports, {self.half} of them down to nodes; past "
+                        f"{self.half}:1 it would still keep one uplink")
         # Uplinks for the whole downward half, reserved ports included: what sits on them (UFM,
         # a management appliance) is as non-blocking as the nodes, and the counts stay powers of 2.
         self.uplinks = math.ceil(self.half / oversubscription)

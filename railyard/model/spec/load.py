@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from railyard.model import addressing, mtu, yamlio
+from railyard.model import addressing, mount_points, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
 from railyard.model.guest_topology import default_vcpus, pinning, vm_devices
@@ -27,8 +27,8 @@ from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
-    HUGEPAGE_SIZES, IOMMU_MODES, KEYS, LAYOUTS, LOCAL_FILESYSTEMS, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, ComputeFabric, DriverRules,
+    HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
+    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -179,7 +179,8 @@ class _Parser(CrossFieldRules):
             hint = ""
             if isinstance(value, str) and value.strip().lstrip("-").isdigit():
                 hint = "write the number without quotes"
-            elif isinstance(value, float) and value.is_integer():
+            # Not for a float past what the key takes: "write 1000000000" would only lead to the next refusal.
+            elif isinstance(value, float) and value.is_integer() and minimum <= value <= (maximum or 10 ** 6):
                 hint = f"write {int(value)}"
             self.problem(path, _show(value), allowed, hint)
             return None
@@ -396,7 +397,7 @@ class _Parser(CrossFieldRules):
                 names.setdefault(name, f"{ipath}.name")
             sku_id = self.string(m, "sku", f"{ipath}.sku", required=True, what="a node SKU id from the catalog")
             sku = self.catalog_entry("nodes", sku_id, f"{ipath}.sku", "node SKU") if sku_id is not None else None
-            count = self.integer(m, "count", f"{ipath}.count", required=True)
+            count = self.integer(m, "count", f"{ipath}.count", required=True, maximum=MAX_POOL_NODES)
             fact = _PoolFacts(ipath, sku)
             vms_per_host, vm = 0, None
             if layout == "virtual":
@@ -424,13 +425,18 @@ class _Parser(CrossFieldRules):
 
     def vm(self, m: Mapping, ipath: str, sku: Any) -> tuple[int | None, VmSpec | None, frozenset]:
         vms = self.integer(m, "vmsPerHost", f"{ipath}.vmsPerHost", default=1)
+        if vms is not None and sku is not None and sku.gpus and vms > len(sku.gpus):
+            # Every VM has a GPU of its host (vm.gpus >= 1), so no host runs more VMs than it has GPUs.
+            self.problem(f"{ipath}.vmsPerHost", _show(vms), f"at most {len(sku.gpus)} (one GPU per VM)",
+                         f"{sku.id} has {len(sku.gpus)} GPUs")
+            vms = None
         vpath = f"{ipath}.vm"
         vm_m = self.mapping(m.get("vm"), vpath, "nodePools[].vm")
         if vm_m is None:
             return vms, None, frozenset()
         keys = frozenset(k for k in vm_m if vm_m[k] is not None)
         derive_vcpus = False
-        vfs = self.integer(vm_m, "vfs", f"{vpath}.vfs", default=None)
+        vfs = self.integer(vm_m, "vfs", f"{vpath}.vfs", default=None, maximum=SRIOV_MAX_VFS)
         shape_id = self.string(vm_m, "shape", f"{vpath}.shape", what="a VM shape id from the catalog")
         if "shape" in keys:
             for key in ("vcpus", "memoryGiB", "gpus"):
@@ -446,7 +452,7 @@ class _Parser(CrossFieldRules):
             if "vfs" not in keys:
                 vfs = shape.vfs
         else:
-            vcpus = self.integer(vm_m, "vcpus", f"{vpath}.vcpus", default=None)
+            vcpus = self.integer(vm_m, "vcpus", f"{vpath}.vcpus", default=None, maximum=KVM_MAX_VCPUS)
             memory = self.integer(vm_m, "memoryGiB", f"{vpath}.memoryGiB", default=None)
             gpus = self.integer(vm_m, "gpus", f"{vpath}.gpus", default=None)
             # Defaults: the host split evenly between its VMs, after the hypervisor's reserve.
@@ -454,10 +460,6 @@ class _Parser(CrossFieldRules):
                 host_gpus, threads, host_mem = len(sku.gpus), sku.threads, sku.memory_gib
                 if gpus is None and "gpus" not in keys:
                     gpus = host_gpus // vms
-                    if gpus < 1:
-                        self.problem(f"{ipath}.vmsPerHost", _show(vms), f"at most {host_gpus} (one GPU per VM)",
-                                     f"{sku.id} has {host_gpus} GPUs")
-                        gpus = None
                 derive_vcpus = vcpus is None and "vcpus" not in keys and threads is not None
                 if memory is None and "memoryGiB" not in keys and host_mem is not None:
                     memory = max(1, int((host_mem - os_reserve_gib(host_mem)) // vms))
@@ -847,13 +849,12 @@ class _Parser(CrossFieldRules):
         return StorageSpec(object=obj, parallel_fs=pfs, local_cache=cache)
 
     def mount(self, m: Mapping, key: str, path: str, default: str) -> str | None:
-        what = "an absolute path other than /, e.g. /mnt/pfs"
-        value = self.string(m, key, path, default=default, what=what)
+        value = self.string(m, key, path, default=default, what=mount_points.ALLOWED)
         if value is None:
             return None
-        if not value.startswith("/") or value.rstrip("/") == "" or any(c.isspace() for c in value) \
-                or "/../" in value + "/" or "/./" in value + "/":
-            self.problem(path, _show(value), what)
+        why = mount_points.path_problem(value)
+        if why is not None:
+            self.problem(path, _show(value), mount_points.ALLOWED, why)
             return None
         return value
 

@@ -78,6 +78,8 @@ def _did_you_mean(word: Any, choices: Iterable[str], prefix: str = "") -> str:
 
 
 def _fmt(x: float) -> str:
+    if abs(x) >= 1e9:  # a count typed with too many zeros: its float's every digit is noise
+        return f"{x:.3g}"
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 

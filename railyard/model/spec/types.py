@@ -55,6 +55,16 @@ DEFAULT_ASN_BASE = 4_200_000_000
 # What the OS (or, in the virtual layout, the hypervisor) keeps for itself on every host: memory that
 # hugepages and VMs may not take, and hardware threads no VM may take. Large enough for the kernel,
 # page cache of a data loader and the NIC/GPU drivers; see docs/stack-reference.md.
+# Nodes in one pool: far past the largest fabric Railyard plans (about 8,192 nodes of a three-tier
+# QM9700 fabric), so a real pool never meets it, but a typo such as 1e9 is named at its key with a
+# bound a person can read, not first as a network of more addresses than IPv4 has.
+MAX_POOL_NODES = 100_000
+# The most vCPUs x86 KVM gives one guest (KVM_MAX_VCPUS: 1024, or 4096 in a CONFIG_MAXSMP kernel),
+# checked here too for a SKU whose thread count the catalog does not know.
+KVM_MAX_VCPUS = 4096
+# The SR-IOV capability's TotalVFs is a 16-bit field: no PF has more VFs, and a VM's are bounded
+# again by the planned vfsPerPf. Checked here first, since the VM's devices are laid out as it is read.
+SRIOV_MAX_VFS = 65_535
 OS_RESERVE_MIN_GIB = 16
 OS_RESERVE_FRACTION = 0.10
 HOST_RESERVE_MIN_THREADS = 4

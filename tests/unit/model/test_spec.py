@@ -19,7 +19,7 @@ from railyard.drivers.lab.rules import LAB_RANGE
 from railyard.model.spec import (
     KEYS, NAMESPACE, Ephemeral, Secret, Spec, host_reserve_threads, os_reserve_gib, parse_ttl, stack_name_of,
 )
-from railyard.stack import documented_keys, load_stack_file
+from railyard.stack import documented_keys, from_config, load_stack_file
 from tests.unit.model.model_only import parse_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -443,6 +443,107 @@ def test_cidrs_must_be_ipv4_networks_with_a_prefix_and_no_host_bits(cidr):
 def test_mounts_of_cache_and_parallel_fs_must_not_nest():
     config = with_(minimal(), "storage", {"parallelFs": {"mount": "/mnt"}, "localCache": {"mount": "/mnt/cache"}})
     assert "railyard:storage.localCache.mount" in paths_of(config)
+
+
+# Issue 38: the examples of a mount over the system, each refused at the key that set it.
+SYSTEM_MOUNTS = ["/", "/etc", "/usr/local", "/boot", "/var/lib", "/var", "/proc/cache", "/sys/fs/pfs", "/home",
+                 "/root/cache", "/lib64", "/mnt/../etc", "/mnt//cache", "/mnt/cache/.", "/srv/pfs/../../usr"]
+
+
+@pytest.mark.parametrize("key", ["localCache", "parallelFs"])
+@pytest.mark.parametrize("mount", SYSTEM_MOUNTS)
+def test_a_cache_or_parallel_fs_mounted_over_the_system_is_refused_at_its_key(key, mount):
+    config = with_(minimal(), "storage", {key: {"mount": mount}})
+    (problem,) = [p for p in problems_of(config) if p.path == f"railyard:storage.{key}.mount"]
+    assert problem.found == repr(mount) and "normalized path outside the system's directories" in problem.allowed
+    assert any(w in problem.hint for w in ("operating system lives in", "root file system", "not normalized")), problem
+
+
+@pytest.mark.parametrize("key", ["localCache", "parallelFs"])
+@pytest.mark.parametrize("mount", ["/mnt/data", "/srv/cache", "/scratch", "/lustre", "/data"])
+def test_mnt_srv_and_new_top_level_mount_points_are_accepted(key, mount):
+    spec = parse_config(with_(minimal(), "storage", {key: {"mount": mount}}), stack="t")
+    tier = spec.storage.local_cache if key == "localCache" else spec.storage.parallel_fs
+    assert tier.mount == mount
+
+
+@pytest.mark.parametrize("count", [10 ** 9, 10 ** 30, 1e9, 1e100, float("inf"), 100_001])
+def test_an_absurd_pool_count_is_named_at_its_key_with_a_readable_bound(count):
+    (problem,) = problems_of(with_(minimal(), "nodePools[0].count", count))
+    assert problem.path == "railyard:nodePools[0].count"
+    assert problem.allowed == "an integer >= 1 and <= 100000" and not problem.hint, problem
+
+
+def test_the_largest_pool_count_is_left_to_the_fabric_and_the_networks_to_refuse_in_words():
+    problems = problems_of(with_(minimal(), "nodePools[0].count", 100_000))
+    assert "railyard:nodePools[0].count" not in [p.path for p in problems]
+    assert any(p.path == "railyard:fabric.compute" and "at most about" in p.allowed for p in problems), problems
+    assert not any("/-" in str(p) for p in problems), problems
+
+
+def test_an_oversubscription_past_half_the_leaf_is_refused_as_the_plan_would_not_be_it():
+    assert parse_config(with_(minimal(), "fabric.compute.oversubscription", 32), stack="t")
+    (problem,) = problems_of(with_(minimal(), "fabric.compute.oversubscription", 33))
+    assert (problem.path, problem.allowed) == ("railyard:fabric.compute.oversubscription", "1..32")
+    assert "qm9700 leaf has 64 ports, 32 of them down to nodes" in problem.hint
+
+
+def _integer_keys() -> list[tuple[str, str]]:
+    """(stack, config path) of every integer the spec and the drivers read from the shipped stacks,
+    found by watching both readers parse them: a key added later is covered without being listed."""
+    from railyard.model.spec import load as spec_load, section
+
+    seen: dict[str, str] = {}
+    originals = spec_load._Parser.integer, section.SectionReader.integer
+
+    def watch(original):
+        def integer(self, m, key, path, *args, **kwargs):
+            seen.setdefault(path, current)
+            return original(self, m, key, path, *args, **kwargs)
+        return integer
+
+    spec_load._Parser.integer, section.SectionReader.integer = map(watch, originals)
+    try:
+        for current in SHIPPED + ("lab-k8s", "onprem-dgx"):
+            load_stack_file(STACKS / f"Pulumi.{current}.yaml")
+    finally:
+        spec_load._Parser.integer, section.SectionReader.integer = originals
+    # One host or rail of a list stands for the rest.
+    return sorted((stack, path) for path, stack in seen.items()
+                  if not re.search(r"\[[1-9]\d*\]", path.replace("nodePools[", "pools(")))
+
+
+def _set(config: dict, path: str, value) -> dict:
+    out = copy.deepcopy(config)
+    steps: list = []
+    for part in path.split("."):
+        name, indexes = re.fullmatch(r"([\w:-]+)((?:\[\d+\])*)", part).groups()
+        steps += [name, *map(int, re.findall(r"\d+", indexes))]
+    node = out
+    for step in steps[:-1]:
+        node = node[step] if isinstance(step, int) else node.setdefault(step, {})
+    node[steps[-1]] = value
+    return out
+
+
+def test_every_integer_key_of_the_shipped_stacks_is_watched():
+    paths = [p for _, p in _integer_keys()]
+    for key in ("railyard:nodePools[0].count", "railyard:tuning.sriov.vfsPerPf", "railyard:hosts.reboot.timeoutSeconds",
+                "railyard:openstack.rootDiskGiB", "railyard:coreweave.pools.h100.maxNodes"):
+        assert key in paths
+
+
+@pytest.mark.parametrize("stack, path", _integer_keys())
+@pytest.mark.parametrize("value", [10 ** 30, -10 ** 9, 1e100])
+def test_every_absurd_integer_is_refused_at_its_own_key_in_words(stack, path, value):
+    config = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())["config"]
+    with pytest.raises(SpecError) as err:
+        from_config(_set(config, path, value), stack)
+    mine = [p for p in err.value.problems if p.path == path or p.path == path.rsplit(".", 1)[0]]
+    assert mine, f"{path}={value!r}: nothing at its key, only {err.value.paths()}"
+    for problem in err.value.problems:
+        text = str(problem).replace(str(value), "")
+        assert "/-" not in text and not re.search(r"\d{16,}", text), f"{path}={value!r}: {problem}"
 
 
 def _onprem_with_pfs(pfs: dict) -> dict:

@@ -57,8 +57,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:  # on a host: the discovery's own rules and the record helpers, shipped as module_utils
     from ansible.module_utils.railyard_host_records import load_record, write_record
+    from ansible.module_utils.railyard_mount_points import mounts
     from ansible.module_utils.railyard_sysfs_discovery import NVME_BLOCK, natural_key
 except ImportError:  # loaded from its file by the unit tests
+    from railyard.model.mount_points import mounts
     from railyard.model.sysfs_discovery import NVME_BLOCK, natural_key
     from railyard.tuning.host_records import load_record, write_record
 
@@ -96,10 +98,8 @@ def probe(module, dev):
 def mount_points():
     """{major:minor: [mount points]} of every mounted block device."""
     out = {}
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            parts = line.split()
-            out.setdefault(parts[2], []).append(parts[4])
+    for m in mounts():
+        out.setdefault(m["dev"], []).append(m["path"])
     return out
 
 

@@ -66,25 +66,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:  # on a host: shipped as module_utils
     from ansible.module_utils.railyard_host_records import load_record, write_atomic, write_record
+    from ansible.module_utils.railyard_mount_points import mount_at, resolve, unescape
 except ImportError:  # run from its file by the tests
+    from railyard.model.mount_points import mount_at, resolve, unescape
     from railyard.tuning.host_records import load_record, write_atomic, write_record
 
 # Where util-linux's mount(8) looks for /sbin/mount.<type> helpers, and /usr/sbin for a /usr not merged.
 HELPER_DIRS = ("/sbin", "/sbin/fs.d", "/sbin/fs", "/usr/sbin")
 ALWAYS = ("_netdev", "nofail")
-
-
-def unescape(field):
-    """mountinfo's and fstab's octal escapes (\\040 for a space)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def same_form(source):
@@ -99,16 +88,11 @@ def escape(field):
 
 
 def mounted_at(path, mountinfo="/proc/self/mountinfo"):
-    """(source, fstype) of the topmost mount at `path`, or None; the source as the stack would
+    """(source, fstype) of the topmost mount at `path` as this host resolves it (the mount table
+    shows /var/mnt/pfs where /mnt is a symlink to /var/mnt), or None; the source as the stack would
     write it (a trailing / of an export or subdirectory dropped, which kernels differ on)."""
-    found = None
-    with open(mountinfo) as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if unescape(left.split()[4]) == path:
-                fstype, source = right.split()[:2]
-                found = (same_form(unescape(source)), fstype)
-    return found
+    got = mount_at(resolve(path), mountinfo)
+    return (same_form(got["source"]), got["fstype"]) if got else None
 
 
 def fstab_entries(text, path):

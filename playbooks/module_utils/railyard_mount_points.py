@@ -1,0 +1,1 @@
+../../railyard/model/mount_points.py
