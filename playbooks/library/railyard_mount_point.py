@@ -15,14 +15,15 @@ description:
   - On OSTree hosts, where C(/mnt) and C(/srv) are symlinks to C(/var/mnt) and C(/var/srv), a path
     under them is still accepted.
   - With I(railyard_mounts=true) (the role mounts a file system of its own there), also refuses a
-    resolved path that is already a mount point of anything but the file system whose UUID is
-    I(uuid), since a mount Railyard did not make would be hidden, or written into.
+    resolved path that is already a mount point of anything but I(device), the block device the role
+    made its file system on, since a mount Railyard did not make would be hidden, or written into.
+    The device is compared by number, as the mount table gives it (no udev links needed).
   - Changes nothing, so it runs the same in check mode.
 options:
   path: {description: The mount point as the stack writes it., type: path, required: true}
   key: {description: The stack key that sets it, for the message., type: str, default: ""}
   railyard_mounts: {description: Whether the role mounts a file system of its own at I(path)., type: bool, default: false}
-  uuid: {description: "UUID of Railyard's own file system there, once made; empty: none yet.", type: str, default: ""}
+  device: {description: "The block device of Railyard's own file system there; empty: none yet.", type: str, default: ""}
 """
 
 EXAMPLES = r"""
@@ -31,7 +32,7 @@ EXAMPLES = r"""
     path: /mnt/cache
     key: railyard:storage.localCache.mount
     railyard_mounts: true
-    uuid: "{{ drives.fs_uuid }}"
+    device: "{{ drives.device }}"
 """
 
 RETURN = r"""
@@ -48,17 +49,17 @@ except ImportError:  # loaded from its file by the unit tests
     from railyard.model.mount_points import mount_at, resolve, resolved_problem
 
 
-def foreign_mount(resolved, uuid, mountinfo="/proc/self/mountinfo", by_uuid="/dev/disk/by-uuid"):
-    """What is mounted at `resolved` that is not the file system `uuid`, as a phrase, or None."""
+def foreign_mount(resolved, device, mountinfo="/proc/self/mountinfo"):
+    """What is mounted at `resolved` that is not a file system on `device`, as a phrase, or None."""
     got = mount_at(resolved, mountinfo)
     if got is None:
         return None
-    if uuid:
+    if device:
         try:
-            st = os.stat(os.path.join(by_uuid, uuid))
+            st = os.stat(device)
             if got["dev"] == f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}":
                 return None
-        except OSError:
+        except OSError:  # not made yet (an md array in check mode): nothing there is Railyard's
             pass
     return f"{got['source']} ({got['fstype']})"
 
@@ -69,7 +70,7 @@ def main():
             path=dict(type="path", required=True),
             key=dict(type="str", default=""),
             railyard_mounts=dict(type="bool", default=False),
-            uuid=dict(type="str", default=""),
+            device=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -81,7 +82,7 @@ def main():
         module.fail_json(msg=f"refusing the mount point {p['path']}: {why}{change}. Nothing was changed",
                          resolved=resolved)
     if p["railyard_mounts"]:
-        other = foreign_mount(resolved, p["uuid"])
+        other = foreign_mount(resolved, p["device"])
         if other is not None:
             where = p["path"] if resolved == p["path"] else f"{p['path']} ({resolved} on this host)"
             module.fail_json(msg=f"refusing the mount point {where}: it is already a mount of {other} that "

@@ -114,19 +114,17 @@ def _module():
     return mod
 
 
-def test_a_mount_is_railyards_only_when_its_device_is_the_recorded_file_systems(tmp_path):
-    # /dev/null stands for the cache's device: by-uuid/<uuid> points at it, as udev links a file system.
-    by_uuid = tmp_path / "by-uuid"
-    by_uuid.mkdir()
-    (by_uuid / "0a1b").symlink_to("/dev/null")
+def test_a_mount_is_railyards_only_when_it_is_of_the_device_the_cache_was_made_on(tmp_path):
+    # /dev/null stands for the cache's device: the mount table names a device by its number.
     null = os.stat("/dev/null").st_rdev
     info = tmp_path / "mountinfo"
     info.write_text(f"41 22 {os.major(null)}:{os.minor(null)} / /mnt/cache rw - xfs /dev/md127 rw\n")
     foreign = _module().foreign_mount
-    assert foreign("/mnt/cache", "0a1b", str(info), str(by_uuid)) is None
-    assert foreign("/mnt/cache", "", str(info), str(by_uuid)) == "/dev/md127 (xfs)"
-    assert foreign("/mnt/cache", "ffff", str(info), str(by_uuid)) == "/dev/md127 (xfs)"
-    assert foreign("/mnt/free", "", str(info), str(by_uuid)) is None
+    assert foreign("/mnt/cache", "/dev/null", str(info)) is None
+    assert foreign("/mnt/cache", "", str(info)) == "/dev/md127 (xfs)"
+    assert foreign("/mnt/cache", "/dev/zero", str(info)) == "/dev/md127 (xfs)"
+    assert foreign("/mnt/cache", str(tmp_path / "md" / "railyard-cache"), str(info)) == "/dev/md127 (xfs)"
+    assert foreign("/mnt/free", "", str(info)) is None
 
 
 def test_the_hosts_check_ships_the_same_rule_as_module_utils():
