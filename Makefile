@@ -8,7 +8,7 @@ PYTHON ?= python3.11
 VENV := .venv
 RY := $(VENV)/bin/railyard
 
-.PHONY: up down preview test review bench venv toolchain deps bytecode setup help fresh-check
+.PHONY: up down preview test review bench venv toolchain toolchain-all deps bytecode setup setup-all help fresh-check
 
 help:
 	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]; make fresh-check"
@@ -19,9 +19,20 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	@touch $@
 
-# Builds (or reuses from ~/.cache/railyard) the Pulumi CLI, language host and Kubernetes provider.
+# Builds (or reuses from ~/.cache/railyard) the Pulumi CLI and language host. The parts only some
+# stacks use are built, with the same progress lines, by the first command of a stack that uses
+# them: the Kubernetes provider (a Kubernetes layer, or the CoreWeave driver), the lab's S3 server
+# (an object tier) and the lab's control plane (a lab stack with Kubernetes). The default stack's
+# first `make up` waits for none it does not run.
 toolchain: venv
+	@$(VENV)/bin/python -m railyard.engine.toolchain --engine-only
+
+# Everything the tests and benchmarks use, built before the first test with progress lines: the
+# engine, the Kubernetes provider, weed, and the control plane with the SR-IOV operator's renderer
+# (whose cold build otherwise ran silent, minutes long, inside the first test that needed it).
+toolchain-all: venv
 	@$(VENV)/bin/python -m railyard.engine.toolchain
+	@$(VENV)/bin/python -m railyard.engine.control_plane --with-test-tools
 
 # Debian packages the lab needs (sshd, traceroute, filesystem tools); installs only what is missing.
 deps:
@@ -36,6 +47,7 @@ bytecode: venv
 	@env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m compileall -q railyard components __main__.py
 
 setup: toolchain deps bytecode
+setup-all: toolchain-all deps bytecode
 
 up: setup
 	$(RY) up --stack $(STACK)
@@ -48,14 +60,16 @@ down: setup
 preview: setup
 	$(RY) preview --stack $(STACK)
 
-test: setup
-	$(VENV)/bin/pytest -q
+# The tiers cheapest first (pyproject.toml's testpaths), each named as it starts; the 25 slowest
+# tests at the end.
+test: setup-all
+	$(VENV)/bin/pytest -q --durations=25
 
 # REVIEW_ARGS: railyard review's options, e.g. "--base origin/main --output review.md" (CI does).
 review: setup
 	$(RY) review $(REVIEW_ARGS)
 
-bench: setup
+bench: setup-all
 	$(RY) bench
 
 # A rehearsal of a fresh machine (scripts/fresh-check.sh): HEAD cloned, every cache empty, then

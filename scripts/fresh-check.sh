@@ -154,6 +154,11 @@ if [ "$failed" = 0 ] && [[ $(readlink -f "$clone/.railyard/bin/pulumi") != "$RAI
   echo "fresh-check: the clone's pulumi is $(readlink -f "$clone/.railyard/bin/pulumi"), not a build in the empty cache" >&2
   failed=1
 fi
+# The default stack has no Kubernetes layer: its first `make up` must not have waited for the provider.
+if [ "$failed" = 0 ] && compgen -G "$RAILYARD_CACHE/bin/kubernetes-*" >/dev/null; then
+  echo "fresh-check: make up of a stack without Kubernetes built the Kubernetes provider" >&2
+  failed=1
+fi
 if [ "$failed" = 0 ]; then
   step "make preview" make preview STACK="$stack" || failed=1
 fi

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from railyard import lifecycle, paths
+from railyard import drivers, lifecycle, paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError, engine_env
 from railyard.lifecycle import backend
@@ -41,6 +41,10 @@ def _destroy(stack: str) -> tuple[bool, str]:
     """Destroy, then remove the stack from the backend; (ok, what happened)."""
     stack_file = paths.stack_file(stack)
     had_file = stack_file.exists()
+    # The stack file of an expired stack may be gone, and its state may hold Kubernetes objects.
+    why = drivers.ensure_engine("", True)
+    if why is not None:
+        return False, why
     proc = pulumi.run(["destroy", "--yes", "--skip-preview", "--stack", stack], capture=True, check=False)
     if proc.returncode != 0:
         return False, "destroy failed:\n" + _tail(proc.stdout + proc.stderr)

@@ -102,6 +102,10 @@ def preview_stack(stack: str) -> preview_mod.Preview | None:
     (the engine's StackNotFoundError) instead of listing the backend first saves a `pulumi stack
     ls`, which reads every stack's checkpoint: most of what a review of a large stack cost beyond
     its preview (docs/benchmarks.md)."""
+    doc = read_yaml(paths.stack_file(stack).read_text()) if paths.stack_file(stack).is_file() else None
+    why = drivers.ensure_engine(driver_of(doc) or "", "railyard:kubernetes" in ((doc or {}).get("config") or {}))
+    if why is not None:
+        return preview_mod.failed_run(stack, why)
     proc = pulumi.run(["preview", "--diff", "--json", "--stack", stack], capture=True, check=False)
     try:
         data = json.loads(proc.stdout)

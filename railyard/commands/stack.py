@@ -55,7 +55,7 @@ def validate(stack: str):
     except SpecError as exc:
         print(f"railyard: {path.name} is invalid; nothing was changed:\n{exc}", file=sys.stderr)
         return None
-    why = drivers.preflight(spec)
+    why = drivers.ensure_engine(spec.driver, spec.kubernetes is not None) or drivers.preflight(spec)
     if why is not None:
         print(f"railyard: {why}", file=sys.stderr)
         return None

@@ -229,6 +229,29 @@ def missing_plugins(driver: str) -> str | None:
         return str(exc)
 
 
+def uses_kubernetes_provider(driver: str, kubernetes_layer: bool) -> bool:
+    """Whether the program registers pulumi-kubernetes resources for a stack on `driver`: its
+    Kubernetes layer, or a driver whose own resources are Kubernetes objects (CoreWeave's node
+    pools). Said from the stack file's keys, so a review need not parse the whole spec."""
+    e = DRIVERS.get(driver)
+    return kubernetes_layer or (e is not None and "pulumi_kubernetes" in e.plugins)
+
+
+def ensure_engine(driver: str, kubernetes_layer: bool) -> str | None:
+    """Before any engine command on a stack: the engine parts it uses that are not built yet (the
+    Kubernetes provider, minutes once per pin, with progress lines); why not, or None. `make test`
+    and `make bench` build them all up front."""
+    if not uses_kubernetes_provider(driver, kubernetes_layer):
+        return None
+    from railyard.engine import toolchain
+
+    try:
+        toolchain.ensure_kubernetes()
+    except toolchain.ToolchainError as exc:
+        return f"{exc}; nothing was changed"
+    return None
+
+
 def preflight(spec: Any) -> str | None:
     """Why the driver cannot act on this machine for `spec`, said before the engine starts (a
     sentence that says nothing was changed), or None."""

@@ -172,9 +172,18 @@ def versions(found: dict[str, Path]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m railyard.engine.control_plane")
+    parser.add_argument("--with-test-tools", action="store_true",
+                        help="also the SR-IOV operator's renderer, which the tests compare the model's with")
+    args = parser.parse_args(argv)
     try:
         found = ensure()
         files = crd_files()
+        kwok_module()
+        if args.with_test_tools:
+            log(f"sriov-render: {sriov_render()}")
     except ToolchainError as exc:
         log(f"error: {exc}")
         return 1

@@ -266,7 +266,7 @@ _BUILDERS: dict[str, Callable[[Path], None]] = {
 def ensure_built(target: Target, go: str, build: Callable[[Path], None] | None = None) -> Path:
     """The cache directory holding a verified build of `target`, building it if needed (with
     `build`, else the engine's own builder of that name)."""
-    build_dir = paths.cache_root() / "bin" / f"{target.name}-{target.key(go)}"
+    build_dir = _build_dir(target, go)
     problem = verify(build_dir, target.files) if build_dir.exists() else "not built yet"
     if problem is None:
         return build_dir
@@ -321,25 +321,25 @@ def install_plugin(build_dir: Path, root: Path) -> None:
     link(build_dir / "pulumi-resource-kubernetes", plugin_dir / "pulumi-resource-kubernetes")
 
 
-def ensure(root: Path | None = None, allow_ambient: bool = True) -> Toolchain:
+def ensure(root: Path | None = None, allow_ambient: bool = True, everything: bool = True) -> Toolchain:
+    """The engine in place; with `everything`, also the parts only some stacks use (the Kubernetes
+    provider, the lab's S3 server), which `make test` and `make bench` need and the first command
+    of a stack that uses one otherwise builds (ensure_kubernetes, ensure_weed): a first `make up`
+    of the default stack does not wait minutes for a provider it never starts."""
     root = root or paths.project_root()
     bindir = paths.bin_dir(root)
     ambient = ambient_pulumi(root) if allow_ambient else None
-    go = go_version() if ambient is None or not _plugin_present(root) else ""
     if ambient is not None:
         link(ambient, bindir / "pulumi")
-        if go:
-            install_plugin(ensure_built(K8S, go), root)
         source, pulumi = "path", ambient
     else:
-        cli = ensure_built(CLI, go)
+        cli = ensure_built(CLI, go_version())
         for name in CLI_FILES:
             link(cli / name, bindir / name)
-        k8s = ensure_built(K8S, go)
-        install_plugin(k8s, root)
         source, pulumi = "built", cli / "pulumi"
-    if go or not (bindir / "weed").exists():
-        link(ensure_built(SEAWEEDFS, go or go_version()) / "weed", bindir / "weed")
+    if everything:
+        ensure_kubernetes(root)
+        ensure_weed(root)
     # The project-local layout (all git-ignored); the file backend directory must exist for
     # Pulumi.yaml's relative backend URL to open.
     for d in (paths.state_dir(root), paths.local_dir(root) / "lab", paths.local_dir(root) / "runs", paths.bench_dir(root)):
@@ -351,9 +351,39 @@ def ensure(root: Path | None = None, allow_ambient: bool = True) -> Toolchain:
     return Toolchain(pulumi=pulumi, bin_dir=bindir, source=source, version=out.stdout.strip())
 
 
-def _plugin_present(root: Path) -> bool:
-    p = paths.pulumi_home(root) / "plugins" / f"resource-kubernetes-v{KUBERNETES_VERSION}" / "pulumi-resource-kubernetes"
-    return p.exists()
+def ensure_kubernetes(root: Path | None = None) -> None:
+    """The Kubernetes provider in PULUMI_HOME: built (minutes, once per pin) where it is not yet,
+    with ensure_built's progress lines. One the user installed there (the official plugin) is kept."""
+    root = root or paths.project_root()
+    plugin = _plugin_path(root)
+    if plugin.exists() and not _in_cache(plugin):
+        return
+    go = go_version()
+    if plugin.exists() and plugin.resolve() == _build_dir(K8S, go) / K8S_FILES[0]:
+        return  # already the current pin's build: no digest of 100 MB on every stack command
+    install_plugin(ensure_built(K8S, go), root)
+
+
+def ensure_weed(root: Path | None = None) -> Path:
+    """The lab's S3 server (SeaweedFS's weed) at .railyard/bin/weed, built where it is not yet."""
+    root = root or paths.project_root()
+    weed = paths.bin_dir(root) / "weed"
+    go = go_version()
+    if not (weed.exists() and weed.resolve() == _build_dir(SEAWEEDFS, go) / "weed"):
+        link(ensure_built(SEAWEEDFS, go) / "weed", weed)
+    return weed
+
+
+def _build_dir(target: Target, go: str) -> Path:
+    return paths.cache_root() / "bin" / f"{target.name}-{target.key(go)}"
+
+
+def _in_cache(path: Path) -> bool:
+    return path.resolve().is_relative_to(paths.cache_root().resolve())
+
+
+def _plugin_path(root: Path) -> Path:
+    return paths.pulumi_home(root) / "plugins" / f"resource-kubernetes-v{KUBERNETES_VERSION}" / "pulumi-resource-kubernetes"
 
 
 def engine_env(root: Path | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -400,9 +430,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m railyard.engine.toolchain")
     parser.add_argument("--no-ambient", action="store_true", help="build even if a compatible pulumi is on PATH")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="only the engine; a stack's first command builds the Kubernetes provider or weed "
+                             "where it uses them")
     args = parser.parse_args(argv)
     try:
-        tc = ensure(allow_ambient=not args.no_ambient)
+        tc = ensure(allow_ambient=not args.no_ambient, everything=not args.engine_only)
     except ToolchainError as exc:
         log(f"error: {exc}")
         return 1

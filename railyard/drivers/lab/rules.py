@@ -62,12 +62,19 @@ def preflight(spec: Any) -> str | None:
 
 
 def prepare(spec: Any) -> str | None:
-    """A stack with railyard:kubernetes runs a control plane: its binaries are built (minutes,
-    once per pin) or found before the engine starts, never half-way through an up."""
+    """What the stack runs on this machine, built (minutes, once per pin) or found before the
+    engine starts, never half-way through an up: the S3 server of an object tier the lab serves
+    itself, and the control plane of a stack with railyard:kubernetes."""
+    from railyard.engine.toolchain import ToolchainError, ensure_weed
+
+    if spec.storage.object is not None:
+        try:
+            ensure_weed()
+        except ToolchainError as exc:
+            return f"{exc}; nothing was changed"
     if spec.kubernetes is None:
         return None
     from railyard.engine import control_plane
-    from railyard.engine.toolchain import ToolchainError
 
     try:
         control_plane.ensure()

@@ -221,3 +221,78 @@ def test_a_module_main_does_not_require_is_named_in_the_error(go_proxy):
     with pytest.raises(ToolchainError) as err:
         toolchain.module_dir(main, "example.com/absent")
     assert "locating example.com/absent failed" in str(err.value) and "not a known dependency" in str(err.value)
+
+
+# --- What each stack needs, when it needs it (issue 37) ---------------------------------------------
+
+
+@pytest.fixture
+def fake_builds(cache, tmp_path, monkeypatch):
+    """Every target "built" by writing its files, each build recorded: the engine's own builders
+    never run, so what is asked to build is what the test sees."""
+    built: list[str] = []
+
+    def builder(name: str, files: tuple[str, ...]):
+        def build(out: Path) -> None:
+            built.append(name)
+            for f in files:
+                (out / f).write_text("#!/bin/sh\necho v3.274.1\n")
+                (out / f).chmod(0o755)
+        return build
+
+    for t in (toolchain.CLI, toolchain.K8S, toolchain.SEAWEEDFS):
+        monkeypatch.setitem(toolchain._BUILDERS, t.name, builder(t.name, t.files))
+    monkeypatch.setattr(toolchain, "go_version", lambda: "go version go1.26.8 linux/amd64")
+    root = tmp_path / "checkout"
+    root.mkdir()
+    return root, built
+
+
+def test_the_engine_alone_builds_neither_the_kubernetes_provider_nor_weed(fake_builds):
+    root, built = fake_builds
+    tc = toolchain.ensure(root, allow_ambient=False, everything=False)
+    assert built == ["cli"] and tc.source == "built"
+    assert not (paths_of(root)["plugin"]).exists() and not (paths_of(root)["weed"]).exists()
+
+
+def test_the_parts_a_stack_uses_are_built_once_by_the_first_command_that_needs_them(fake_builds):
+    root, built = fake_builds
+    toolchain.ensure(root, allow_ambient=False, everything=False)
+    toolchain.ensure_kubernetes(root)
+    toolchain.ensure_weed(root)
+    toolchain.ensure_kubernetes(root)
+    toolchain.ensure_weed(root)
+    assert built == ["cli", "kubernetes", "seaweedfs"]
+    assert paths_of(root)["plugin"].resolve().parent.name.startswith("kubernetes-")
+    assert paths_of(root)["weed"].resolve().parent.name.startswith("seaweedfs-")
+
+
+def test_everything_builds_every_part_up_front_as_make_test_needs(fake_builds):
+    root, built = fake_builds
+    toolchain.ensure(root, allow_ambient=False)
+    assert sorted(built) == ["cli", "kubernetes", "seaweedfs"]
+
+
+def test_a_kubernetes_plugin_the_user_installed_is_kept_and_nothing_is_built(fake_builds):
+    root, built = fake_builds
+    plugin = paths_of(root)["plugin"]
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("#!/bin/sh\n")  # the official plugin, as `pulumi plugin install` leaves it
+    toolchain.ensure_kubernetes(root)
+    assert built == [] and not plugin.is_symlink()
+
+
+def paths_of(root: Path) -> dict[str, Path]:
+    from railyard import paths
+
+    return {"plugin": paths.pulumi_home(root) / "plugins" / f"resource-kubernetes-v{toolchain.KUBERNETES_VERSION}"
+            / "pulumi-resource-kubernetes", "weed": paths.bin_dir(root) / "weed"}
+
+
+@pytest.mark.parametrize("driver, layer, uses", [("lab", False, False), ("lab", True, True), ("hosts", True, True),
+                                                 ("hosts", False, False), ("coreweave", False, True),
+                                                 ("openstack", False, False)])
+def test_the_kubernetes_provider_is_for_a_kubernetes_layer_or_a_driver_whose_resources_need_it(driver, layer, uses):
+    from railyard import drivers
+
+    assert drivers.uses_kubernetes_provider(driver, layer) is uses

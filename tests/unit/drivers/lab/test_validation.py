@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from railyard.drivers.lab import fabric, gc, net, node
 from railyard.drivers.lab.errors import LabError, NotRoot
 
 MGMT = {"name": "eno3", "address": "198.18.0.11/24"}
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture
@@ -54,3 +56,33 @@ def test_addresses_inside_the_lab_block_are_accepted():
 def test_inconsistent_nics_are_refused_with_the_reason(rails, compute, message):
     with pytest.raises(LabError, match=message):
         node._parse_nics("t", "gpu-0", MGMT, rails, None, compute)
+
+
+@pytest.mark.parametrize("stack, weed, control_plane", [("lab", True, False), ("lab-k8s", False, True),
+                                                         ("lab-virtual", True, False)])
+def test_an_up_builds_weed_only_for_an_object_tier_and_the_control_plane_only_for_kubernetes(
+        monkeypatch, stack, weed, control_plane):
+    # What the lab runs on this machine is built before the engine starts (issue 37): asked for here,
+    # never half-way through an up, and never for a stack that does not run it.
+    import copy
+
+    import yaml
+
+    from railyard.drivers.lab import rules as lab_rules
+    from railyard.engine import control_plane as binaries
+    from railyard.engine import toolchain
+    from railyard.stack import from_config
+
+    asked: list[str] = []
+    monkeypatch.setattr(toolchain, "ensure_weed", lambda *a, **k: asked.append("weed"))
+    monkeypatch.setattr(binaries, "ensure", lambda *a, **k: asked.append("control plane") or {})
+    monkeypatch.setattr(binaries, "crd_files", lambda: {})
+    monkeypatch.setattr(binaries, "kwok_module", lambda: None)
+    config = copy.deepcopy(yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"])
+    spec, _ = from_config(config, stack)
+    assert lab_rules.prepare(spec) is None
+    assert asked == ["weed"] * weed + ["control plane"] * control_plane
+    config.setdefault("railyard:storage", {}).pop("object", None)
+    asked.clear()
+    assert lab_rules.prepare(from_config(config, stack)[0]) is None
+    assert "weed" not in asked
