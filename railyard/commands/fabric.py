@@ -41,9 +41,7 @@ def handle_sweep(args) -> int:
     try:
         spec, plan = load(args.stackfile)
     except SpecError as exc:
-        print(f"railyard fabric sweep: {args.stackfile}: {len(exc.problems)} problem(s)", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        print(exc.report(f"railyard fabric sweep: {args.stackfile}"), file=sys.stderr)
         return 1
     if plan.fabric.kind != "infiniband":
         print(f"railyard fabric sweep: {args.stackfile}: the compute fabric is {plan.fabric.kind}; "

@@ -82,10 +82,7 @@ def handle(args) -> int:
             if args.detail:
                 render_detail(plan, sys.stdout)
     except SpecError as exc:
-        n = len(exc.problems)
-        print(f"railyard plan: {path}: {n} problem{'s' if n != 1 else ''}", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        print(exc.report(f"railyard plan: {path}"), file=sys.stderr)
         return 1
     except BrokenPipeError:
         raise  # `railyard plan --json | head` is not an error; cli.main handles it

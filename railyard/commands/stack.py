@@ -53,7 +53,7 @@ def validate(stack: str):
     try:
         spec = load_stack_file(path)
     except SpecError as exc:
-        print(f"railyard: {path.name} is invalid; nothing was changed:\n{exc}", file=sys.stderr)
+        print(exc.report(f"railyard: {path.name} is invalid; nothing was changed"), file=sys.stderr)
         return None
     why = drivers.ensure_engine(spec.driver, spec.kubernetes is not None) or drivers.preflight(spec)
     if why is not None:

@@ -27,7 +27,7 @@ def handle(args) -> int:
     try:
         spec, plan = load(paths.stack_file(args.stack))
     except SpecError as exc:
-        print(f"railyard tune: {exc}", file=sys.stderr)
+        print(exc.report(f"railyard tune: {paths.stack_file(args.stack).name}"), file=sys.stderr)
         return 1
     if drivers.entry(spec.driver).capabilities.tuned_by != "railyard":
         print(f"railyard tune: stack {args.stack}'s driver {spec.driver} has its machines tuned by the platform; "

@@ -37,10 +37,7 @@ def handle(args) -> int:
 
         spec = load_stack_file(path)
     except SpecError as exc:
-        n = len(exc.problems)
-        print(f"railyard validate: {path}: {n} problem{'s' if n != 1 else ''}", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        print(exc.report(f"railyard validate: {path}"), file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug in the model must still read as one line
         print(f"railyard validate: {path}: internal error ({type(exc).__name__}: {exc}); "

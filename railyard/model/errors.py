@@ -47,6 +47,12 @@ class SpecError(Exception):
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.problems)
 
+    def report(self, where: str) -> str:
+        """Every problem under one heading, as every command prints them: `WHERE: N problems`,
+        then one indented line each."""
+        n = len(self.problems)
+        return "\n".join([f"{where}: {n} problem{'s' if n != 1 else ''}", *(f"  {p}" for p in self.problems)])
+
     def paths(self) -> list[str]:
         """The config paths of all problems, in the order they were found."""
         return [p.path for p in self.problems]

@@ -92,3 +92,18 @@ def test_validate_needs_a_stack_file_argument(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["validate"])
     assert exit_.value.code == 2
+
+
+@pytest.mark.parametrize("argv, heading", [
+    (["validate"], "railyard validate: {path}"),
+    (["plan"], "railyard plan: {path}"),
+    (["fabric", "sweep"], "railyard fabric sweep: {path}"),
+])
+def test_every_command_reports_a_bad_stack_file_the_same_way(capsys, argv, heading):
+    # One SpecError.report for every command that reads a stack file: the count, then a line each.
+    path = BAD / "many_problems_at_once.yaml"
+    assert main([*argv, str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    n = len(lines) - 1
+    assert lines[0] == f"{heading.format(path=path)}: {n} problems" and n >= len(expected_paths(path))
+    assert all(line.startswith("  railyard:") for line in lines[1:]), lines
