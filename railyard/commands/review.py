@@ -97,12 +97,11 @@ def read_yaml(text: str | None) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def preview_stack(stack: str) -> preview_mod.Preview | None:
+def preview_stack(stack: str, doc: dict | None) -> preview_mod.Preview | None:
     """The stack's preview, or None when the backend has no such stack. Asking the preview itself
     (the engine's StackNotFoundError) instead of listing the backend first saves a `pulumi stack
     ls`, which reads every stack's checkpoint: most of what a review of a large stack cost beyond
     its preview (docs/benchmarks.md)."""
-    doc = read_yaml(paths.stack_file(stack).read_text()) if paths.stack_file(stack).is_file() else None
     why = drivers.ensure_engine(driver_of(doc) or "", "railyard:kubernetes" in ((doc or {}).get("config") or {}))
     if why is not None:
         return preview_mod.failed_run(stack, why)
@@ -157,7 +156,7 @@ def review(stacks: list[str] | None, base: str | None,
             # The engine cannot preview it here; the rest of the comment still gets written.
             r.skipped = f"plugin missing: {absent}"
         else:
-            r.preview = preview_stack(stack)
+            r.preview = preview_stack(stack, doc)
             if r.preview is None:
                 r.skipped = (f"the stack is not in this backend yet: its first `make up STACK={stack}` creates "
                              "everything it declares")
