@@ -7,16 +7,21 @@ STACK ?= lab
 PYTHON ?= python3.11
 VENV := .venv
 RY := $(VENV)/bin/railyard
+# Independent set-up steps overlap: apt's downloads and installs (deps) beside pip's and the Go
+# builds (venv, then toolchain), which wait on the network or leave a core idle part of the time.
+# Each step's lines are whole lines prefixed `railyard:`, so interleaving keeps them readable.
+MAKEFLAGS += -j3
+TIMED := bash scripts/timed.sh
 
-.PHONY: up down preview test review bench venv toolchain toolchain-all deps bytecode setup setup-all help fresh-check
+.PHONY: up down preview test review bench venv toolchain toolchain-all deps bytecode setup setup-all help fresh-check fresh-root-check
 
 help:
-	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]; make fresh-check"
+	@echo "make up|down|preview|test|review|bench [STACK=$(STACK)]; make fresh-check|fresh-root-check"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[test]'
+	@$(TIMED) virtualenv bash -c 'test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) && \
+	  $(VENV)/bin/pip install -q -e ".[test]"'
 	@touch $@
 
 # Builds (or reuses from ~/.cache/railyard) the Pulumi CLI and language host. The parts only some
@@ -25,18 +30,18 @@ $(VENV)/.installed: pyproject.toml
 # (an object tier) and the lab's control plane (a lab stack with Kubernetes). The default stack's
 # first `make up` waits for none it does not run.
 toolchain: venv
-	@$(VENV)/bin/python -m railyard.engine.toolchain --engine-only
+	@$(TIMED) "engine build" $(VENV)/bin/python -m railyard.engine.toolchain --engine-only
 
 # Everything the tests and benchmarks use, built before the first test with progress lines: the
 # engine, the Kubernetes provider, weed, and the control plane with the SR-IOV operator's renderer
 # (whose cold build otherwise ran silent, minutes long, inside the first test that needed it).
 toolchain-all: venv
-	@$(VENV)/bin/python -m railyard.engine.toolchain
-	@$(VENV)/bin/python -m railyard.engine.control_plane --with-test-tools
+	@$(TIMED) "engine and provider builds" $(VENV)/bin/python -m railyard.engine.toolchain
+	@$(TIMED) "control plane build" $(VENV)/bin/python -m railyard.engine.control_plane --with-test-tools
 
 # Debian packages the lab needs (sshd, traceroute, filesystem tools); installs only what is missing.
 deps:
-	@bash scripts/host-deps.sh
+	@$(TIMED) "Debian packages" bash scripts/host-deps.sh
 
 # The project's own modules compiled once, as pip compiles an installed package's (an editable
 # install is not compiled). Where the environment sets PYTHONDONTWRITEBYTECODE, as this project's
@@ -44,7 +49,7 @@ deps:
 # modules from source first: 0.2 s of CPU before its first resource (docs/benchmarks.md).
 # compileall rewrites only what changed.
 bytecode: venv
-	@env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m compileall -q railyard components __main__.py
+	@$(TIMED) bytecode env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m compileall -q railyard components __main__.py
 
 setup: toolchain deps bytecode
 setup-all: toolchain-all deps bytecode
@@ -77,3 +82,8 @@ bench: setup-all
 # build plus the test suite. Run it after changing set-up (Makefile, toolchain, scripts, pins).
 fresh-check:
 	@bash scripts/fresh-check.sh
+
+# The same rehearsal inside a fresh Debian 12 root (scripts/fresh-root.sh), where none of the
+# project's Debian packages is installed, so the apt step is timed too. About an hour and a quarter.
+fresh-root-check:
+	@bash scripts/fresh-root.sh

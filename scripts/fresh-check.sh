@@ -138,11 +138,13 @@ step() {
   echo "fresh-check: == $name =="
   start=$(date +%s)
   set +e
-  (cd "$clone" && "$@")
-  rc=$?
+  (cd "$clone" && "$@") 2>&1 | tee "$base/step.log"
+  rc=${PIPESTATUS[0]}
   set -e
   end=$(date +%s)
   printf '%s\t%s\t%s\n' "$name" "$((end - start))" "$rc" >>"$results"
+  # The set-up steps it ran (scripts/timed.sh's lines), as rows under it; they overlap (make -j).
+  sed -n "s/^railyard: set-up step '\(.*\)' took \([0-9]*\) s.*/  \1\t\2\t-/p" "$base/step.log" >>"$results"
   echo "fresh-check: $name: exit $rc after $((end - start)) s"
   return "$rc"
 }
@@ -171,17 +173,25 @@ fi
 
 mkdir -p "$src/.railyard/fresh-check"
 python3 - "$results" "$commit" "$src/.railyard/fresh-check/last.json" <<'EOF'
-import datetime, json, sys
+import datetime, json, os, sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
-steps = [{"step": s, "seconds": int(t), "exit": int(rc)} for s, t, rc in rows]
+steps, parts = [], []
+for name, t, rc in rows:
+    if name.startswith("  "):  # a set-up step inside the make target above it
+        steps[-1].setdefault("set-up", []).append({"step": name.strip(), "seconds": int(t)})
+    else:
+        steps.append({"step": name, "seconds": int(t), "exit": int(rc)})
 doc = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-       "commit": sys.argv[2], "steps": steps, "passed": bool(steps) and all(s["exit"] == 0 for s in steps)
-       and len(steps) == 4}
+       "commit": sys.argv[2], "root": os.environ.get("FRESH_ROOT", "this machine (Debian packages not reset)"),
+       "steps": steps, "passed": bool(steps) and all(s["exit"] == 0 for s in steps) and len(steps) == 4}
 json.dump(doc, open(sys.argv[3], "w"), indent=2)
-print(f"\nfresh-check of {sys.argv[2][:12]} on {doc['date']}: {'passed' if doc['passed'] else 'FAILED'}")
+print(f"\nfresh-check of {sys.argv[2][:12]} on {doc['date']} in {doc['root']}: "
+      f"{'passed' if doc['passed'] else 'FAILED'}")
 print("| step | time | exit |\n|---|---|---|")
+fmt = lambda n: f"{n // 60} min {n % 60:02d} s"
 for s in steps:
-    m, sec = divmod(s["seconds"], 60)
-    print(f"| `{s['step']}` | {m} min {sec:02d} s | {s['exit']} |")
+    print(f"| `{s['step']}` | {fmt(s['seconds'])} | {s['exit']} |")
+    for part in s.get("set-up", []):  # overlapping (make -j3), so they need not add up
+        print(f"| &nbsp;&nbsp;set-up: {part['step']} | {fmt(part['seconds'])} | |")
 EOF
 exit "$failed"
