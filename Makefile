@@ -66,9 +66,13 @@ preview: setup
 	$(RY) preview --stack $(STACK)
 
 # The tiers cheapest first (pyproject.toml's testpaths), each named as it starts; the 25 slowest
-# tests at the end.
+# tests at the end. TEST_WORKERS processes take one test file each at a time, in the order
+# tests/conftest.py sorts them (tiers cheapest first, the longest lab modules first within the lab;
+# --no-loadscope-reorder keeps that order rather than xdist's most-tests-first). A lab test spends
+# most of its time waiting on daemons, SSH and reboots, so 4 workers keep 2 cores busier than 1.
+TEST_WORKERS ?= 4
 test: setup-all
-	$(VENV)/bin/pytest -q --durations=25
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # REVIEW_ARGS: railyard review's options, e.g. "--base origin/main --output review.md" (CI does).
 review: setup

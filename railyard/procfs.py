@@ -60,6 +60,13 @@ def exe(pid: int) -> str | None:
         return None
 
 
+def cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
 def environ_value(pid: int, key: str) -> str | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:

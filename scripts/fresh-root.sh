@@ -9,7 +9,7 @@
 #   - the machine's Go toolchain (/usr/local/go), bound read-only: no Debian package carries the Go
 #     the project builds with, and a fresh machine has it installed;
 #   - the machine's registry settings: apt sources, DNS, CA bundle, pip's and Go's configuration.
-# The lab needs of it: root; /proc, /sys and /dev of the host (rbind), a tmpfs /run for
+# The lab needs of it: root; / a mount point; /proc, /sys and /dev of the host (rbind), a tmpfs /run for
 # `ip netns`' mounts; the host kernel's namespaces, veth, bridge, loop and tmpfs. It shares the host's
 # network namespace (so the registries are reached), which is why fresh-check's own stack takes
 # networks no route of this machine uses, as it does outside a root.
@@ -95,6 +95,9 @@ bind() {  # bind SOURCE TARGET [ro]
   [ "${3:-}" != ro ] || mount -o remount,bind,ro "$2"
   mounted+=("$2")
 }
+# The root is a mount point of its own, as / is on a machine: `ip -n NS` remounts / as a slave in
+# the namespace it enters, which fails on a directory that is not one.
+mount --bind "$root" "$root" && mounted+=("$root")
 bind /proc "$root/proc"
 bind /sys "$root/sys"
 bind /dev "$root/dev"
@@ -103,7 +106,7 @@ bind /usr/local/go "$root/usr/local/go" ro
 [ ! -d /opt/wheels ] || bind /opt/wheels "$root/opt/wheels" ro
 
 git clone --quiet --no-hardlinks "$src" "$root/root/railyard"
-echo "fresh-root: HEAD ${commit:0:12} cloned into the root; none of the project's packages installed there:"
+echo "fresh-root: HEAD ${commit:0:12} cloned into the root; of the packages scripts/host-deps.sh manages, it has:"
 chroot "$root" bash -c 'for p in $(bash /root/railyard/scripts/host-deps.sh --list); do
   [ "$(dpkg-query -W -f="\${Status}" "$p" 2>/dev/null)" = "install ok installed" ] && echo "  installed: $p"; done; true'
 

@@ -1,24 +1,95 @@
 """Suite-wide: the tiers run cheapest first (pyproject's testpaths: unit, roles, engine, lab), so a
-broken model fails in seconds, and `make test` says which tier it is in."""
+broken model fails in seconds, and `make test` says when each tier starts. `make test` runs the
+suite in several worker processes (pytest-xdist, one test file to a worker), so later tiers start
+while the last files of an earlier one still run; within the lab tier the longest modules go first,
+so the run does not end waiting on one of them.
+
+One checkout's lab tests at a time on a machine: the run (its controller, or the one process
+without workers) holds /run/lock/railyard-lab-tests.lock while lab tests are collected, and the
+workers of that run share it. Within a run, lab stacks are kept apart by their names and by the
+networks each process picks (railyard.bench.stack_project.free_networks)."""
 
 from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
 _TIERS = {"unit": "unit (the model, commands, drivers under mocks)", "roles": "roles (Ansible against hardware trees)",
           "engine": "engine (the real Pulumi engine)", "lab": "lab (namespaces, SSH, the real engine end to end)"}
-_current: list[str] = []
+_started: set[str] = set()
+
+# Measured (make test's --durations, 2026-12-05): the lab modules that take two minutes or more,
+# longest first. Scheduled ahead of the others so that the last worker to finish is not the one
+# that drew a long module near the end. A module missing here only runs in its collected place.
+LONG_LAB_MODULES = ("test_hosts_up", "test_lab_kubernetes", "test_lab_acceptance", "test_lab_slurm",
+                    "test_lab_guests", "test_hosts_redfish", "test_reap", "test_no_behaviour_change")
+
+
+def _tier(nodeid: str) -> str:
+    return nodeid.split("/")[1] if nodeid.startswith("tests/") and nodeid.count("/") > 1 else ""
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logstart(nodeid: str, location) -> None:
-    tier = nodeid.split("/")[1] if nodeid.startswith("tests/") and nodeid.count("/") > 1 else ""
-    if tier in _TIERS and _current != [tier]:
-        _current[:] = [tier]
+    tier = _tier(nodeid)
+    if tier in _TIERS and tier not in _started:
+        _started.add(tier)
         reporter = _reporter()
         if reporter is not None:
             reporter.write("\n")  # after the previous tier's dots
-            reporter.write_line(f"tier: {_TIERS[tier]}", bold=True)
+            reporter.write_line(f"tier: {_TIERS[tier]} started", bold=True)
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    # Stable: the tiers keep their order, and so do the tests inside a module.
+    rank = {name: i for i, name in enumerate(LONG_LAB_MODULES)}
+
+    def key(item):
+        tier = _tier(item.nodeid)
+        order = list(_TIERS).index(tier) if tier in _TIERS else len(_TIERS)
+        module = Path(str(item.fspath)).stem
+        return (order, rank.get(module, len(rank)) if tier == "lab" else 0)
+
+    items.sort(key=key)
+    if not hasattr(config, "workerinput") and any(_tier(i.nodeid) == "lab" for i in items):
+        _hold_lab_lock()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """The controller of a run with workers collects nothing itself: it takes the lock when the
+    first worker reports lab tests, before any test is handed out."""
+    if any(_tier(i) == "lab" for i in ids):
+        _hold_lab_lock()
+
+
+# Machine-wide, not per checkout: what it guards is the machine's namespaces and the fixed stack
+# names some modules use (tk8s, trtr, ...), which another checkout's run would also use.
+LAB_TESTS_LOCK = Path("/run/lock/railyard-lab-tests.lock")
+_held: list = []
+
+
+def _hold_lab_lock() -> None:
+    if _held or os.geteuid() != 0:
+        return
+    LAB_TESTS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    f = open(LAB_TESTS_LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        print(f"\nrailyard: another checkout's lab tests hold {LAB_TESTS_LOCK} ({f.read().strip() or 'unknown'}); "
+              "waiting for them to finish", file=sys.__stderr__, flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} in {Path(__file__).resolve().parents[1]}\n")
+    f.flush()
+    _held.append(f)  # held until this process exits
 
 
 _config: list[pytest.Config] = []

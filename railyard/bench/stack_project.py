@@ -4,10 +4,13 @@ touches the user's `lab` stack or `.railyard/state`."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -38,19 +41,64 @@ def lab_config(nodes: int, mgmt: str, storage: str, **extra) -> dict:
     }
 
 
+# Networks picked but not routed yet, machine-wide: the lab tests run in several processes at once
+# (make test's workers) and the benchmarks may run beside them, and between one process's pick and
+# its stack's first route another would see the network free and pick it too.
+RESERVATIONS = Path("/run/lock/railyard-networks")
+# Long enough for a stack under load to route its management network (the first thing `up` makes);
+# a network never routed (a storage network lives in the stack's namespaces only) is free again
+# after it. Routed ones are guarded by their route.
+RESERVATION_S = 900
+
+
 def free_networks(pool: str, count: int, prefix: int, taken: set[str] | None = None) -> list[str]:
-    """`count` /prefix networks of `pool` that no route of this machine overlaps (nor `taken`)."""
+    """`count` /prefix networks of `pool` that no route of this machine overlaps, nor `taken` (the
+    caller's own earlier picks not routed yet), nor another live process's recent pick. /24s and
+    smaller come from the top of the pool and larger ones from its bottom, so many small picks
+    never fragment every large block."""
     from railyard.drivers.lab import net
 
-    out: list[str] = []
-    for candidate in ipaddress.ip_network(pool).subnets(new_prefix=prefix):
-        cidr = str(candidate)
-        if cidr in (taken or ()) or net.overlapping_routes(cidr):
-            continue
-        out.append(cidr)
-        if len(out) == count:
-            return out
-    raise RuntimeError(f"no {count} free /{prefix} networks in {pool} (the others overlap routes of this machine)")
+    candidates = list(ipaddress.ip_network(pool).subnets(new_prefix=prefix))
+    if prefix >= 24:
+        candidates.reverse()
+    with _reservations() as (reserved, record):
+        out: list[str] = []
+        for candidate in candidates:
+            cidr = str(candidate)
+            if (cidr in (taken or ()) or any(candidate.overlaps(r) for r in reserved)
+                    or net.overlapping_routes(cidr)):
+                continue
+            out.append(cidr)
+            if len(out) == count:
+                record(out)
+                return out
+    raise RuntimeError(f"no {count} free /{prefix} networks in {pool} (the others overlap routes of this machine "
+                       f"or were picked by another process in the last {RESERVATION_S} s)")
+
+
+@contextlib.contextmanager
+def _reservations():
+    """(other live processes' recent picks, a function recording picks as this process's), under a
+    machine-wide lock; stale records (their process gone, or older than RESERVATION_S) are dropped."""
+    RESERVATIONS.mkdir(parents=True, exist_ok=True)
+    with open(RESERVATIONS / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now, others = time.time(), []
+        for f in RESERVATIONS.glob("*_*"):
+            try:
+                pid, made = (int(x) for x in f.read_text().split())
+            except (OSError, ValueError):
+                pid, made = 0, 0
+            if pid <= 0 or not Path(f"/proc/{pid}").exists() or now - made > RESERVATION_S:
+                f.unlink(missing_ok=True)
+            elif pid != os.getpid():  # one's own picks are the caller's to pass as `taken`
+                others.append(ipaddress.ip_network(f.name.replace("_", "/")))
+
+        def record(cidrs: list[str]) -> None:
+            for cidr in cidrs:
+                (RESERVATIONS / cidr.replace("/", "_")).write_text(f"{os.getpid()} {time.time():.0f}\n")
+
+        yield others, record
 
 
 def project_copy(directory: Path) -> Path:

@@ -150,10 +150,19 @@ def stop_all(root: Path | None = None) -> list[Orphan]:
 
 
 def live_engines(root: Path | None = None) -> list[int]:
-    """Pids of running `pulumi` engines of this checkout (their PULUMI_HOME is its own)."""
+    """Pids of running `pulumi` engines of this checkout: their PULUMI_HOME is its own and they run
+    in it (an engine works in its project's directory). Copies of the project that share this
+    checkout's PULUMI_HOME for its plugins (the lab tests', the benchmarks') run elsewhere, and their
+    engines are not this checkout's stacks."""
     root = root or paths.project_root()
     home = _resolved(str(paths.pulumi_home(root)))
+    here = Path(os.path.realpath(root))
     names = _engine_names(root)
     return [pid for pid in procfs.pids()
             if pid != os.getpid() and procfs.exe(pid) is not None and _maybe_engine(pid, names)
-            and procfs.alive(pid) and _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home]
+            and procfs.alive(pid) and _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home
+            and _under(procfs.cwd(pid), here)]
+
+
+def _under(path: str | None, root: Path) -> bool:
+    return path is not None and (Path(path) == root or root in Path(path).parents)

@@ -1,23 +1,24 @@
 """Fixtures for the lab runtime's tests: real namespaces, links and sshd, in stacks of their own.
 
-Each test session uses stacks named ``t-lab-<pid>...`` (never the user's ``lab``) and a management
-network the host does not route yet, so the tests run beside a live `lab` stack. Another
-checkout's lab test run on the same machine is waited for (one_checkouts_lab_tests_at_a_time). Everything a session creates is destroyed at its end, even after a failure.
+Each test process uses stacks named ``t-lab-<pid>...`` (never the user's ``lab``) and a management
+network the host does not route yet, so the tests run beside a live `lab` stack and beside the
+other workers of the same run. Another checkout's lab test run on the same machine is waited for
+(tests/conftest.py). Everything a process creates is destroyed at its end, even after a failure.
 """
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from railyard.drivers.lab import fabric, gc, names, net, node
+from railyard.drivers.lab import fabric, gc, names, node
+
+from .railyard_project import free_networks
 
 NOT_ROOT = "lab tests need root: they create network namespaces, links, mounts and sshd processes"
 
@@ -36,42 +37,10 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=NOT_ROOT))
 
 
-# Machine-wide, not per checkout: what it guards is the machine's namespaces.
-LAB_TESTS_LOCK = Path("/run/lock/railyard-lab-tests.lock")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_checkouts_lab_tests_at_a_time():
-    """Several modules use fixed stack names (tk8s, trtr, ...). Another checkout's test run on this
-    machine (a fresh-machine rehearsal, CI beside a developer) owns those stacks while it runs, and
-    this run would only be refused them: it waits for that run instead, and says so."""
-    if os.geteuid() != 0:
-        yield
-        return
-    LAB_TESTS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(LAB_TESTS_LOCK, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            print(f"\nrailyard: another checkout's lab tests hold {LAB_TESTS_LOCK} ({f.read().strip() or 'unknown'}); "
-                  "waiting for them to finish", file=sys.__stderr__, flush=True)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} in {Path(__file__).resolve().parents[2]}\n")
-        f.flush()
-        yield
-
-
 def free_mgmt_cidr() -> str:
-    """A /24 from the top of 198.18.0.0/16 that no route on the host overlaps yet (the default
-    lab stack uses 198.18.0.0/20)."""
-    for third in range(254, 127, -1):
-        cidr = f"198.18.{third}.0/24"
-        if not net.overlapping_routes(cidr):
-            return cidr
-    raise RuntimeError("no free management /24 in 198.18.128.0/17")
+    """A /24 of the lab tests' pool that no route on the host overlaps and no other test worker
+    has just picked (the default lab stack uses 198.18.0.0/20)."""
+    return free_networks(1)[0]
 
 
 @dataclass

@@ -37,9 +37,9 @@ def stack_up(base: Path, stack: str, config_of, *, timeout: float = 900):
     if not (paths.bin_dir(ROOT) / "pulumi").exists():
         raise AssertionError("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(stack)
-    mgmt, storage = free_networks(2, prefix=20)
-    p = StackProject(base, stack, config_of(mgmt, storage))
-    p.config = config_of(mgmt, storage)
+    (mgmt,) = free_networks(1, prefix=20)
+    p = StackProject(base, stack, config_of(mgmt, STORAGE))
+    p.config = config_of(mgmt, STORAGE)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     try:
         p.pulumi("up", "--yes", "--skip-preview", timeout=timeout)
@@ -88,10 +88,22 @@ def code_env(checkout: Path) -> dict[str, str]:
     return env
 
 
+# The lab tests' management networks (the default lab takes 198.18.0.0/20, fresh-check and the
+# benchmarks 198.18.64.0/18). Several test workers pick from it at once (stack_project.free_networks
+# keeps them apart).
+TEST_POOL = "198.18.128.0/17"
+# A storage network is never routed on the host (it lives in the stack's own namespaces), so every
+# test stack may use the same one, and the pool's blocks stay for management networks.
+STORAGE = "198.18.48.0/20"
+# The top /24 of the lab range under the compute networks: a lab control plane's service range
+# (control_plane.cluster_ranges) falls there; no test routes it.
+KEPT_FREE = {"198.18.255.0/24"}
+
+
 def free_networks(count: int, prefix: int = 24, taken: set[str] | None = None) -> list[str]:
-    """`count` /prefix networks from 198.18.192.0/18 that no host route overlaps (the default lab
-    and the other lab tests take theirs lower down or from the top /24s)."""
-    return stack_project.free_networks("198.18.192.0/18", count, prefix, taken)
+    """`count` /prefix networks from TEST_POOL that no host route overlaps nor another worker has
+    just picked."""
+    return stack_project.free_networks(TEST_POOL, count, prefix, {*(taken or ()), *KEPT_FREE})
 
 
 class RailyardProject:

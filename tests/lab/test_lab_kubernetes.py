@@ -28,7 +28,7 @@ from railyard.engine import control_plane as binaries
 from railyard.model.plan import make_plan
 from railyard.stack import parse_config
 
-from .railyard_project import free_networks
+from .railyard_project import STORAGE, free_networks
 from .stack_project import StackProject
 
 ROOT = paths.PROJECT_ROOT
@@ -63,7 +63,7 @@ def project(tmp_path_factory):
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     binaries.ensure()
     gc.destroy_all(STACK)
-    mgmt, storage = free_networks(2, prefix=20)
+    (mgmt,), storage = free_networks(1, prefix=20), STORAGE
     p = StackProject(tmp_path_factory.mktemp("k8s"), STACK, stack_config(mgmt, storage))
     p.config = stack_config(mgmt, storage)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")

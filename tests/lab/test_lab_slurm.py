@@ -18,7 +18,7 @@ from railyard.drivers.lab import gc, names, net, proc
 from railyard.model.plan import make_plan
 from railyard.stack import parse_config
 
-from .railyard_project import free_networks, lab_config
+from .railyard_project import STORAGE, free_networks, lab_config
 from .stack_project import StackProject
 
 ROOT = paths.PROJECT_ROOT
@@ -38,7 +38,7 @@ def project(tmp_path_factory):
     if not (paths.bin_dir(ROOT) / "pulumi").exists():
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(STACK)
-    mgmt, storage = free_networks(2, prefix=20)
+    (mgmt,), storage = free_networks(1, prefix=20), STORAGE
     p = StackProject(tmp_path_factory.mktemp("slurm"), STACK, stack_config(mgmt, storage))
     p.plan = make_plan(parse_config(stack_config(mgmt, storage), stack=STACK))
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")

@@ -14,10 +14,13 @@ import pytest
 
 from railyard import paths
 from railyard.drivers.lab import gc
+from .railyard_project import STORAGE, free_networks
 from .stack_project import StackProject
 
 ROOT = paths.PROJECT_ROOT
 STACK = "ttune"
+# Picked once by the fixture (other test workers pick theirs at once); every config() names it.
+MANAGEMENT: list[str] = []
 DGX_H100_TABLE_6 = {"GPU0": "mlx5_0", "GPU1": "mlx5_3", "GPU2": "mlx5_4", "GPU3": "mlx5_5",
                     "GPU4": "mlx5_6", "GPU5": "mlx5_9", "GPU6": "mlx5_10", "GPU7": "mlx5_11"}
 
@@ -30,8 +33,8 @@ def config(percent: int) -> dict:
         "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": 2}],
         "railyard:fabric": {
             "compute": {"kind": "infiniband", "speed": "ndr", "switch": "qm9700", "cidr": "198.19.0.0/16"},
-            "storage": {"cidr": "198.18.144.0/20"},
-            "management": {"cidr": "198.18.128.0/20"},
+            "storage": {"cidr": STORAGE},
+            "management": {"cidr": MANAGEMENT[0]},
         },
         # Ephemeral: a long-lived stack protects its resources, and the test destroys this one.
         "railyard:ephemeral": {"ttl": "2h"},
@@ -47,6 +50,7 @@ def project(tmp_path_factory):
     if not (paths.bin_dir(ROOT) / "pulumi").exists():
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(STACK)
+    MANAGEMENT[:] = free_networks(1, prefix=20)
     p = StackProject(tmp_path_factory.mktemp("tuning"), STACK, config(40))
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     yield p

@@ -18,6 +18,7 @@ from railyard.drivers.lab import gc
 from railyard.drivers.lab.control_plane.api import Client
 from railyard.engine import control_plane
 
+from .railyard_project import STORAGE, free_networks
 from .stack_project import StackProject
 
 STACK = "tvirt"
@@ -29,8 +30,8 @@ CONFIG = {
                             "vm": {"vcpus": 80, "memoryGiB": 1200, "gpus": 8, "vfs": 2}}],
     "railyard:fabric": {
         "compute": {"kind": "roce", "speed": "100gbe", "switch": "sn5600", "cidr": "198.19.0.0/16"},
-        "storage": {"cidr": "198.18.176.0/20"},
-        "management": {"cidr": "198.18.160.0/20"},
+        "storage": {"cidr": STORAGE},
+        "management": {"cidr": None},  # picked by the fixture: other test workers pick theirs at once
     },
     "railyard:storage": {"object": {"bucket": "datasets"}},
     # Ephemeral: a long-lived stack protects its resources, and the test destroys this one.
@@ -45,6 +46,7 @@ def project(tmp_path_factory):
     if not (paths.bin_dir(paths.PROJECT_ROOT) / "pulumi").exists():
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(STACK)
+    (CONFIG["railyard:fabric"]["management"]["cidr"],) = free_networks(1, prefix=20)
     p = StackProject(tmp_path_factory.mktemp("virtual"), STACK, CONFIG)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     yield p

@@ -83,6 +83,20 @@ def test_plugins_under_a_live_engine_lab_processes_and_other_pythons_are_left_al
     assert live.pid in orphans.live_engines()  # what `lab gc --all` refuses to run beside
 
 
+def test_an_engine_of_a_project_copy_sharing_this_checkouts_pulumi_home_is_not_this_checkouts(spawned, tmp_path):
+    """The lab tests' and benchmarks' project copies borrow this checkout's PULUMI_HOME for its
+    plugins; their engines run in the copy, and `lab gc --all` here must not wait for them."""
+    engine = tmp_path / "pulumi"
+    shutil.copy("/bin/sh", engine)
+    env = {**os.environ, "PULUMI_HOME": str(paths.pulumi_home())}
+    copy = spawned([str(engine), "-c", "sleep 120"], env=env, cwd=tmp_path)
+    here = spawned([str(engine), "-c", "sleep 120"], env=env, cwd=paths.project_root() / "stacks")
+    for p in (copy, here):
+        _wait_for(lambda p=p: procfs.exe(p.pid) == str(engine))
+    live = orphans.live_engines()
+    assert here.pid in live and copy.pid not in live
+
+
 def test_a_plugin_binary_is_this_checkouts_only_through_its_pulumi_home(spawned, tmp_path):
     plugin = tmp_path / "pulumi-resource-fake"
     shutil.copy(shutil.which("sleep"), plugin)
