@@ -197,14 +197,14 @@ def test_a_vf_given_to_a_vm_leaves_the_hypervisor_and_shows_bound_to_vfio(virtua
 def test_create_vm_again_changes_nothing(virtual):
     n = virtual.plan.nodes[1]
     plan_vm = n.vms[0]
-    started = time.monotonic()
+    # The same VM, not a new one: its namespace, its init and its VFs' addresses are those it had.
+    # (How fast this is belongs to the benchmarks: a timed assert failed under a loaded machine.)
+    ns_before = net.netns_inode(names.node_ns(virtual.stack, plan_vm.name))
     again = vm.create_vm(virtual.stack, plan_vm.name, **virtual.vm_args(n, plan_vm))
-    took = time.monotonic() - started
     assert again == vm.read_vm(virtual.stack, plan_vm.name)
+    assert net.netns_inode(names.node_ns(virtual.stack, plan_vm.name)) == ns_before
     assert again["init_pid"] == virtual.vms[plan_vm.name]["init_pid"]
     assert {k: v["mac"] for k, v in again["vfs"].items()} == {k: v["mac"] for k, v in virtual.vms[plan_vm.name]["vfs"].items()}
-    print(f"\ncreate_vm again: {took:.3f}s")
-    assert took < 1.0
 
 
 def test_a_vm_cannot_take_a_vf_the_tuning_has_not_made(virtual):

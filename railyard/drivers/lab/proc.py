@@ -204,10 +204,11 @@ def detach_loop(dev: str) -> None:
     run(["losetup", "-d", dev], obj=f"loop device {dev}", check=False)
 
 
-def release_loops(path: Path | str, timeout: float = 3.0) -> list[str]:
+def release_loops(path: Path | str, timeout: float = 15.0) -> list[str]:
     """Detach every loop device backed by a file under `path` and wait until the kernel let them
     go (a filesystem unmounted with its namespace's last process releases its device a moment
-    later; detaching a busy device only marks it to go when unused). Returns the devices."""
+    later; detaching a busy device only marks it to go when unused). Returns the devices. The
+    moment is longer on a loaded machine: 3 s failed with several lab stacks changing at once."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     while True:
