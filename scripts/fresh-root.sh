@@ -9,7 +9,7 @@
 #   - the machine's Go toolchain (/usr/local/go), bound read-only: no Debian package carries the Go
 #     the project builds with, and a fresh machine has it installed;
 #   - the machine's registry settings: apt sources, DNS, CA bundle, pip's and Go's configuration.
-# The lab needs of it: root; / a mount point; /proc, /sys and /dev of the host (rbind), a tmpfs /run for
+# The lab needs of it: root; / a mount point and the root of its mount namespace (pivot_root); /proc, /sys and /dev of the host (rbind), a tmpfs /run for
 # `ip netns`' mounts; the host kernel's namespaces, veth, bridge, loop and tmpfs. It shares the host's
 # network namespace (so the registries are reached), which is why fresh-check's own stack takes
 # networks no route of this machine uses, as it does outside a root.
@@ -48,9 +48,12 @@ cleanup() {
   local rc=$?
   set +e
   # Nothing may outlive the rehearsal inside its root: a process left there would keep the mounts.
+  local ns=
+  [ -z "${inner:-}" ] || ns=$(readlink "/proc/$inner/ns/mnt" 2>/dev/null || true)
   for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] || continue
-    kill -9 "${p#/proc/}" 2>/dev/null
+    if [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] || { [ -n "$ns" ] && [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ]; }; then
+      kill -9 "${p#/proc/}" 2>/dev/null
+    fi
   done
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
     umount -R "${mounted[$i]}" 2>/dev/null || umount -R -l "${mounted[$i]}"
@@ -116,10 +119,18 @@ for v in GOFLAGS GOTOOLCHAIN PIP_DEFAULT_TIMEOUT PIP_DISABLE_PIP_VERSION_CHECK P
          PIP_INDEX_URL PIP_TRUSTED_HOST; do
   [ -z "${!v:-}" ] || env_keep+=("$v=${!v}")
 done
+# Not a plain chroot: the lab enters its nodes' mount namespaces (setns), and setns sets the
+# caller's root to its namespace's root, which for a chroot is still the host's /. In a mount
+# namespace of its own whose root is pivoted to the root, the namespace's root is the root.
 set +e
-chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
+unshare --mount --propagation private -- /bin/sh -c \
+  'cd "$1" && mkdir -p .old-root && pivot_root . .old-root && umount -l /.old-root && rmdir /.old-root && shift \
+   && cd / && exec "$@"' sh "$root" \
+  /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
   PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${env_keep[@]}" \
-  FRESH_ROOT="debootstrap $suite minbase" bash -c 'cd /root/railyard && bash scripts/fresh-check.sh'
+  FRESH_ROOT="debootstrap $suite minbase" bash -c 'cd /root/railyard && bash scripts/fresh-check.sh' &
+inner=$!
+wait "$inner"
 rc=$?
 set -e
 mkdir -p "$src/.railyard/fresh-check"
