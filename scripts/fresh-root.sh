@@ -50,11 +50,11 @@ cleanup() {
   # Nothing may outlive the rehearsal inside its root: a process left there would keep the mounts.
   local ns=
   [ -z "${inner:-}" ] || ns=$(readlink "/proc/$inner/ns/mnt" 2>/dev/null || true)
-  for p in /proc/[0-9]*; do
-    if [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] || { [ -n "$ns" ] && [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ]; }; then
-      kill -9 "${p#/proc/}" 2>/dev/null
-    fi
-  done
+  if [ -n "$ns" ]; then
+    for p in /proc/[0-9]*; do
+      [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ] && kill -9 "${p#/proc/}" 2>/dev/null
+    done
+  fi
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
     umount -R "${mounted[$i]}" 2>/dev/null || umount -R -l "${mounted[$i]}"
   done
@@ -109,9 +109,8 @@ bind /usr/local/go "$root/usr/local/go" ro
 [ ! -d /opt/wheels ] || bind /opt/wheels "$root/opt/wheels" ro
 
 git clone --quiet --no-hardlinks "$src" "$root/root/railyard"
-echo "fresh-root: HEAD ${commit:0:12} cloned into the root; of the packages scripts/host-deps.sh manages, it has:"
-chroot "$root" bash -c 'for p in $(bash /root/railyard/scripts/host-deps.sh --list); do
-  [ "$(dpkg-query -W -f="\${Status}" "$p" 2>/dev/null)" = "install ok installed" ] && echo "  installed: $p"; done; true'
+# fresh-check, inside, names which of the project's packages the root has before set-up.
+echo "fresh-root: HEAD ${commit:0:12} cloned into the root"
 
 # The machine's environment, and nothing of this checkout's: no venv, no cache, no pulumi on PATH.
 env_keep=()

@@ -47,10 +47,11 @@ def pytest_runtest_logstart(nodeid: str, location) -> None:
 def pytest_collection_modifyitems(session, config, items) -> None:
     # Stable: the tiers keep their order, and so do the tests inside a module.
     rank = {name: i for i, name in enumerate(LONG_LAB_MODULES)}
+    tiers = {name: i for i, name in enumerate(_TIERS)}
 
     def key(item):
         tier = _tier(item.nodeid)
-        order = list(_TIERS).index(tier) if tier in _TIERS else len(_TIERS)
+        order = tiers.get(tier, len(tiers))
         module = Path(str(item.fspath)).stem
         return (order, rank.get(module, len(rank)) if tier == "lab" else 0)
 

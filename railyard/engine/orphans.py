@@ -161,8 +161,4 @@ def live_engines(root: Path | None = None) -> list[int]:
     return [pid for pid in procfs.pids()
             if pid != os.getpid() and procfs.exe(pid) is not None and _maybe_engine(pid, names)
             and procfs.alive(pid) and _resolved(procfs.environ_value(pid, "PULUMI_HOME")) == home
-            and _under(procfs.cwd(pid), here)]
-
-
-def _under(path: str | None, root: Path) -> bool:
-    return path is not None and (Path(path) == root or root in Path(path).parents)
+            and Path(procfs.cwd(pid) or "/nonexistent").is_relative_to(here)]
