@@ -119,6 +119,9 @@ grep -q "cidr: $mgmt" "$clone/stacks/Pulumi.$stack.yaml" && grep -q "cidr: $stor
 export RAILYARD_CACHE="$base/cache/railyard" XDG_CACHE_HOME="$base/cache/xdg" PIP_CACHE_DIR="$base/cache/pip"
 export GOPATH="$base/go" GOMODCACHE="$base/go/pkg/mod" GOCACHE="$base/cache/go-build"
 unset RAILYARD_ROOT PULUMI_HOME PULUMI_BACKEND_URL VIRTUAL_ENV PYTHONPATH
+# The clone's make starts as from a user's shell, with its own -j: not as a child of `make
+# fresh-check`, whose jobserver it cannot reach (it would fall back to -j1 and overlap nothing).
+unset MAKEFLAGS MFLAGS MAKELEVEL
 # No pulumi on PATH at all: a compatible one would be used instead of the build being rehearsed.
 PATH=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do [ -x "$d/pulumi" ] || printf '%s\n' "$d"; done \
        | grep -v -e '/\.railyard/bin' -e '/\.venv/bin' | paste -sd:)
