@@ -18,6 +18,9 @@
 # it into a new directory, runs scripts/fresh-check.sh there on a clone of HEAD, copies the result to
 # .railyard/fresh-check/ and removes the root. Takes a cold build, the Debian installs and the suite:
 # about an hour and a quarter on 2 cores. Never beside another test run.
+#
+# FRESH_ROOT_RUN='COMMAND' runs COMMAND in the clone instead of the rehearsal, to look into what
+# fails only in a fresh root (for example 'make venv deps && .venv/bin/pytest -rfE tests/roles').
 set -euo pipefail
 
 src=$(git rev-parse --show-toplevel)
@@ -127,7 +130,7 @@ unshare --mount --propagation private -- /bin/sh -c \
    && cd / && exec "$@"' sh "$root" \
   /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
   PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${env_keep[@]}" \
-  FRESH_ROOT="debootstrap $suite minbase" bash -c 'cd /root/railyard && bash scripts/fresh-check.sh' &
+  FRESH_ROOT="debootstrap $suite minbase" bash -c "cd /root/railyard && ${FRESH_ROOT_RUN:-bash scripts/fresh-check.sh}" &
 inner=$!
 wait "$inner"
 rc=$?
