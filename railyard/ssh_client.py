@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import ipaddress
 import os
 import re
@@ -118,3 +120,57 @@ def proxy_command(options: list[str], jump_address: str, jump_user: str | None, 
     hop = ["ssh", *options, "-p", str(jump_port), "-W", f"[{target_address}]:{target_port}",
            f"{jump_user}@{jump_address}" if jump_user else jump_address]
     return shlex.join(hop)
+
+
+def known_host_matches(patterns: tuple[str, ...] | list[str], address: str, port: int) -> bool:
+    """Whether a known_hosts line's host patterns name the host reached at `address` on `port`:
+    plain (`host`, `[host]:port`) or hashed (`|1|salt|hmac`, as HashKnownHosts writes them)."""
+    name = canonical(address)
+    written = host_pattern(name, port)
+    for pattern in patterns:
+        if pattern.startswith("|1|"):
+            try:
+                _, _, salt, digest = pattern.split("|")
+                mac = hmac.new(base64.b64decode(salt), written.encode(), hashlib.sha1).digest()
+            except (ValueError, binascii.Error):
+                continue
+            if hmac.compare_digest(base64.b64encode(mac).decode(), digest):
+                return True
+            continue
+        m = re.fullmatch(r"\[([^\]]+)\]:([0-9]+)", pattern)
+        host, at = (m.group(1), int(m.group(2))) if m else (pattern, DEFAULT_PORT)
+        if at == port and canonical(host) == name:
+            return True
+    return False
+
+
+def proxy_jump(args: str) -> tuple[str | None, str | None]:
+    """(the ProxyJump an inventory's ssh arguments give, or None; what in them cannot be followed,
+    or None): -J HOST, -JHOST, -o ProxyJump=HOST, -o 'ProxyJump HOST', quoted as a shell would."""
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return None, "unbalanced quotes"
+    jump = None
+    i = 0
+    while i < len(words):
+        w = words[i]
+        option = None
+        if w == "-o" and i + 1 < len(words):
+            option, i = words[i + 1], i + 1
+        elif w.startswith("-o") and len(w) > 2:
+            option = w[2:]
+        elif w == "-J" and i + 1 < len(words):
+            jump, i = words[i + 1], i + 1
+        elif w.startswith("-J") and len(w) > 2:
+            jump = w[2:]
+        if option is not None:
+            key, _, value = option.replace("=", " ", 1).partition(" ")
+            if key.lower() == "proxycommand":
+                return None, "a ProxyCommand"
+            if key.lower() == "proxyjump":
+                jump = value.strip()
+        i += 1
+    if jump is not None and ("," in jump or not jump):
+        return None, f"ProxyJump {jump!r} (one jump host only)"
+    return jump, None

@@ -99,7 +99,8 @@ def unescape(field: str) -> str:
 
 def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]:
     """The mount table, in mount order (the last entry at a path is the one on top): each mount's
-    device number (major:minor), mount point, type and source, unescaped."""
+    device number (major:minor), mount point, type and source, unescaped. `mountinfo` is any
+    process's (/proc/PID/mountinfo)."""
     out = []
     with open(mountinfo) as f:
         for line in f:

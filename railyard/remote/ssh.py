@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from railyard.ssh_client import DEFAULT_PORT, host_pattern, known_hosts_lines, options, proxy_command, write_key
+from railyard.ssh_client import DEFAULT_PORT, known_host_matches, known_hosts_lines, options, proxy_command, write_key
 
 CONNECT_TIMEOUT_S = 10
 
@@ -70,10 +70,10 @@ class Result:
     """The host's key as state records it: the first pinned key, or the one learned now."""
 
 
-def _learned(known: Path, pattern: str) -> str | None:
+def _learned(known: Path, address: str, port: int) -> str | None:
     for line in known.read_text().splitlines():
         fields = line.split()
-        if len(fields) >= 3 and pattern in fields[0].split(","):
+        if len(fields) >= 3 and known_host_matches(fields[0].split(","), address, port):
             return f"{fields[1]} {fields[2]}"
     return None
 
@@ -90,7 +90,6 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
             raise SshError(f"{target.name}: {where!r} is not a host address ssh may be given")
     if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
         raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
-    pattern = host_pattern(target.address, target.port)
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         known = Path(d) / "known_hosts"
         known.write_text(known_hosts_lines(target.address, target.port, target.host_keys)
@@ -118,7 +117,7 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
                                       f"({kinds}); nothing was done there")
             raise SshError(f"{target.name}: cannot reach {target.user}@{target.address}: "
                            f"{err.splitlines()[-1] if err else 'ssh exited 255'}")
-        host_key = _learned(known, pattern)
+        host_key = _learned(known, target.address, target.port)
         if host_key is None:
             raise SshError(f"{target.name}: ssh learned no host key for {target.address}")
         return Result(proc.returncode, proc.stdout, proc.stderr, host_key)

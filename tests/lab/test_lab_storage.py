@@ -119,7 +119,7 @@ def test_the_store_listens_only_on_its_lab_address_in_its_own_namespaces(stored)
     host = subprocess.run(["ss", "-Htlnp"], capture_output=True, text=True, check=True).stdout
     assert f"pid={pid}," not in host
     # weed's unix sockets (fixed /tmp paths) are in a /tmp of its own, not the host's.
-    tmp = [m for m in proc.mounts(pid) if m["mountpoint"] == "/tmp"]
+    tmp = [m for m in proc.mounts(pid) if m["path"] == "/tmp"]
     assert tmp and tmp[-1]["fstype"] == "tmpfs" and tmp[-1]["source"] == names.stack_prefix(stored.stack) + "storage"
     sockets = list(Path(f"/proc/{pid}/root/tmp").glob("seaweedfs-*.sock"))
     assert sockets and all(not (Path("/tmp") / s.name).exists() or
@@ -140,7 +140,7 @@ def test_the_cache_is_mounted_inside_the_node_and_not_on_the_host(stored):
                                                 "echo data > /mnt/cache/probe && cat /mnt/cache/probe"], check=True)
         source, fstype, probe = df.stdout.split()
         assert (source, fstype, probe) == (state["device"], "xfs", "data")
-        assert not [m for m in proc.mounts() if m["source"] == state["device"] or m["mountpoint"] == "/mnt/cache"]
+        assert not [m for m in proc.mounts() if m["source"] == state["device"] or m["path"] == "/mnt/cache"]
     devices = {s["device"] for s in stored.caches.values()}
     assert len(devices) == 2, "one device per node"
     if storage.md_available():
@@ -162,7 +162,7 @@ def test_the_parallel_fs_is_shared_between_nodes(stored):
     assert got == "written-on-st-0\n"
     assert (storage.pfs_dir(stored.stack) / "shared.txt").read_text() == got
     assert all(s["mounted"] for s in stored.pfs.values())
-    assert not [m for m in proc.mounts() if m["mountpoint"] == "/mnt/pfs"]
+    assert not [m for m in proc.mounts() if m["path"] == "/mnt/pfs"]
 
 
 def test_a_mount_point_on_the_read_only_host_is_refused_and_the_cache_stays(stored):
@@ -179,7 +179,7 @@ def test_delete_cache_and_pfs_mount_leave_no_mount_or_loop_device(stored):
     assert storage.delete_cache(stored.stack, "st-1")["deleted"] is True
     assert storage.delete_pfs_mount(stored.stack, "st-1")["deleted"] is True
     pid = node.init_pid(stored.stack, "st-1")
-    assert not [m for m in proc.mounts(pid) if m["mountpoint"] in ("/mnt/cache", "/mnt/pfs")]
+    assert not [m for m in proc.mounts(pid) if m["path"] in ("/mnt/cache", "/mnt/pfs")]
     assert not proc.loops_backed_under(node.node_dir(stored.stack, "st-1"))
     assert dev not in proc.loops_backed_under(storage.object_store_dir(stored.stack).parent)
     assert storage.read_cache(stored.stack, "st-1") is None and storage.delete_cache(stored.stack, "st-1")["deleted"] is False

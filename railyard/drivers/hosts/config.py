@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from railyard.model.spec import Secret
+from railyard.model.spec import SSH_AGENT, Secret
 from railyard.remote.ssh import JumpHost  # noqa: F401 (a field type of the section's hosts)
 from railyard.ssh_client import DEFAULT_PORT
 
@@ -23,7 +23,6 @@ DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
 # host of its pool's rolling reboot.
 MAX_REBOOT_TIMEOUT_SECONDS = 86_400
 
-SSH_AGENT = "agent"
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,8 @@ connection: a DNS name is checked for its form, a host key for its encoding.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import ipaddress
 import re
-import shlex
 import ssl
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -25,14 +20,15 @@ from typing import Any, Mapping, Sequence
 from railyard.drivers.hosts import inventory as inventory_file
 from railyard.drivers.hosts.config import (
     DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES,
-    MAX_REBOOT_TIMEOUT_SECONDS, SSH_AGENT,
+    MAX_REBOOT_TIMEOUT_SECONDS,
     Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
 )
 from railyard.model.errors import Problem
-from railyard.model.spec import LOGIN_NAME, SectionReader, Secret, did_you_mean as _did_you_mean, \
+from railyard.model.spec import LOGIN_NAME, SectionReader, did_you_mean as _did_you_mean, \
     is_secret as _is_secret, show as _show
 # The address and key forms every SSH caller shares (re-exported: this module's readers import them here).
-from railyard.ssh_client import KEY_TYPES, address_kind, canonical, host_pattern, key_problem  # noqa: F401
+from railyard.ssh_client import KEY_TYPES, address_kind, canonical, host_pattern, key_problem, known_host_matches, \
+    proxy_jump  # noqa: F401
 
 P = "railyard:hosts"
 
@@ -47,38 +43,6 @@ KEYS: dict[str, tuple[str, ...]] = {
 _PERCENT = re.compile(r"^([0-9]+)%$")
 
 
-def _proxy_jump(args: str) -> tuple[str | None, str | None]:
-    """(the ProxyJump an inventory's ssh arguments give, or None; what in them cannot be followed,
-    or None): -J HOST, -JHOST, -o ProxyJump=HOST, -o 'ProxyJump HOST', quoted as a shell would."""
-    try:
-        words = shlex.split(args)
-    except ValueError:
-        return None, "unbalanced quotes"
-    jump = None
-    i = 0
-    while i < len(words):
-        w = words[i]
-        option = None
-        if w == "-o" and i + 1 < len(words):
-            option, i = words[i + 1], i + 1
-        elif w.startswith("-o") and len(w) > 2:
-            option = w[2:]
-        elif w == "-J" and i + 1 < len(words):
-            jump, i = words[i + 1], i + 1
-        elif w.startswith("-J") and len(w) > 2:
-            jump = w[2:]
-        if option is not None:
-            key, _, value = option.replace("=", " ", 1).partition(" ")
-            if key.lower() == "proxycommand":
-                return None, "a ProxyCommand"
-            if key.lower() == "proxyjump":
-                jump = value.strip()
-        i += 1
-    if jump is not None and ("," in jump or not jump):
-        return None, f"ProxyJump {jump!r} (one jump host only)"
-    return jump, None
-
-
 @dataclass(frozen=True)
 class KnownHost:
     """One line of railyard:hosts.knownHosts: the host names it pins, and its key."""
@@ -88,23 +52,7 @@ class KnownHost:
     where: str
 
     def matches(self, address: str, port: int) -> bool:
-        name = canonical(address)
-        written = host_pattern(name, port)
-        for pattern in self.patterns:
-            if pattern.startswith("|1|"):
-                try:
-                    _, _, salt, digest = pattern.split("|")
-                    mac = hmac.new(base64.b64decode(salt), written.encode(), hashlib.sha1).digest()
-                except (ValueError, binascii.Error):
-                    continue
-                if hmac.compare_digest(base64.b64encode(mac).decode(), digest):
-                    return True
-                continue
-            m = re.fullmatch(r"\[([^\]]+)\]:([0-9]+)", pattern)
-            host, at = (m.group(1), int(m.group(2))) if m else (pattern, DEFAULT_PORT)
-            if at == port and canonical(host) == name:
-                return True
-        return False
+        return known_host_matches(self.patterns, address, port)
 
 
 class _Reader(SectionReader):
@@ -147,35 +95,6 @@ class _Reader(SectionReader):
             self.problem(path, _show(value), allowed)
             return None
         return JumpHost(canonical(rest), user or None, port)
-
-    def secret(self, raw: Any, path: str, allowed: str, set_it: str, leaked: str) -> Secret | None:
-        """A required Pulumi secret. A plain value is refused and never echoed: it may be the
-        credential itself, written in the clear (`leaked` says what to do about that)."""
-        if _is_secret(raw):
-            if not isinstance(raw["secure"], str) or not raw["secure"]:
-                self.problem(path, "a secret with no ciphertext", allowed, set_it)
-                return None
-            return Secret(raw["secure"])
-        if raw is None or raw == "":
-            self.missing(path, allowed, set_it)
-        elif isinstance(raw, str):
-            self.problem(path, "a plain-text value (not shown)", allowed, f"{set_it}; {leaked}")
-        else:
-            self.problem(path, _show(raw), allowed, set_it)
-        return None
-
-    def ssh_key(self, m: Mapping) -> Any:
-        path = f"{P}.sshKey"
-        allowed = f"a Pulumi secret (the private key), or {SSH_AGENT!r} (the key ssh-agent holds)"
-        set_it = f"pulumi config set --secret --path hosts.sshKey < ~/.ssh/id_ed25519, or sshKey: {SSH_AGENT}"
-        raw = m.get("sshKey")
-        if raw == SSH_AGENT:
-            return SSH_AGENT
-        if isinstance(raw, str) and raw.strip().lower() in ("ssh-agent", "agent", "sshagent"):
-            self.problem(path, _show(raw), allowed, f"write {SSH_AGENT}")
-            return None
-        return self.secret(raw, path, allowed, set_it,
-                           "if it was a private key, replace it: it was written in the clear")
 
     def endpoint(self, m: Mapping, path: str) -> str | None:
         """A BMC's Redfish endpoint: `https://address[:port]`, without a path."""
@@ -394,7 +313,7 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
     user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
     port = r.integer(s, "port", f"{P}.port", 1, 65535) or DEFAULT_PORT
     jump = r.jump_host(s.get("jumpHost"), f"{P}.jumpHost")
-    ssh_key = r.ssh_key(s)
+    ssh_key = r.ssh_key(s, "hosts")
     modes = "one of " + ", ".join(HOST_KEY_MODES)
     # A mode that cannot be read is reported once; no host is then told it lacks a key.
     mode: str | None = "pinned" if s.get("hostKeys") is None else r.string(s, "hostKeys", f"{P}.hostKeys", modes)
@@ -616,7 +535,7 @@ def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path |
         if v.get("ansible_port") is not None:
             port = sub.integer(v, "ansible_port", "ansible_port", 1, 65535) or port
         args = " ".join(str(v.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
-        proxy, refused = _proxy_jump(args)
+        proxy, refused = proxy_jump(args)
         if refused:
             # Connecting straight to the host instead would bypass the bastion the inventory names.
             r.problem(ipath, f"{refused} in the ssh arguments of {place}", "a ProxyJump Railyard can follow "

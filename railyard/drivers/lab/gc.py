@@ -90,7 +90,7 @@ def inventory(stack: str, root: Path | None = None) -> dict:
 
     lab = paths.lab_dir(stack, root)
     mounts = sorted(set(proc.mounts_under(lab)) |
-                    {m["mountpoint"] for m in proc.mounts() if m["mountpoint"].startswith(net.NETNS_DIR + "/" + prefix)})
+                    {m["path"] for m in proc.mounts() if m["path"].startswith(net.NETNS_DIR + "/" + prefix)})
     loops = [{"device": d, "backing_file": b} for d, b in proc.loops_backed_under(lab).items()]
     nodes_dir = _nodes_dir(stack, root)
     dirs = sorted(str(p) for p in nodes_dir.iterdir()) if nodes_dir.is_dir() else []

@@ -55,9 +55,16 @@ def detach(target: str) -> None:
     libc.umount2(target.encode(), MNT_DETACH)  # nothing mounted there is fine too
 
 
-def mountpoints() -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f]
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The one mountinfo reader (it unescapes), loaded by path: this script runs without the package.
+mount_points = _load("railyard_mount_points",
+                     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model", "mount_points.py"))
 
 
 def bind_ro(path: str) -> None:
@@ -293,14 +300,13 @@ def main() -> None:
     # below may hide the interpreter's library; it is forked off once the node is built.
     agent = None
     if env.get("RY_AGENT"):
-        spec = importlib.util.spec_from_file_location("railyard_lab_agent", env["RY_AGENT"])
-        agent = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(agent)
+        agent = _load("railyard_lab_agent", env["RY_AGENT"])
 
     # The new mount namespace starts as a copy of the host's, including the host's /run/netns
     # handles of every lab namespace. Each copy would keep its namespace alive after
     # `ip netns del`, so a deleted node's links would linger. Detach them; the host keeps its own.
-    for mp in sorted((m for m in mountpoints() if m == "/run/netns" or m.startswith("/run/netns/")), reverse=True):
+    for mp in sorted((m["path"] for m in mount_points.mounts() if m["path"] == "/run/netns"
+                      or m["path"].startswith("/run/netns/")), reverse=True):
         detach(mp)
 
     # Sources are bound before anything could hide them: /run gets its tmpfs first, /root is

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.net import run
+from railyard.model import mount_points
 # The /proc readers are shared with the engine layer; lab callers know them as proc.<name>.
 from railyard.procfs import alive, cmdline, environ_value, ns_inode, pids  # noqa: F401
 
@@ -75,7 +76,7 @@ def by_mount_source(mountpoint: str, match) -> list[tuple[Proc, str]]:
                 table = mounts(pid)
             except OSError:
                 continue
-            hits = [m["source"] for m in table if m["mountpoint"] == mountpoint]
+            hits = [m["source"] for m in table if m["path"] == mountpoint]
             source = hits[-1] if hits else ""
             break
         if source and match(source):
@@ -129,35 +130,15 @@ def kill_all(procs: list[int], *, what: str, timeout: float = 5.0) -> None:
 
 # --- mounts ------------------------------------------------------------------------------------
 
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as octal
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mounts(pid: int | str = "self") -> list[dict]:
-    """The mount table of a process's mount namespace: mountpoint, fstype, source."""
-    found = []
-    with open(f"/proc/{pid}/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            parts, rparts = left.split(), right.split()
-            found.append({"mountpoint": _unescape(parts[4]), "root": _unescape(parts[3]),
-                          "fstype": rparts[0] if rparts else "", "source": _unescape(rparts[1]) if len(rparts) > 1 else ""})
-    return found
+def mounts(pid: int | str = "self") -> list[dict[str, str]]:
+    """The mount table of a process's mount namespace (mount_points.mounts: dev, path, fstype, source)."""
+    return mount_points.mounts(f"/proc/{pid}/mountinfo")
 
 
 def mounts_under(path: Path | str) -> list[str]:
     """Mount points at or below `path` in our own mount namespace, deepest first."""
     base = os.path.realpath(path)
-    hits = {m["mountpoint"] for m in mounts() if m["mountpoint"] == base or m["mountpoint"].startswith(base + "/")}
+    hits = {m["path"] for m in mounts() if m["path"] == base or m["path"].startswith(base + "/")}
     return sorted(hits, key=len, reverse=True)
 
 

@@ -10,10 +10,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from railyard.model.spec import Secret
+from railyard.model.spec import SSH_AGENT, Secret
 from railyard.remote.ssh import JumpHost  # noqa: F401 (the type of OpenStackConfig.jump_host)
 
-SSH_AGENT = "agent"
 
 # Nova's own words (flavor extra specs, server group policies), so the stack says what the
 # operator will see in `openstack flavor show` and `openstack server group show`.

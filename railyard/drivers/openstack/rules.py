@@ -12,17 +12,17 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from railyard.drivers.openstack import layout
 from railyard.drivers.openstack.config import (
     DEFAULT_PCI_NUMA_POLICY, DEFAULT_ROOT_DISK_GIB, DEFAULT_SERVER_GROUP_POLICY, DEFAULT_THREAD_POLICY, DEFAULT_USER,
-    MAX_ROOT_DISK_GIB, PCI_NUMA_POLICIES, SERVER_GROUP_POLICIES, SSH_AGENT, THREAD_POLICIES, VLAN_MAX, VNI_MAX, JumpHost,
+    MAX_ROOT_DISK_GIB, PCI_NUMA_POLICIES, SERVER_GROUP_POLICIES, THREAD_POLICIES, VLAN_MAX, VNI_MAX, JumpHost,
     OpenStackConfig, Segment,
 )
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
-from railyard.model.spec import SectionReader, Secret, did_you_mean as _did_you_mean, is_secret as _is_secret, \
+from railyard.model.spec import SectionReader, did_you_mean as _did_you_mean, \
     one_of as _one_of, pool_guests, show as _show
 from railyard.ssh_client import DEFAULT_PORT, KEY_TYPES, address_kind, canonical, key_problem
 
@@ -72,30 +72,6 @@ class _Reader(SectionReader):
             self.problem(path, _show(value), allowed, why)
             return None
         return value
-
-    def ssh_key(self, m: Mapping) -> Secret | Literal["agent"] | None:
-        path = f"{P}.sshKey"
-        allowed = f"a Pulumi secret (the private key), or {SSH_AGENT!r} (the key ssh-agent holds)"
-        set_it = f"pulumi config set --secret --path openstack.sshKey < ~/.ssh/id_ed25519, or sshKey: {SSH_AGENT}"
-        raw = m.get("sshKey")
-        if raw == SSH_AGENT:
-            return "agent"
-        if _is_secret(raw) and isinstance(raw, dict):
-            if not isinstance(raw["secure"], str) or not raw["secure"]:
-                self.problem(path, "a secret with no ciphertext", allowed, set_it)
-                return None
-            return Secret(raw["secure"])
-        if raw is None or raw == "":
-            self.missing(path, allowed, set_it)
-        elif isinstance(raw, str) and raw.strip().lower() in ("ssh-agent", "agent", "sshagent"):
-            self.problem(path, _show(raw), allowed, f"write {SSH_AGENT}")
-        elif isinstance(raw, str):
-            # Never echo it: it may be the private key itself.
-            self.problem(path, "a plain-text value (not shown)", allowed,
-                         f"{set_it}; if it was a private key, replace it: it was written in the clear")
-        else:
-            self.problem(path, _show(raw), allowed, set_it)
-        return None
 
     def host_key(self, m: Mapping, path: str) -> str | None:
         allowed = f"a host key `<type> <base64>` (<type>: {', '.join(KEY_TYPES)})"
@@ -260,7 +236,7 @@ def parse(section: Any, spec: Any) -> tuple[OpenStackConfig | None, list[Problem
                      hint="the image every server boots (with the GPU driver and the RDMA stack the roles expect)")
     user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
     public_key = r.public_key(s)
-    ssh_key = r.ssh_key(s)
+    ssh_key = r.ssh_key(s, "openstack")
     disk = r.integer(s, "rootDiskGiB", f"{P}.rootDiskGiB", 1, MAX_ROOT_DISK_GIB) or DEFAULT_ROOT_DISK_GIB
     alias = r.string(s, "gpuAlias", f"{P}.gpuAlias", "a nova PCI alias name", required=True,
                      hint="the alias of the GPUs in the operator's nova.conf [pci] alias")

@@ -22,7 +22,7 @@ re-exports, so callers import `railyard.model.spec.<name>` and never a submodule
 
 from railyard.model.spec.load import parse, read_stack_file, stack_name_of
 from railyard.model.spec.rules import pool_guests
-from railyard.model.spec.section import LOGIN_NAME, SectionReader
+from railyard.model.spec.section import LOGIN_NAME, SSH_AGENT, SectionReader
 from railyard.model.spec.show import did_you_mean, is_secret, one_of, show
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE,
@@ -81,7 +81,7 @@ __all__ = [
     "LAYOUTS", "LOCAL_FILESYSTEMS", "LOGIN_NAME", "NAMESPACE", "OS_RESERVE_FRACTION", "OS_RESERVE_MIN_GIB",
     "PARALLEL_FS_KINDS", "RAID_LEVELS", "SLURM_MAX_SWITCH_WAIT", "SPEEDS_BY_KIND", "TOPOLOGIES", "TTL_UNITS",
     "AcceptanceSpec", "Affinity", "ComputeFabric", "DriverRules", "Ephemeral", "Fabric", "Hugepages", "KubernetesSpec", "LocalCache", "Network",
-    "NodePool", "ObjectTier", "ParallelFs", "Secret", "SectionReader", "SlurmSpec", "Spec", "Sriov", "StorageSpec",
+    "NodePool", "ObjectTier", "ParallelFs", "SSH_AGENT", "Secret", "SectionReader", "SlurmSpec", "Spec", "Sriov", "StorageSpec",
     "Tenant", "TuningSpec", "VmSpec",
     "documented_keys", "host_reserve_threads", "os_reserve_gib", "parse", "parse_ttl", "pool_guests", "read_stack_file",
     "stack_name_of",

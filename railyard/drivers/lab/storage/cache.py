@@ -144,7 +144,7 @@ def _mounted_in_node(pid: int, mount: str, device: str) -> bool:
         table = proc.mounts(pid)
     except OSError:
         return False
-    hits = [m for m in table if m["mountpoint"] == mount]
+    hits = [m for m in table if m["path"] == mount]
     return bool(hits) and os.path.realpath(hits[-1]["source"]) == os.path.realpath(device)
 
 
@@ -162,7 +162,7 @@ def read_cache(stack: str, node_name: str, root: Path | None = None) -> dict | N
     device, mounted = None, False
     if pid is not None:
         try:
-            hits = [m for m in proc.mounts(pid) if m["mountpoint"] == config["mount"]]
+            hits = [m for m in proc.mounts(pid) if m["path"] == config["mount"]]
         except OSError:
             hits = []
         if hits and hits[-1]["fstype"] == config["fs"]:

@@ -26,5 +26,5 @@ def _unmount_in_node(pid: int, mount: str, what: str) -> None:
         table = proc.mounts(pid)
     except OSError:
         return
-    if any(m["mountpoint"] == mount for m in table):
+    if any(m["path"] == mount for m in table):
         net.run(["nsenter", "-t", str(pid), "--mount", "--", "umount", "-l", mount], obj=f"{what} umount {mount}")

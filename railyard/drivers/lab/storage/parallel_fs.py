@@ -91,7 +91,7 @@ def create_pfs_mount(stack: str, node_name: str, *, mount: str = "/mnt/pfs", roo
 
 def _share_mounted(pid: int, mount: str, share: Path) -> bool:
     try:
-        if not any(m["mountpoint"] == mount for m in proc.mounts(pid)):
+        if not any(m["path"] == mount for m in proc.mounts(pid)):
             return False
     except OSError:
         return False

@@ -560,9 +560,9 @@ def test_an_unreadable_host_key_mode_is_one_problem_not_one_per_host():
 ])
 def test_an_inventorys_ssh_arguments_give_their_jump_host_or_are_refused(args, jump, refused):
     """A bastion the inventory names is never bypassed: what Railyard cannot follow is refused."""
-    from railyard.drivers.hosts.rules import _proxy_jump
+    from railyard.ssh_client import proxy_jump
 
-    assert _proxy_jump(args) == (jump, refused)
+    assert proxy_jump(args) == (jump, refused)
 
 
 @pytest.mark.parametrize("address", ["fe80::1%eth0", "fe80::1%';touch${IFS}x;'", "a%h.example.net"])
