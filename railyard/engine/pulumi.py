@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from railyard import paths
+from railyard.engine.state_types import is_dynamic
 from railyard.engine.toolchain import ToolchainError, command_settings, engine_env
 
 
@@ -70,10 +71,11 @@ def stack_outputs(stack: str, *, secrets: bool = False, **kw: Any) -> dict:
     return run_json(args, **kw)
 
 
-def stack_resource_ids(stack: str, type_: str = "pulumi-python:dynamic:Resource", **kw: Any) -> set[str] | None:
-    """The ids of a stack's resources of one type, from its state; None when the stack is unknown."""
+def stack_resource_ids(stack: str, **kw: Any) -> set[str] | None:
+    """The ids of a stack's Python dynamic resources (the lab's objects among them), from its state,
+    whatever their type's name; None when the stack is unknown."""
     proc = run(["stack", "export", "--stack", stack], capture=True, check=False, **kw)
     if proc.returncode != 0:
         return None
     deployment = json.loads(proc.stdout).get("deployment", {})
-    return {r["id"] for r in deployment.get("resources") or () if r.get("type") == type_ and r.get("id")}
+    return {r["id"] for r in deployment.get("resources") or () if is_dynamic(r.get("type") or "") and r.get("id")}

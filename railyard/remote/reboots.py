@@ -14,7 +14,9 @@ import sys
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from railyard.dynamic import TypedResource
 
 
 def target(props: dict):
@@ -100,7 +102,7 @@ class RebootsProvider(ResourceProvider):
         return None  # a reboot is not undone; destroy's cleanup says what the next boot drops
 
 
-class Reboots(Resource):
+class Reboots(TypedResource, module="railyard", name="Reboots"):
     """Outputs: `booted` ({node: the command line it runs with}), `boots` ({node: its boot id when
     last tuned}) and `reboots` (this run's [{node, down_at, up_at}], Unix times, with `bmc_reset`:
     what its BMC was asked, for a host its BMC power-cycled)."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from railyard.dynamic import TypedResource
 
 
 def wire_numbers(value: Any) -> Any:
@@ -72,7 +74,7 @@ class TuningProvider(ResourceProvider):
         return ReadResult(id_=id_, outs=props)
 
 
-class TuningRun(Resource):
+class TuningRun(TypedResource, module="railyard", name="TuningRun"):
     last_run: pulumi.Output[str]
     changed: pulumi.Output[int]
 
@@ -121,7 +123,7 @@ class AcceptanceProvider(ResourceProvider):
 ACCEPTANCE_OUTPUTS = ("passed", "findings", "drained", "cordoned", "flagged", "median_gbps", "rail_pairs", "seconds", "report")
 
 
-class AcceptanceRun(Resource):
+class AcceptanceRun(TypedResource, module="railyard", name="AcceptanceRun"):
     passed: pulumi.Output[bool]
     findings: pulumi.Output[list]
     drained: pulumi.Output[list]

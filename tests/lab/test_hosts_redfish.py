@@ -22,6 +22,7 @@ from railyard import paths
 from railyard.drivers.hosts import redfish
 from railyard.drivers.lab import hwtree, node
 from railyard.drivers.lab.node import power
+from railyard.engine.state_types import is_dynamic
 from railyard.model.catalog import load_catalog
 from tests.unit.drivers.hosts.redfish_emulator import PASSWORD, USERNAME, Emulator, Notifier, fake_system
 
@@ -153,7 +154,7 @@ def dynamic_outputs(p) -> list[dict]:
     """The outputs of the stack's dynamic resources, as state holds them."""
     state = json.loads(p.checkpoint().read_text())
     return [r.get("outputs") or {} for r in state["checkpoint"]["latest"]["resources"]
-            if r["type"] == "pulumi-python:dynamic:Resource"]
+            if is_dynamic(r["type"])]
 
 
 def test_a_host_powered_off_by_its_reboot_is_brought_back_by_its_bmc(server, bmc, project):

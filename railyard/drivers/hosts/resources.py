@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from railyard.remote.reboots import Reboots, RebootsProvider, target
+from railyard.dynamic import TypedResource
 
 # What reaching and checking a host depends on: a change in any of them means a new discovery
 # (a new key too, so that refresh and later runs use it).
@@ -125,7 +126,7 @@ class HostMachineProvider(ResourceProvider):
         return None
 
 
-class HostMachine(Resource):
+class HostMachine(TypedResource, module="hosts", name="Host"):
     """Outputs: `host_key` (what SSH accepted), `facts` (the discovered hardware) and
     `power_state` (its ComputerSystem's PowerState, read from its BMC; None without one)."""
 
@@ -168,7 +169,7 @@ class HostRebootsProvider(RebootsProvider):
         return _power_cycles(props)
 
 
-class HostReboots(Reboots):
+class HostReboots(Reboots, module="hosts", name="Reboots"):
     """A pool's rolling reboot (railyard.remote.reboots.Reboots), with BMCs: hosts' `bmc` (as
     HostMachine's, or None) and bmc_passwords ({node: its BMC's password} for those with one)."""
 

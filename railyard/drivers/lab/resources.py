@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from railyard.dynamic import TypedResource
 
 
 def _flat(props: dict) -> dict:
@@ -109,7 +111,7 @@ class AccessKeyProvider(ResourceProvider):
         return DiffResult(changes=olds.get("comment") != news.get("comment"), replaces=["comment"])
 
 
-class AccessKey(Resource):
+class AccessKey(TypedResource, module="lab", name="AccessKey"):
     public_key: pulumi.Output[str]
     private_key: pulumi.Output[str]
 
@@ -152,7 +154,7 @@ class FabricProvider(_LabProvider):
             proc.remove_tree(lab)
 
 
-class LabFabric(Resource):
+class LabFabric(TypedResource, module="lab", name="Fabric"):
     namespace: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, rails: int, mgmt_cidr: str, host_address: str,
@@ -187,7 +189,7 @@ class SpineProvider(_LabProvider):
         fabric.delete_spine(props["stack"])
 
 
-class LabSpine(Resource):
+class LabSpine(TypedResource, module="lab", name="Spine"):
     def __init__(self, name: str, *, stack: str, gateways: list[str], mtu: int | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(SpineProvider(), name, {"stack": stack, "gateways": gateways, "mtu": mtu}, opts)
@@ -224,7 +226,7 @@ class SwitchesProvider(_LabProvider):
         routers.delete_all(props["stack"])
 
 
-class LabSwitches(Resource):
+class LabSwitches(TypedResource, module="lab", name="Switches"):
     running: pulumi.Output[list]
 
     def __init__(self, name: str, *, stack: str, switches: list[dict], mtu: int | None = None,
@@ -325,7 +327,7 @@ def _hw_tree(props: dict) -> str | None:
     return str(dest)
 
 
-class LabNode(Resource):
+class LabNode(TypedResource, module="lab", name="Node"):
     """`cache`: {mount, fs, raid, drives, size_gib} for the node's local cache, or None;
     `pfs_mount`: where the stack's parallel FS is mounted in the node, or None."""
 
@@ -389,7 +391,7 @@ class ObjectStoreProvider(_LabProvider):
         storage.delete_object_store(props["stack"])
 
 
-class LabObjectStore(Resource):
+class LabObjectStore(TypedResource, module="lab", name="ObjectStore"):
     endpoint: pulumi.Output[str]
     dataset_prefix: pulumi.Output[str]
     access_key: pulumi.Output[str]
@@ -484,7 +486,7 @@ class VmProvider(_LabProvider):
         vm.delete_vm(props["stack"], props["vm"])
 
 
-class LabVm(Resource):
+class LabVm(TypedResource, module="lab", name="Vm"):
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, vm: str, hypervisor: str, mgmt: dict, vfs: list[dict],
@@ -538,7 +540,7 @@ class ControlPlaneProvider(_LabProvider):
         control_plane.delete_control_plane(props["stack"])
 
 
-class LabControlPlane(Resource):
+class LabControlPlane(TypedResource, module="lab", name="ControlPlane"):
     endpoint: pulumi.Output[str]
     ca_certificate: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]

@@ -9,7 +9,9 @@ in every Output.
 from __future__ import annotations
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
+
+from railyard.dynamic import TypedResource
 
 
 class HostKeyProvider(ResourceProvider):
@@ -30,7 +32,7 @@ class HostKeyProvider(ResourceProvider):
         return DiffResult(changes=olds.get("machine") != news.get("machine"), replaces=["machine"])
 
 
-class HostKey(Resource):
+class HostKey(TypedResource, module="openstack", name="HostKey"):
     """An ed25519 host key for `machine`: public_key (`ssh-ed25519 <base64>`) and private_key
     (OpenSSH PEM, secret)."""
 

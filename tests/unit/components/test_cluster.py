@@ -12,19 +12,19 @@ from pathlib import Path
 import pulumi
 import pytest
 
+from railyard.engine.state_types import is_dynamic
 from railyard.model.plan import make_plan
 from railyard.stack import load, load_stack_file
 from railyard.tuning.resource import wire_numbers
 
 ROOT = Path(__file__).resolve().parents[3]
-DYNAMIC = "pulumi-python:dynamic:Resource"
 CORDONED = "railyard acceptance: gpu-0 rail2: rail-mtu: no reply"
 
 
 class Mocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         outs = dict(args.inputs)
-        if args.typ == DYNAMIC:
+        if is_dynamic(args.typ):
             outs.update(host_key="ssh-ed25519 AAAAmock", public_key="ssh-ed25519 AAAAmockpub",
                         private_key="-----BEGIN OPENSSH PRIVATE KEY-----mock")
         if args.name.endswith("-acceptance-run"):
@@ -80,7 +80,7 @@ def test_node_resources_are_parented_cluster_pool_node(lab):
     urns, *_ = lab
     # A mock URN qualifies a type with its parent's type only, so check each level.
     parent_of = {u.rsplit("::", 1)[1]: u.split("::")[2] for u in urns}
-    assert parent_of["gpu-0-host"] == f"railyard:index:HgxNode${DYNAMIC}"
+    assert parent_of["gpu-0-host"] == "railyard:index:HgxNode$pulumi-python:dynamic/lab:Node"
     assert parent_of["gpu-0"] == "railyard:index:NodePool$railyard:index:HgxNode"
     assert parent_of["lab-gpu"] == "railyard:index:Cluster$railyard:index:NodePool"
 

@@ -22,7 +22,7 @@ from railyard.tuning.runner import JUMP_VAR
 from tests.unit.drivers.openstack.sections import JUMP_KEY, section
 
 ROOT = Path(__file__).resolve().parents[4]
-DYNAMIC = "pulumi-python:dynamic:Resource"
+HOST_KEY = "pulumi-python:dynamic/openstack:HostKey"
 PORT, INSTANCE, FLAVOR = "openstack:networking/port:Port", "openstack:compute/instance:Instance", \
     "openstack:compute/flavor:Flavor"
 GROUP, RULE = "openstack:networking/secGroup:SecGroup", "openstack:networking/secGroupRule:SecGroupRule"
@@ -42,7 +42,7 @@ class Mocks(pulumi.runtime.Mocks):
         outs = dict(args.inputs)
         if args.typ == PORT:
             outs["allFixedIps"] = [f["ipAddress"] for f in args.inputs.get("fixedIps", [])]
-        if args.typ == DYNAMIC and args.name.endswith("-host-key"):
+        if args.typ == HOST_KEY:
             outs.update(public_key=f"ssh-ed25519 AAAA{args.name}", private_key=f"{PRIVATE}\n{args.name}\n")
         if args.typ == "openstack:identity/ec2CredentialV3:Ec2CredentialV3":
             outs.update(access="access-from-keystone", secret=S3_SECRET)
@@ -179,7 +179,7 @@ def test_us_south_vela_declares_one_server_per_planned_vm_with_its_ports_and_the
         PORT: 2 * len(vms) + vfs,
         INSTANCE: len(vms),
     }
-    host_keys = [n for n in vela.of(DYNAMIC) if n.endswith("-host-key")]
+    host_keys = list(vela.of(HOST_KEY))
     assert len(host_keys) == len(vms)
 
 
@@ -436,7 +436,7 @@ def test_host_keys_are_injected_as_secret_user_data_and_never_plain_in_any_resou
                  if _plaintext({k: v for k, v in r.state.items()
                                 if k not in small.requests[u].additionalSecretOutputs}, PRIVATE)]
     assert offenders == []
-    host_keys = {n: r for n, r in small.options(DYNAMIC).items() if n.endswith("-host-key")}
+    host_keys = dict(small.options(HOST_KEY))
     assert len(host_keys) == 4
     assert all("private_key" in r.additionalSecretOutputs for r in host_keys.values())
     assert all("userData" in r.additionalSecretOutputs for r in small.options(INSTANCE).values())

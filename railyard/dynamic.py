@@ -1,0 +1,32 @@
+"""The base of Railyard's Python dynamic resources: each has a type of its own.
+
+A plain `pulumi.dynamic.Resource` is typed `pulumi-python:dynamic:Resource`, so a preview of a lab
+or hosts stack was a column of identical types. Since pulumi#7633 a subclass names its type
+(`module=`, `name=`); a subclass of TypedResource does, and carries an alias to the plain type so a
+stack brought up before it had types is taken over without a replace or a delete (the lab's
+test_no_behaviour_change brings one up with the old code).
+
+The provider of each resource is pickled into state by reference to its class's module path; those
+paths are pinned by tests/unit/test_dynamic_types.py, so a move keeps an importable alias.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import Resource, ResourceProvider
+
+from railyard.engine.state_types import UNTYPED_DYNAMIC
+
+
+class TypedResource(Resource):
+    """A dynamic resource with a type of its own; subclasses name it: `class X(TypedResource,
+    module="lab", name="Node")` is `pulumi-python:dynamic/lab:Node`."""
+
+    def __init__(self, provider: ResourceProvider, name: str, props: Any,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        if self._resource_type_name == "dynamic:Resource":
+            raise TypeError(f"{type(self).__name__} names no type (module=, name= on the class)")
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=UNTYPED_DYNAMIC)]))
+        super().__init__(provider, name, props, opts)
