@@ -30,3 +30,15 @@ class TypedResource(Resource):
             raise TypeError(f"{type(self).__name__} names no type (module=, name= on the class)")
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=UNTYPED_DYNAMIC)]))
         super().__init__(provider, name, props, opts)
+
+
+def wire_numbers(value: Any) -> Any:
+    """Pulumi's wire format carries every number as a float; role variables want their integers
+    back (a hugepage count written as "512.0" is not a count)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: wire_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wire_numbers(v) for v in value]
+    return value

@@ -20,6 +20,10 @@ from pathlib import Path
 
 DEFAULT_PORT = 22
 
+# The inventory variable of a host's jump host, {address, user, port, host_keys}, where its driver
+# reaches it through one; the tuning run makes its ProxyCommand from it.
+JUMP_VAR = "railyard_jump_host"
+
 # Host key types OpenSSH offers for a server (DSA is disabled in OpenSSH since 7.0).
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 from railyard.model import addressing, pcie
 from railyard.model.fabric import nic_name
-from railyard.model.host_tuning import split_pages
+from railyard.model.numa_split import cell_weights, split_pages
 from railyard.model.sysfs_discovery import format_cpulist as _ranges
 
 EXPANDER = "pcie-expander-bus"
@@ -318,12 +318,6 @@ def _numas(sku: Any, tree: pcie.PcieTree, vm: Any, key: str) -> list[int]:
                                      f"{sku.id} does not say which NUMA node {dev} is on")
         out.add(numa)
     return sorted(out)
-
-
-def cell_weights(gpus_per_cell: dict[int, int]) -> dict[int, int]:
-    """Cell -> its share of the VM (its vCPUs, its memory, the guest's own hugepages): the GPUs on
-    it; a cell of VFs alone counts as one."""
-    return {c: n or 1 for c, n in gpus_per_cell.items()}
 
 
 def _weights(tree: pcie.PcieTree, vm: Any, numas: list[int]) -> dict[int, int]:

@@ -11,34 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from railyard.model.mac import hashed_mac
-
-
-def split_pages(total: int, weights: Mapping[int, float]) -> dict[int, int]:
-    """Split `total` pages over NUMA nodes in proportion to `weights` (largest remainder).
-
-    Every node gets the floor of its exact share, and the pages left over go one each to the nodes
-    with the largest remainders (ties: the lower node id), so the parts add up to `total` and none
-    is more than one page from its exact share. Nodes of weight 0 get nothing unless every weight
-    is 0, when the pages are split evenly (a host with no GPUs still has memory on every node).
-    """
-    if total < 0:
-        raise ValueError(f"cannot split {total} pages")
-    if not weights:
-        raise ValueError("no NUMA nodes to split hugepages over")
-    if any(w < 0 for w in weights.values()):
-        raise ValueError(f"negative weight in {dict(weights)}")
-    nodes = sorted(weights)
-    w = {n: weights[n] for n in nodes}
-    if sum(w.values()) == 0:
-        w = dict.fromkeys(nodes, 1)
-    whole = sum(w.values())
-    # Integer arithmetic where the weights allow it, so shares are exact.
-    exact = {n: total * w[n] / whole for n in nodes}
-    out = {n: int(total * w[n] // whole) for n in nodes}
-    left = total - sum(out.values())
-    for n in sorted(nodes, key=lambda n: (-(exact[n] - out[n]), n))[:left]:
-        out[n] += 1
-    return out
+from railyard.model.numa_split import cell_weights, split_pages
 
 
 def vf_mac(stack: str, node: str, pf: str, vf: int) -> str:
@@ -149,9 +122,7 @@ def _cross_nic(spec) -> int:
 def guest_pages(hp, memory_gib: float, gpus_per_cell: Mapping[int, int]) -> tuple[dict[int, int], int]:
     """A guest's own hugepages (nodePools[].vm.hugepages; None: none) as (pages per guest cell,
     pages in all when they are not split per cell). Split as the guest's memory is split over its
-    cells (guest_topology.cell_weights), so each cell's pages come out of that cell's memory."""
-    from railyard.model.guest_topology import cell_weights  # which imports this module's split_pages
-
+    cells (numa_split.cell_weights), so each cell's pages come out of that cell's memory."""
     pages = hp.pages_for(memory_gib) if hp is not None else 0
     if hp is not None and hp.per_numa and pages and gpus_per_cell:
         return split_pages(pages, cell_weights(dict(gpus_per_cell))), 0

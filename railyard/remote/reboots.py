@@ -53,7 +53,7 @@ class RebootsProvider(ResourceProvider):
     def _roll(self, props: dict, olds: dict | None = None) -> dict:
         from railyard.remote import rollout
         from railyard.tuning import runner
-        from railyard.tuning.resource import wire_numbers
+        from railyard.dynamic import wire_numbers
 
         def verify(nodes: list[str]) -> None:
             # A boot resets what the playbook set at run time (VFs, counters); the playbook again

@@ -13,19 +13,7 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from railyard.dynamic import TypedResource
-
-
-def wire_numbers(value: Any) -> Any:
-    """Pulumi's wire format carries every number as a float; role variables want their integers
-    back (a hugepage count written as "512.0" is not a count)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: wire_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [wire_numbers(v) for v in value]
-    return value
+from railyard.dynamic import TypedResource, wire_numbers
 
 
 # Each playbook's run: its resource id's prefix, and what a failure says was failing.

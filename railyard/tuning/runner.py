@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from railyard import paths, ssh_client
-from railyard.ssh_client import DEFAULT_PORT, write_key
+from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR, write_key
 from railyard.templates import render
 
 PLAYBOOKS = paths.PROJECT_ROOT / "playbooks"
@@ -102,10 +102,6 @@ def render_inventory(stack: str, user: str, hosts: Iterable[Host], known_hosts: 
     """agent: the key is ssh-agent's (no key file, so ssh may offer the agent's identities)."""
     return render("inventory.yml.j2", stack=stack, user=user, known_hosts=str(known_hosts), agent=agent,
                   hosts=[{"name": h.name, "address": h.address, "vars": h.vars} for h in hosts])
-
-
-JUMP_VAR = "railyard_jump_host"
-"""A host's jump host, {address, user, port, host_keys}, where its driver reaches it through one."""
 
 
 def known_hosts_lines(host: Host) -> str:

@@ -19,6 +19,7 @@ from railyard.drivers.lab import vm as lab_vm
 from railyard.drivers.lab.node import power
 from railyard.model.sysfs_discovery import parse_cpulist
 from railyard.model.spec import read_stack_file
+from railyard.ssh_client import JUMP_VAR
 
 from .railyard_project import stack_up
 
@@ -282,7 +283,7 @@ def test_the_openstack_path_tunes_each_guest_through_a_jump_node(vms, project):
                          {**guest_vars(spec, plan, name), **drivers.tuning_vars("lab"),
                           **openstack_tuning.node_vars(stack_of_openstack, plan, name)})
              for name in sorted(vms)]
-    assert all(h.vars[runner.JUMP_VAR]["address"] == bastion["management_ip"] for h in hosts)
+    assert all(h.vars[JUMP_VAR]["address"] == bastion["management_ip"] for h in hosts)
     key = project.outputs(secrets=True)["access"]["privateKey"]
     routes = [f"{h.address}/32" for h in hosts]
     for r in routes:

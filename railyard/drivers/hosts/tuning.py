@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
-from railyard.tuning.runner import JUMP_VAR
+from railyard.ssh_client import JUMP_VAR
 
 
 def jump(host: Host) -> dict | None:

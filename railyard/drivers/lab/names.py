@@ -28,12 +28,17 @@ Layout of one stack with tag ``T``:
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from pathlib import Path
 
 from railyard import paths
 from railyard.drivers.lab.errors import LabError
 from railyard.model.mac import hashed_mac
+
+# The lab builds its networks on this very machine; 198.18.0.0/15 (RFC 2544, benchmarking) is routed
+# by no real network, so a lab stack can never shadow a route the host depends on.
+LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
 
 IFNAMSIZ = 15  # the kernel's limit on an interface name, without the trailing NUL
 

@@ -18,7 +18,7 @@ import time
 from typing import Iterable
 
 from railyard.drivers.lab.errors import LabError
-from railyard.drivers.lab.rules import LAB_RANGE as LAB_SUPERNET
+from railyard.drivers.lab.names import LAB_RANGE
 
 NETNS_DIR = "/run/netns"
 
@@ -222,8 +222,8 @@ def lab_interface(cidr: str, what: str) -> ipaddress.IPv4Interface:
         iface = ipaddress.ip_interface(cidr)
     except ValueError as exc:
         raise LabError(what, f"{cidr!r} is not an address with a prefix length (198.18.0.10/24)") from exc
-    if iface.version != 4 or iface.network.prefixlen == 0 or not iface.network.subnet_of(LAB_SUPERNET):
-        raise LabError(what, f"{cidr} is outside the lab's address block {LAB_SUPERNET}")
+    if iface.version != 4 or iface.network.prefixlen == 0 or not iface.network.subnet_of(LAB_RANGE):
+        raise LabError(what, f"{cidr} is outside the lab's address block {LAB_RANGE}")
     if iface.ip in (iface.network.network_address, iface.network.broadcast_address) and iface.network.prefixlen < 31:
         raise LabError(what, f"{cidr} is the network or broadcast address of its subnet")
     return iface  # type: ignore[return-value]
@@ -234,8 +234,8 @@ def lab_network(cidr: str, what: str) -> ipaddress.IPv4Network:
         net = ipaddress.ip_network(cidr, strict=True)
     except ValueError as exc:
         raise LabError(what, f"{cidr!r} is not a network (198.19.0.0/16)") from exc
-    if net.version != 4 or net.prefixlen == 0 or not net.subnet_of(LAB_SUPERNET):
-        raise LabError(what, f"{cidr} is outside the lab's address block {LAB_SUPERNET}")
+    if net.version != 4 or net.prefixlen == 0 or not net.subnet_of(LAB_RANGE):
+        raise LabError(what, f"{cidr} is outside the lab's address block {LAB_RANGE}")
     return net  # type: ignore[return-value]
 
 
@@ -244,8 +244,8 @@ def lab_address(addr: str, what: str) -> ipaddress.IPv4Address:
         ip_ = ipaddress.ip_address(addr)
     except ValueError as exc:
         raise LabError(what, f"{addr!r} is not an address") from exc
-    if ip_.version != 4 or ip_ not in LAB_SUPERNET:
-        raise LabError(what, f"{addr} is outside the lab's address block {LAB_SUPERNET}")
+    if ip_.version != 4 or ip_ not in LAB_RANGE:
+        raise LabError(what, f"{addr} is outside the lab's address block {LAB_RANGE}")
     return ip_  # type: ignore[return-value]
 
 

@@ -432,7 +432,7 @@ def _guest_tree(props: dict) -> str | None:
     from railyard.drivers.lab import hwtree, node, vm
     from railyard.model.catalog import load_catalog
     from railyard.model.guest_sku import guest_sku
-    from railyard.tuning.resource import wire_numbers
+    from railyard.dynamic import wire_numbers
 
     if node.node_exists(props["stack"], props["vm"]) and not vm.is_vm(props["stack"], props["vm"]):
         return None  # a node of that name: create_vm refuses it, and its tree is not the VM's to rebuild

@@ -6,15 +6,12 @@ Pulumi-free: the spec parser (through railyard.stack) and the CLI read it. The l
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from typing import Any
 
+from railyard.drivers.lab.names import LAB_RANGE
 from railyard.model.errors import Problem
 
-# The lab builds its networks on this very machine; 198.18.0.0/15 (RFC 2544, benchmarking) is routed
-# by no real network, so a lab stack can never shadow a route the host depends on.
-LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
 
 KEYS: dict[str, tuple[str, ...]] = {}
 

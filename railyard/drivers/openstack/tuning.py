@@ -11,7 +11,7 @@ from typing import Any
 
 from railyard.drivers.openstack.config import OpenStackConfig
 from railyard.model.plan import NodePlan
-from railyard.tuning.runner import JUMP_VAR
+from railyard.ssh_client import JUMP_VAR
 
 
 def jump(config: OpenStackConfig) -> dict | None:

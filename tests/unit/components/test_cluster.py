@@ -15,7 +15,7 @@ import pytest
 from railyard.engine.state_types import is_dynamic
 from railyard.model.plan import make_plan
 from railyard.stack import load, load_stack_file
-from railyard.tuning.resource import wire_numbers
+from railyard.dynamic import wire_numbers
 
 ROOT = Path(__file__).resolve().parents[3]
 CORDONED = "railyard acceptance: gpu-0 rail2: rail-mtu: no reply"

@@ -35,6 +35,98 @@ def _sources(folder: str) -> list[Path]:
     return sorted((ROOT / folder).rglob("*.py"))
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """railyard's and components' modules, each with the modules of theirs it imports (lazy
+    imports count: a function's import is a dependency all the same)."""
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for folder in ("railyard", "components") for p in _sources(folder)}
+
+    def ours(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def deps(m: str, path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {ours(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from pkg import mod` depends on mod; on pkg itself only for names it defines.
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    found.add(full if full in files else ours(node.module))
+        # Importing a submodule runs its packages' __init__ first: Python's order, not a circle.
+        return {t for t in found if t is not None and t != m and not m.startswith(t + ".")}
+
+    return {m: deps(m, p) for m, p in files.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    graph = _module_graph()
+    assert "railyard.drivers.lab.net" in graph and "railyard.drivers.lab.names" in graph["railyard.drivers.lab.net"]
+    assert _circles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_runtime_reaches_the_benchmarks_only_through_their_command():
+    """The benchmarks drive the CLI and the components from above; nothing of the runtime leans on
+    them, and the command that runs them imports them only when it runs."""
+    graph = _module_graph()
+    users = {m for m, deps in graph.items() if not m.startswith("railyard.bench")
+             and any(d.startswith("railyard.bench") for d in deps)}
+    assert users == {"railyard.commands.bench"}
+
+
+def test_drivers_lean_on_no_component_level_module():
+    """What drivers share with tuning (the jump host's inventory variable, Pulumi's wire numbers)
+    lives below both: a driver imports no tuning resource, no component and no command."""
+    graph = _module_graph()
+    for m, deps in graph.items():
+        if m.startswith("railyard.drivers."):
+            bad = {d for d in deps if d.startswith(("railyard.tuning.resource", "components", "railyard.commands",
+                                                    "railyard.cli", "railyard.bench"))}
+            assert not bad, f"{m} imports {sorted(bad)}"
+
+
 def test_the_model_imports_no_driver_no_component_and_no_pulumi():
     for path in _sources("railyard/model"):
         # ansible.module_utils.railyard_*: the model's own modules as shipped to hosts (the fallback

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railyard.model import host_tuning
+from railyard.model.numa_split import split_pages
 from railyard.model.plan import make_plan
 from railyard.stack import load_stack_file
 from pathlib import Path
@@ -21,7 +22,7 @@ weights = st.dictionaries(st.integers(0, 7), st.integers(0, 16), min_size=1, max
 @given(total=st.integers(0, 10_000), w=weights)
 @settings(max_examples=300, deadline=None)
 def test_hugepage_split_adds_up_and_each_node_is_within_one_page_of_its_share(total, w):
-    split = host_tuning.split_pages(total, w)
+    split = split_pages(total, w)
     assert sorted(split) == sorted(w)
     assert sum(split.values()) == total
     eff = w if sum(w.values()) else dict.fromkeys(w, 1)
@@ -34,7 +35,7 @@ def test_hugepage_split_adds_up_and_each_node_is_within_one_page_of_its_share(to
 @given(total=st.integers(0, 10_000), w=weights)
 @settings(max_examples=200, deadline=None)
 def test_hugepage_split_gives_nodes_without_gpus_nothing_unless_no_node_has_any(total, w):
-    split = host_tuning.split_pages(total, w)
+    split = split_pages(total, w)
     if sum(w.values()):
         assert all(split[n] == 0 for n, x in w.items() if x == 0)
     else:
@@ -44,21 +45,21 @@ def test_hugepage_split_gives_nodes_without_gpus_nothing_unless_no_node_has_any(
 @given(total=st.integers(0, 10_000), w=weights)
 @settings(max_examples=100, deadline=None)
 def test_hugepage_split_is_deterministic_and_order_free(total, w):
-    assert host_tuning.split_pages(total, w) == host_tuning.split_pages(total, dict(reversed(list(w.items()))))
+    assert split_pages(total, w) == split_pages(total, dict(reversed(list(w.items()))))
 
 
 def test_hugepage_split_refuses_nonsense():
     with pytest.raises(ValueError):
-        host_tuning.split_pages(-1, {0: 1})
+        split_pages(-1, {0: 1})
     with pytest.raises(ValueError):
-        host_tuning.split_pages(1, {})
+        split_pages(1, {})
     with pytest.raises(ValueError):
-        host_tuning.split_pages(1, {0: -1})
+        split_pages(1, {0: -1})
 
 
 def test_hugepage_split_of_a_dgx_h100_is_even_and_odd_pages_go_to_node_zero():
-    assert host_tuning.split_pages(1024, {0: 4, 1: 4}) == {0: 512, 1: 512}
-    assert host_tuning.split_pages(1025, {0: 4, 1: 4}) == {0: 513, 1: 512}
+    assert split_pages(1024, {0: 4, 1: 4}) == {0: 512, 1: 512}
+    assert split_pages(1025, {0: 4, 1: 4}) == {0: 513, 1: 512}
 
 
 @given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.integers(0, 126))

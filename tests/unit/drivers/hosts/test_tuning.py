@@ -7,7 +7,7 @@ from pathlib import Path
 
 from railyard import drivers
 from railyard.stack import load
-from railyard.tuning.runner import JUMP_VAR
+from railyard.ssh_client import JUMP_VAR
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "stacks/Pulumi.onprem-dgx.yaml"
 

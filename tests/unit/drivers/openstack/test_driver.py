@@ -18,7 +18,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
 
 from railyard.stack import from_config, load
-from railyard.tuning.runner import JUMP_VAR
+from railyard.ssh_client import JUMP_VAR
 from tests.unit.drivers.openstack.sections import JUMP_KEY, section
 
 ROOT = Path(__file__).resolve().parents[4]
