@@ -68,7 +68,7 @@ class Cluster(pulumi.ComponentResource):
         self.tuning: HostTuning | None = None
         # Railyard tunes hosts it was given. Where the provider's VMs are the machines, their
         # hypervisors are the provider's: no host tuning (the VMs get guest tuning, below).
-        if caps.tuned_by == "railyard" and not (args.spec.virtual and caps.vms == "are-nodes"):
+        if caps.tunes_hosts(args.spec.virtual):
             self.tuning = HostTuning(
                 f"{name}-tuning",
                 HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
@@ -97,7 +97,7 @@ class Cluster(pulumi.ComponentResource):
                                                      kubernetes=args.plan.kubernetes is not None
                                                      and args.plan.acceptance.on_failure == "cordon"),
                 depends_on=after, opts=child)
-        for pool in (self.pools if caps.vms == "on-hypervisors" else ()):
+        for pool in (self.pools if caps.runs_vms else ()):
             for node_component, plan_node in zip(pool.nodes, pool.plans):
                 for vm in plan_node.vms:
                     self.vms.append((plan_node.name, VirtualMachine(
@@ -119,7 +119,7 @@ class Cluster(pulumi.ComponentResource):
                     GuestTuningArgs(spec=args.spec, plan=args.plan, vms=vm_entries, access=self.access,
                                     extra_vars=driver.tuning_vars()),
                     depends_on=[v for _, v in self.vms], opts=child)
-        elif args.spec.virtual and caps.vms == "are-nodes" and caps.tuned_by == "railyard":
+        elif caps.tunes_provider_vms(args.spec.virtual):
             # The provider's VMs are the machines: their hypervisors are the operator's, but the
             # guests are Railyard's to tune, with the same roles, over the driver's path to them
             # (OpenStack: through the stack's jump host), once the pools' machines exist.
@@ -135,14 +135,14 @@ class Cluster(pulumi.ComponentResource):
                 depends_on=machines, opts=child)
         # Secret whatever the driver handed back: a kubeconfig holds the cluster's credentials.
         layer = args.plan.kubernetes
-        wants_cluster = layer is not None or caps.kubernetes == "platform"
+        wants_cluster = caps.wants_cluster(layer is not None)
         kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self, list(self.fabric.ready)) if wants_cluster else None
         self.kubeconfig = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
         self.kubernetes: KubernetesLayer | None = None
         if layer is not None and self.kubeconfig is not None:
             # Nodes are registered or labelled once they are what the plan says: tuned, rebooted
             # into their boot settings, their VMs up.
-            own = caps.kubernetes == "runs"
+            own = caps.runs_control_plane
             # Only under onFailure: cordon does a Node's spec wait on acceptance's verdict.
             cordoned = self.acceptance.run.cordoned if self.acceptance is not None and \
                 args.plan.acceptance.on_failure == "cordon" else None

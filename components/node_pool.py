@@ -49,7 +49,7 @@ class NodePool(pulumi.ComponentResource):
             ]
         else:
             pool = PoolPlan(args.name, args.sku, tuple(args.nodes),
-                            vms_are_machines=args.virtual and caps.vms == "are-nodes")
+                            vms_are_machines=caps.vms_are_machines(args.virtual))
             machines = pool.machines
             self.nodes = driver.pool(f"{name}-machines", pool, args.access, self, depends_on)
             got, planned = [h.name for h in self.nodes], [m.name for m in machines]

@@ -84,7 +84,7 @@ def checked_by_acceptance(doc: dict | None) -> bool:
     """Whether `up` runs acceptance on the stack: its driver's machines are Railyard's to tune (the
     stack may still turn it off, railyard:acceptance.enabled)."""
     entry = drivers.DRIVERS.get(driver_of(doc) or "")
-    return entry is None or entry.capabilities.tuned_by == "railyard"
+    return entry is None or entry.capabilities.railyard_tunes
 
 
 def read_yaml(text: str | None) -> dict | None:

@@ -29,7 +29,7 @@ def handle(args) -> int:
     except SpecError as exc:
         print(exc.report(f"railyard tune: {paths.stack_file(args.stack).name}"), file=sys.stderr)
         return 1
-    if drivers.entry(spec.driver).capabilities.tuned_by != "railyard":
+    if not drivers.entry(spec.driver).capabilities.railyard_tunes:
         print(f"railyard tune: stack {args.stack}'s driver {spec.driver} has its machines tuned by the platform; "
               "Railyard runs no tuning on them", file=sys.stderr)
         return 1

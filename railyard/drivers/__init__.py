@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from railyard.model.errors import Problem
+    from railyard.model.plan import NodePlan, Plan, VmPlan
+    from railyard.model.spec import Spec
 
 Machines = Literal["node", "pool"]
 Addresses = Literal["plan", "provider"]
@@ -50,6 +55,38 @@ class Capabilities:
     """The machines outlive the stack (servers someone already has): destroy runs the teardown
     playbook, removing what tuning put on them, instead of deleting machines."""
 
+    @property
+    def railyard_tunes(self) -> bool:
+        """Railyard tunes the machines (`railyard tune`, the site playbook); else the platform does."""
+        return self.tuned_by == "railyard"
+
+    def tunes_hosts(self, virtual: bool) -> bool:
+        """Whether a stack runs host tuning: on machines Railyard tunes, but not where the
+        provider's VMs are the machines (their hypervisors are the provider's)."""
+        return self.railyard_tunes and not self.vms_are_machines(virtual)
+
+    def tunes_provider_vms(self, virtual: bool) -> bool:
+        """Whether guest tuning runs over the provider's VMs, which are the stack's machines."""
+        return self.railyard_tunes and self.vms_are_machines(virtual)
+
+    def vms_are_machines(self, virtual: bool) -> bool:
+        """Whether the virtual layout's VMs are the provider's machines (one per pool call)."""
+        return virtual and self.vms == "are-nodes"
+
+    @property
+    def runs_vms(self) -> bool:
+        """Whether the driver runs the virtual layout's VMs on the nodes it made."""
+        return self.vms == "on-hypervisors"
+
+    def wants_cluster(self, kubernetes_layer: bool) -> bool:
+        """Whether the stack has a Kubernetes cluster to reach: its layer's, or the platform's own."""
+        return kubernetes_layer or self.kubernetes == "platform"
+
+    @property
+    def runs_control_plane(self) -> bool:
+        """The driver runs the control plane itself, so the layer registers Nodes and renders networks."""
+        return self.kubernetes == "runs"
+
     def __post_init__(self) -> None:
         # VMs on hypervisors are children of their hypervisor's HgxNode, which only per-node
         # drivers have; a per-pool platform that runs VMs hands them over as its machines.
@@ -75,6 +112,56 @@ class DriverEntry:
     plugins: tuple[str, ...] = ()
     """The Python SDK packages whose provider plugins the driver's resources need beyond the
     engine's own (railyard.engine.plugins): checked before `up` and `preview` start the engine."""
+
+
+@dataclass(frozen=True)
+class RuleHooks:
+    """What a driver's rules module (DriverEntry.rules) declares as its `HOOKS`: the Pulumi-free
+    half of the contract. A hook it lacks is None; a misspelled one is a TypeError when the module
+    loads, and a mistyped one a mypy error."""
+
+    keys: Mapping[str, tuple[str, ...]]
+    """The driver's own keys by section, under railyard:<driver> ("": its top level)."""
+    parse: Callable[[Any, "Spec"], tuple[Any, list["Problem"]]]
+    """Its section (None when absent) and the spec so far -> (its typed config, problems)."""
+    preflight: Callable[["Spec"], str | None] | None = None
+    """Why it cannot act on this machine (a sentence that says nothing was changed), or None."""
+    prepare: Callable[["Spec"], str | None] | None = None
+    """Before an `up`: what it builds or fetches here for the stack; why it could not, or None."""
+
+
+@dataclass(frozen=True)
+class TuningHooks:
+    """What a driver's tuning module (DriverEntry.tuning) declares as its `HOOKS`."""
+
+    tuning_vars: Callable[[], dict[str, Any]] | None = None
+    """Role variables for every node on top of the plan's (the lab's sysfs and procfs)."""
+    acceptance_vars: Callable[[], dict[str, Any]] | None = None
+    """Variables of the acceptance playbook its machines need."""
+    node_vars: Callable[["Spec", "Plan", "NodePlan | VmPlan | str"], dict[str, Any]] | None = None
+    """Role and connection variables of one machine, by its plan or name (a host's user, port,
+    jump host; a VM's jump host where VMs are the machines)."""
+
+
+@dataclass(frozen=True)
+class CliHooks:
+    """What a driver's command module (DriverEntry.cli) declares as its `HOOKS`."""
+
+    register: Callable[[Any], None]
+    """Adds `railyard <driver> ...` to the CLI's subparsers."""
+    after_up: Callable[["Spec"], None] | None = None
+    """Its word after a successful `railyard up` (the lab lists its nodes)."""
+
+
+H = TypeVar("H", RuleHooks, TuningHooks, CliHooks)
+
+
+def hooks(module_name: str, kind: type[H]) -> H:
+    """The HOOKS a driver module declares, checked to be of the kind its registry field names."""
+    declared = getattr(importlib.import_module(module_name), "HOOKS", None)
+    if not isinstance(declared, kind):
+        raise TypeError(f"{module_name} declares no HOOKS = {kind.__name__}(...)")
+    return declared
 
 
 DRIVERS: dict[str, DriverEntry] = {
@@ -118,8 +205,8 @@ class _Rules:
 
     def __init__(self, entry: DriverEntry):
         self.entry = entry
-        self.module = importlib.import_module(entry.rules) if entry.rules else None
-        self.KEYS = self.module.KEYS if self.module is not None else {}
+        self.hooks = hooks(entry.rules, RuleHooks) if entry.rules else None
+        self.KEYS = self.hooks.keys if self.hooks is not None else {}
 
     def parse(self, section: Any, spec: Any) -> tuple[Any, list]:
         from railyard.model.errors import Problem
@@ -145,9 +232,9 @@ class _Rules:
             problems.append(Problem("railyard:slurm", "Slurm configured by Railyard", f"no railyard:slurm for driver {name}",
                                     f"driver {name}'s machines come tuned by the platform, and Railyard configures "
                                     "Slurm only on machines it tunes"))
-        if self.module is None:
+        if self.hooks is None:
             return None, problems
-        config, more = self.module.parse(section, spec)
+        config, more = self.hooks.parse(section, spec)
         return config, problems + list(more)
 
 
@@ -156,11 +243,9 @@ def rules() -> dict[str, Any]:
     return {name: _Rules(e) for name, e in DRIVERS.items()}
 
 
-def _tuning_hook(driver: str, hook: str, *args: Any) -> dict[str, Any]:
-    """What the driver's Pulumi-free tuning module's `hook` returns, or {} where it has none."""
+def _tuning(driver: str) -> TuningHooks:
     name = entry(driver).tuning
-    fn = getattr(importlib.import_module(name), hook, None) if name else None
-    return fn(*args) if fn is not None else {}
+    return hooks(name, TuningHooks) if name else TuningHooks()
 
 
 def tuning_vars(driver: str) -> dict[str, Any]:
@@ -170,39 +255,42 @@ def tuning_vars(driver: str) -> dict[str, Any]:
     Pulumi-free so that `railyard tune` and the Pulumi program read the same values without the
     components package, which only the Pulumi program has on its path.
     """
-    return _tuning_hook(driver, "tuning_vars")
+    hook = _tuning(driver).tuning_vars
+    return hook() if hook is not None else {}
 
 
 def acceptance_vars(driver: str) -> dict[str, Any]:
     """Role variables of the acceptance playbook that a driver's machines need (the lab's nodes
     install nothing and have no RDMA devices); most drivers add none."""
-    return _tuning_hook(driver, "acceptance_vars")
+    hook = _tuning(driver).acceptance_vars
+    return hook() if hook is not None else {}
 
 
-def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+def node_vars(spec: "Spec", plan: "Plan", node: "NodePlan | VmPlan | str") -> dict[str, Any]:
     """Role and connection variables of one node that its driver adds (Pulumi-free, for `railyard
     tune` and the Pulumi program alike); most drivers add none."""
-    return _tuning_hook(spec.driver, "node_vars", spec, plan, node)
+    hook = _tuning(spec.driver).node_vars
+    return hook(spec, plan, node) if hook is not None else {}
 
 
-def cli_modules() -> list[Any]:
-    """The drivers' own command modules (`railyard lab ...`), in registry order."""
-    return [importlib.import_module(e.cli) for e in DRIVERS.values() if e.cli]
+def cli_modules() -> list[CliHooks]:
+    """The drivers' own commands (`railyard lab ...`), in registry order."""
+    return [hooks(e.cli, CliHooks) for e in DRIVERS.values() if e.cli]
 
 
-def after_up(spec: Any) -> None:
+def after_up(spec: "Spec") -> None:
     """The driver's word after a successful `railyard up` (the lab lists its nodes), if it has one."""
     name = entry(spec.driver).cli
-    hook = getattr(importlib.import_module(name), "after_up", None) if name else None
+    hook = hooks(name, CliHooks).after_up if name else None
     if hook is not None:
         hook(spec)
 
 
-def prepare(spec: Any) -> str | None:
+def prepare(spec: "Spec") -> str | None:
     """Before an `up`: what the driver builds or fetches on this machine for `spec` (the lab's
     control plane binaries, for a stack with railyard:kubernetes); why it could not, or None."""
     name = entry(spec.driver).rules
-    hook = getattr(importlib.import_module(name), "prepare", None) if name else None
+    hook = hooks(name, RuleHooks).prepare if name else None
     return hook(spec) if hook is not None else None
 
 
@@ -252,12 +340,12 @@ def ensure_engine(driver: str, kubernetes_layer: bool) -> str | None:
     return None
 
 
-def preflight(spec: Any) -> str | None:
+def preflight(spec: "Spec") -> str | None:
     """Why the driver cannot act on this machine for `spec`, said before the engine starts (a
     sentence that says nothing was changed), or None."""
     why = missing_plugins(spec.driver)
     if why is not None:
         return why
     name = entry(spec.driver).rules
-    check = getattr(importlib.import_module(name), "preflight", None) if name else None
+    check = hooks(name, RuleHooks).preflight if name else None
     return check(spec) if check is not None else None

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from typing import Any, Mapping
 
+from railyard.drivers import RuleHooks
 from railyard.drivers.coreweave import catalog
 from railyard.drivers.coreweave.config import (
     KUEUE_CHART, KUEUE_NAMESPACE, LIFECYCLE_STATUSES, TAINT_EFFECTS, Cluster, CoreWeaveConfig, KueueChart,
@@ -372,3 +373,7 @@ def preflight(spec: Any) -> str | None:
     return (f"stack {spec.stack} has no CoreWeave API token; nothing was changed. Set the provider's, which "
             f"the NodePools and the Kubernetes layer use too: pulumi config set --secret coreweave:token "
             f"--stack {spec.stack} (or {P}.apiToken with --path, or {TOKEN_ENV} in the environment)")
+
+
+# The contract's hooks this module provides (railyard.drivers.RuleHooks).
+HOOKS = RuleHooks(keys=KEYS, parse=parse, preflight=preflight)

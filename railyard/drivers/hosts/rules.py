@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from railyard.drivers import RuleHooks
 from railyard.drivers.hosts import inventory as inventory_file
 from railyard.drivers.hosts.config import (
     DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES,
@@ -619,3 +620,7 @@ def _check_object_store(r: _Reader, spec: Any) -> None:
         r.problem("railyard:storage.object.endpoint", "an empty value (the driver's own object store)",
                   "the http(s) URL of the site's S3 endpoint", "the hosts driver has no object store of its own; "
                   "give the endpoint, or remove railyard:storage.object")
+
+
+# The contract's hooks this module provides (railyard.drivers.RuleHooks).
+HOOKS = RuleHooks(keys=KEYS, parse=parse)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.drivers import TuningHooks
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
 from railyard.ssh_client import JUMP_VAR
 
@@ -48,3 +49,7 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
         out.update(parallel_fs_kind=pfs.kind, parallel_fs_mount=pfs.mount, parallel_fs_source=pfs.source,
                    parallel_fs_options=pfs.options)
     return out
+
+
+# The contract's hooks this module provides (railyard.drivers.TuningHooks).
+HOOKS = TuningHooks(node_vars=node_vars)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from railyard import paths
+from railyard.drivers import CliHooks
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 from railyard.ssh_client import write_key
@@ -198,3 +199,7 @@ def gc(args) -> int:
     print(f"railyard lab gc: stack {stack}: {verb} {total} object(s) no state knows about")
     _print_objects(removed, verb)
     return 0
+
+
+# The contract's hooks this module provides (railyard.drivers.CliHooks).
+HOOKS = CliHooks(register=register, after_up=after_up)

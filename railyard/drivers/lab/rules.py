@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from railyard.drivers import RuleHooks
 from railyard.drivers.lab.names import LAB_RANGE
 from railyard.model.errors import Problem
 
@@ -82,3 +83,7 @@ def prepare(spec: Any) -> str | None:
     except ToolchainError as exc:
         return f"{exc}; nothing was changed"
     return None
+
+
+# The contract's hooks this module provides (railyard.drivers.RuleHooks).
+HOOKS = RuleHooks(keys=KEYS, parse=parse, preflight=preflight, prepare=prepare)

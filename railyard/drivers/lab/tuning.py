@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.drivers import TuningHooks
 from railyard.drivers.lab.node import HW_TREE
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
@@ -50,3 +51,7 @@ def acceptance_vars() -> dict[str, Any]:
     # as a 100 Mb/s shaper, is 99 % below).
     return {"acceptance_install_packages": False, "acceptance_dev_root": f"{HW_TREE}/dev",
             "acceptance_tolerance": 0.75}
+
+
+# The contract's hooks this module provides (railyard.drivers.TuningHooks).
+HOOKS = TuningHooks(tuning_vars=tuning_vars, acceptance_vars=acceptance_vars, node_vars=node_vars)

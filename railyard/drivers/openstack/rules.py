@@ -14,6 +14,7 @@ import re
 import urllib.parse
 from typing import Any, Mapping
 
+from railyard.drivers import RuleHooks
 from railyard.drivers.openstack import layout
 from railyard.drivers.openstack.config import (
     DEFAULT_PCI_NUMA_POLICY, DEFAULT_ROOT_DISK_GIB, DEFAULT_SERVER_GROUP_POLICY, DEFAULT_THREAD_POLICY, DEFAULT_USER,
@@ -444,3 +445,7 @@ def _check_object_store(r: _Reader, spec: Any, swift: str | None, given: bool) -
         r.problem(path, _show(swift), "nothing: " + ("the stack has no object tier" if obj is None else
                                                      "railyard:storage.object.endpoint names the S3 endpoint"),
                   "remove it; it is where the stack's own Swift container is reached")
+
+
+# The contract's hooks this module provides (railyard.drivers.RuleHooks).
+HOOKS = RuleHooks(keys=KEYS, parse=parse)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railyard.drivers import TuningHooks
 from railyard.drivers.openstack.config import OpenStackConfig
 from railyard.model.plan import NodePlan
 from railyard.ssh_client import JUMP_VAR
@@ -34,3 +35,7 @@ def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
             return {}
     hop = jump(config)
     return {JUMP_VAR: hop} if hop else {}
+
+
+# The contract's hooks this module provides (railyard.drivers.TuningHooks).
+HOOKS = TuningHooks(node_vars=node_vars)

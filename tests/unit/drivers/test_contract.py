@@ -158,6 +158,8 @@ def test_no_driver_imports_another_driver_or_the_components():
 def test_every_driver_section_is_read_with_the_models_one_reader():
     """A driver's own keys are read by the model's SectionReader (drivers may not import one
     another): their problems read alike, and a reader fixed once is fixed for all of them."""
+    import importlib
+
     from railyard.model.spec import LOGIN_NAME, SectionReader
 
     shared = [m for m in vars(SectionReader) if not m.startswith("__")]
@@ -166,7 +168,7 @@ def test_every_driver_section_is_read_with_the_models_one_reader():
         rules = drivers.rules()[name]
         if not rules.KEYS:
             continue
-        module = rules.module
+        module = importlib.import_module(drivers.DRIVERS[name].rules)
         classes = [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == module.__name__]
         assert any(issubclass(c, SectionReader) for c in classes), name
         # A driver keeps its own forms (a segment, a BMC, its wording of a missing key), not copies.
@@ -190,6 +192,39 @@ def test_every_module_the_registry_names_exists_and_fits_its_role():
             module, cls = entry.implementation.split(":")
             driver = getattr(__import__(module, fromlist=[cls]), cls)
             assert driver.name == name
+
+
+def test_every_hook_a_driver_module_defines_is_declared_in_its_hooks():
+    """A hook is found through the module's HOOKS, never by name: a function named like a hook
+    that HOOKS leaves out would never run, so it is a defect (a forgotten or misspelled entry)."""
+    import dataclasses
+    import importlib
+
+    kinds = {"rules": drivers.RuleHooks, "tuning": drivers.TuningHooks, "cli": drivers.CliHooks}
+    seen = 0
+    for entry in drivers.DRIVERS.values():
+        for field, kind in kinds.items():
+            module_name = getattr(entry, field)
+            if not module_name:
+                continue
+            declared = drivers.hooks(module_name, kind)
+            module = importlib.import_module(module_name)
+            for f in dataclasses.fields(kind):
+                fn = getattr(module, f.name, None)
+                if callable(fn) and getattr(fn, "__module__", None) == module_name:
+                    assert getattr(declared, f.name) is fn, f"{module_name}.{f.name} is not in its HOOKS"
+                    seen += 1
+    assert seen >= 10
+
+
+def test_a_misspelled_hook_is_refused_when_the_module_loads():
+    with pytest.raises(TypeError, match="prefligth"):
+        drivers.RuleHooks(keys={}, parse=lambda section, spec: (None, []), prefligth=lambda spec: None)  # type: ignore[call-arg]
+
+
+def test_a_module_without_its_hooks_is_named():
+    with pytest.raises(TypeError, match="railyard.drivers.base declares no HOOKS = TuningHooks"):
+        drivers.hooks("railyard.drivers.base", drivers.TuningHooks)
 
 
 def test_loading_a_stack_and_building_the_cli_import_no_pulumi():
