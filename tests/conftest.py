@@ -12,8 +12,10 @@ networks each process picks (railyard.bench.stack_project.free_networks)."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,42 @@ def _hold_lab_lock() -> None:
     f.write(f"pid {os.getpid()} in {Path(__file__).resolve().parents[1]}\n")
     f.flush()
     _held.append(f)  # held until this process exits
+
+
+# Where the time goes, per worker: each test phase's worker, start and stop as the controller
+# receives them. At the end the run prints each worker's busy time and the modules of the worker
+# that finished last (the run's tail), and leaves every phase in .railyard/test-timeline.json.
+_timeline: list[dict] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    _timeline.append({"worker": worker.id if worker is not None else "main", "nodeid": report.nodeid,
+                      "when": report.when, "start": report.start, "stop": report.stop})
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if hasattr(config, "workerinput") or not _timeline:
+        return
+    t0 = min(e["start"] for e in _timeline)
+    busy: dict[str, float] = defaultdict(float)
+    last: dict[str, float] = defaultdict(float)
+    modules: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for e in _timeline:
+        busy[e["worker"]] += e["stop"] - e["start"]
+        last[e["worker"]] = max(last[e["worker"]], e["stop"] - t0)
+        modules[e["worker"]][e["nodeid"].split("::")[0]] += e["stop"] - e["start"]
+    terminalreporter.write_sep("=", "where the time went, per worker")
+    for w in sorted(busy, key=lambda w: last[w]):
+        terminalreporter.write_line(f"{w}: busy {busy[w]:.0f} s, done at {last[w]:.0f} s")
+    tail = max(last, key=lambda w: last[w])
+    top = sorted(modules[tail].items(), key=lambda kv: -kv[1])[:8]
+    terminalreporter.write_line(f"the last to finish, {tail}, spent longest in: "
+                                + ", ".join(f"{Path(m).stem} {s:.0f} s" for m, s in top))
+    out = Path(config.rootpath) / ".railyard" / "test-timeline.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(_timeline))
+    terminalreporter.write_line(f"every test phase's worker, start and stop: {out.relative_to(config.rootpath)}")
 
 
 _config: list[pytest.Config] = []
