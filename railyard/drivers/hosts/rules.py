@@ -360,7 +360,7 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
                           f"a hostKey, or a {P}.knownHosts line for {e.host.address}",
                           f"{P}.hostKeys is pinned: take the key from the host's console or an ssh-keyscan "
                           "on a trusted network, or set hostKeys: trust-on-first-use")
-    if r.problems or ssh_key is None:
+    if r.problems or ssh_key is None or mode is None:  # (a mode of None was reported above)
         return None, r.problems
     return HostsConfig(ssh_key=ssh_key, host_key_mode=mode, reboot=reboot, pools=tuple(pools)), r.problems
 
