@@ -9,6 +9,7 @@ the Kubernetes layer (components/kubernetes.py) on it where the stack has railya
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import pulumi
 
@@ -97,8 +98,8 @@ class Cluster(pulumi.ComponentResource):
                                                      kubernetes=args.plan.kubernetes is not None
                                                      and args.plan.acceptance.on_failure == "cordon"),
                 depends_on=after, opts=child)
-        for pool in (self.pools if caps.runs_vms else ()):
-            for node_component, plan_node in zip(pool.nodes, pool.plans):
+        for pool_component in (self.pools if caps.runs_vms else ()):
+            for node_component, plan_node in zip(pool_component.nodes, pool_component.plans):
                 for vm in plan_node.vms:
                     self.vms.append((plan_node.name, VirtualMachine(
                         vm.name, VirtualMachineArgs(vm=vm, hypervisor=plan_node.name, access=self.access), driver,
@@ -106,9 +107,7 @@ class Cluster(pulumi.ComponentResource):
         self.guest_tuning: GuestTuning | None = None
         if self.vms:
             vm_entries = pulumi.Output.all(*[
-                pulumi.Output.all(v.management_ip, v.host_key).apply(
-                    lambda x, host=host, name=v.pulumi_resource_name: {"name": name, "host": host, "management_ip": x[0],
-                                                       "host_key": x[1]})
+                pulumi.Output.all(v.management_ip, v.host_key).apply(_vm_entry(host, v.pulumi_resource_name))
                 for host, v in self.vms])
             self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
                 lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
@@ -137,7 +136,7 @@ class Cluster(pulumi.ComponentResource):
         layer = args.plan.kubernetes
         wants_cluster = caps.wants_cluster(layer is not None)
         kubeconfig = driver.kubeconfig(f"{name}-kubeconfig", self, list(self.fabric.ready)) if wants_cluster else None
-        self.kubeconfig = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
+        self.kubeconfig: pulumi.Output[str] | None = pulumi.Output.secret(kubeconfig) if kubeconfig is not None else None
         self.kubernetes: KubernetesLayer | None = None
         if layer is not None and self.kubeconfig is not None:
             # Nodes are registered or labelled once they are what the plan says: tuned, rebooted
@@ -175,3 +174,8 @@ class Cluster(pulumi.ComponentResource):
         if self.kubernetes is not None:
             outputs["kubernetes"] = self.kubernetes.summary
         self.register_outputs(outputs)
+
+
+def _vm_entry(host: str, name: str) -> Callable[[list[Any]], dict[str, Any]]:
+    """A VM's inventory entry from its (management IP, host key)."""
+    return lambda x: {"name": name, "host": host, "management_ip": x[0], "host_key": x[1]}

@@ -55,7 +55,7 @@ class HostTuning(pulumi.ComponentResource):
         public = pulumi.Output.all(storage.get("object_endpoint"), storage.get("dataset_prefix")).apply(
             lambda v: {"object_endpoint": v[0], "dataset_prefix": v[1]})
         host_inputs = pulumi.Output.all(args.inventory, public).apply(hosts)
-        secret_vars = pulumi.Output.secret(pulumi.Output.all(storage.get("access_key"), storage.get("secret_key")).apply(
+        secret_vars: pulumi.Output[dict[str, Any]] = pulumi.Output.secret(pulumi.Output.all(storage.get("access_key"), storage.get("secret_key")).apply(
             lambda v: runner.object_store_vars({"access_key": v[0], "secret_key": v[1]})))
         # What a driver's later steps re-run the playbook with (a rolling reboot's verification).
         self.host_inputs, self.secret_vars = host_inputs, secret_vars

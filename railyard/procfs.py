@@ -30,7 +30,7 @@ def _stat_fields(pid: int) -> list[bytes] | None:
 def alive(pid: int) -> bool:
     """True for a running process (a zombie is dead: it holds no namespace any more)."""
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] not in (b"Z", b"X")
+    return bool(fields and fields[0] not in (b"Z", b"X"))
 
 
 def ppid(pid: int) -> int | None:

@@ -104,7 +104,10 @@ def _node_cpu_s(stack: str, node_name: str) -> float:
     from railyard.drivers.lab import names, net, proc
 
     total = 0
-    for p in proc.in_namespaces({net.netns_inode(names.node_ns(stack, node_name))}):
+    inode = net.netns_inode(names.node_ns(stack, node_name))
+    if inode is None:  # no namespace: no process ran there
+        return 0.0
+    for p in proc.in_namespaces({inode}):
         try:
             fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

@@ -104,6 +104,7 @@ def lab_up(ctx: Context, nodes: int):
         project.pulumi("up", "--yes", "--skip-preview")
         wall = time.monotonic() - start
         state = control_plane.read_control_plane(stack)
+        assert state is not None, "up has just started the control plane"
         rss = {comp: _rss_mib(pid) for comp, pid in state["running"].items() if pid}
         start = time.monotonic()
         project.write(config)

@@ -44,6 +44,7 @@ class _Mocks:
 def register(config: dict, stack: str) -> dict:
     """Build the program's Cluster for `config` under mocks; the registration's wall time and counts."""
     import pulumi
+    from pulumi.runtime.mocks import MockMonitor
 
     from railyard.model.plan import make_plan
     from railyard.stack import parse_config
@@ -63,6 +64,7 @@ def register(config: dict, stack: str) -> dict:
     asyncio.get_event_loop().run_until_complete(pulumi.runtime.stack.wait_for_rpcs())
     wall = time.perf_counter() - started
     monitor = pulumi.runtime.settings.get_monitor()
+    assert isinstance(monitor, MockMonitor), "set_mocks() above installed it"
     types = Counter(u.split("::")[2].rsplit("$", 1)[-1] for u in monitor.resources)
     machines = sum(len(n.vms) if spec.virtual and n.vms else 1 for n in plan.nodes)
     return {"wall_s": wall, "resources": sum(types.values()), "machines": machines, "types": dict(types)}

@@ -159,8 +159,8 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, in
         wall = time.perf_counter() - start
         reader.join(timeout=30)
         err.seek(0)
-        cpu: dict[str, float] = {}
+        cpu_by_kind: dict[str, float] = {}
         for k, c in cpu_by_pid.values():
-            cpu[k] = cpu.get(k, 0.0) + c
-        return TreeRun(proc.returncode, wall, peak / 2**20, peak_one / 2**20, cpu, {k: v / 2**20 for k, v in at_peak.items()},
+            cpu_by_kind[k] = cpu_by_kind.get(k, 0.0) + c
+        return TreeRun(proc.returncode, wall, peak / 2**20, peak_one / 2**20, cpu_by_kind, {k: v / 2**20 for k, v in at_peak.items()},
                        "".join(l for _, l in lines), err.read(), lines)

@@ -58,7 +58,8 @@ def free_networks(pool: str, count: int, prefix: int, taken: set[str] | None = N
     never fragment every large block."""
     from railyard.drivers.lab import net
 
-    candidates = list(ipaddress.ip_network(pool).subnets(new_prefix=prefix))
+    candidates: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(
+        ipaddress.ip_network(pool).subnets(new_prefix=prefix))
     if prefix >= 24:
         candidates.reverse()
     with _reservations() as (reserved, record):

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from railyard import drivers
 from railyard.model.errors import SpecError
 from railyard.model.sysfs_discovery import format_cpulist
+
+if TYPE_CHECKING:
+    from railyard.model.plan import Plan
 
 
 def register(sub) -> None:
@@ -99,7 +102,7 @@ def _refused(message: str) -> int:
     return 1
 
 
-def write_diagram(plan: Any, path: str) -> int:
+def write_diagram(plan: Plan, path: str) -> int:
     """`--diagram`: 0 when drawn, 1 (with one line on stderr) when it cannot be."""
     from railyard.model.fabric import diagram
 
@@ -118,7 +121,7 @@ def write_diagram(plan: Any, path: str) -> int:
 OPENSM_ETC = "/etc/opensm"  # where Debian's and MLNX_OFED's opensm read their files
 
 
-def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
+def write_opensm(plan: Plan, out_dir: str, subnet_file: str | None) -> int:
     """`--opensm`: 0 when written, 1 (with one line on stderr) when it cannot be."""
     from pathlib import Path
 
@@ -148,7 +151,7 @@ def write_opensm(plan: Any, out_dir: str, subnet_file: str | None) -> int:
     return 0
 
 
-def write_frr(plan: Any, out_dir: str) -> int:
+def write_frr(plan: Plan, out_dir: str) -> int:
     """`--frr`: 0 when written, 1 (with one line on stderr) when it cannot be."""
     from pathlib import Path
 
@@ -265,7 +268,7 @@ def render(s: dict[str, Any], out: TextIO) -> None:
         w(f"  assumed: {a}\n")
 
 
-def render_detail(plan: Any, out: TextIO) -> None:
+def render_detail(plan: Plan, out: TextIO) -> None:
     w = out.write
     w("\nswitches\n")
     w(f"  {'name':<28}{'tier':<7}{'rail':>5}{'unit':>6}{'ports used':>12}\n")
@@ -282,7 +285,7 @@ def render_detail(plan: Any, out: TextIO) -> None:
     render_guests(plan, out)
 
 
-def render_guests(plan: Any, out: TextIO) -> None:
+def render_guests(plan: Plan, out: TextIO) -> None:
     """Each VM shape's guest topology and libvirt domain, from the pool's first host: every host
     of a pool gives its VMs the same, under their own names."""
     from railyard.guests import domain_xml, host_addresses

@@ -135,6 +135,7 @@ def review(stacks: list[str] | None, base: str | None,
     if stacks:
         touched = {s: "named on the command line" for s in stacks}
     else:
+        assert merge_base is not None, "no stack named: the merge base was found above"
         stack_drivers = {name: driver_of(doc) or "" for name, doc in docs.items()}
         touched = rules.touched_stacks(changed_files(merge_base), stack_drivers,
                                        {d for d in set(stack_drivers.values()) if runnable(d)})

@@ -15,7 +15,7 @@ import os
 import sys
 
 from railyard.model.sysfs_discovery import DiscoveryError
-from railyard.model.topology import Topology, TopologyError, parse_topology_file
+from railyard.model.topology import TopoGpu, TopoNic, Topology, TopologyError, parse_topology_file
 
 
 def register(sub) -> None:
@@ -54,7 +54,8 @@ def handle_import(args) -> int:
 def render(topo: Topology) -> str:
     """The human view: a summary line, the pairing, the NICs, the GPU x NIC classes, notes."""
     pairs = topo.pairing()
-    numas = sorted({d.numa for d in (*topo.gpus, *topo.nics) if d.numa is not None})
+    devices: tuple[TopoGpu | TopoNic, ...] = (*topo.gpus, *topo.nics)
+    numas = sorted({d.numa for d in devices if d.numa is not None})
     state = "complete" if topo.complete else "INCOMPLETE (an excerpt: the pairing uses only what the file shows)"
     lines = [
         f"{topo.source}: {topo.format} topology, {state}",
@@ -63,14 +64,14 @@ def render(topo: Topology) -> str:
         "",
     ]
 
-    def numa(d) -> str:
+    def numa(d: TopoGpu | TopoNic) -> str:
         # As the source printed it: a node the source left empty stays unknown, and one Railyard
         # deduced from PCIe adjacency says so.
         if d.numa is None:
             return "unknown"
         return f"{d.numa} (inferred)" if d.numa_inferred else str(d.numa)
 
-    rows = [("GPU", "NUMA", "NIC", "CLASS")]
+    rows: list[tuple[str, ...]] = [("GPU", "NUMA", "NIC", "CLASS")]
     for g in topo.gpus:
         nic = pairs.get(g.name)
         rows.append((g.name, numa(g), nic or "-", (topo.distance(g.name, nic) or "?") if nic else "-"))

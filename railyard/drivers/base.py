@@ -49,7 +49,8 @@ class Access:
 
     user: str
     public_key: pulumi.Output[str]
-    private_key: pulumi.Output[str]
+    private_key: pulumi.Output[str] | None
+    """None: Ansible uses the ssh-agent where Railyard runs (the hosts driver's sshAgent)."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from railyard import paths
 from railyard.engine.toolchain import Target, ToolchainError, ensure_built, go_version, link, log, module_dir, run_go
@@ -84,7 +85,7 @@ BUILDERS = {
 }
 
 
-def supplied(name: str, env: dict[str, str] | None = None) -> Path | None:
+def supplied(name: str, env: Mapping[str, str] | None = None) -> Path | None:
     """The user's own binary `name`, from RAILYARD_KUBERNETES_BIN or (etcd, kube-apiserver)
     KUBEBUILDER_ASSETS; None when neither has it. A directory named but lacking it is not an
     error: the rest are built."""

@@ -94,7 +94,7 @@ def classify(stack: str, tag: str | None, now: dt.datetime) -> Lifetime:
 def human(delta: dt.timedelta) -> str:
     """`2d 3h`, `3h 12m`, `4m 10s`, `12s`: the two largest units, for reports."""
     seconds = max(0, int(delta.total_seconds()))
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
             parts.append(f"{seconds // size}{unit}")

@@ -209,9 +209,9 @@ def _blame(bad: list[tuple[str, dict, str]], check: str, lead: str) -> list[Find
             count[r["peer"]] = count.get(r["peer"], 0) + 1
         culprits = sorted(n for n, c in count.items() if c >= 2)
         for node in culprits:
-            what = [w for src, _, w in probes if src == node] + [f"from {src}" for src, r, _ in probes
+            said = [w for src, _, w in probes if src == node] + [f"from {src}" for src, r, _ in probes
                                                                  if r["peer"] == node]
-            out.append(Finding(node, check, lead + "; ".join(what), rail))
+            out.append(Finding(node, check, lead + "; ".join(said), rail))
         for src, r, what in probes:
             if src not in culprits and r["peer"] not in culprits:
                 out.append(Finding(src, check, lead + what, rail))

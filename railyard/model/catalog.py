@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
 from railyard.model import pairing, pcie, yamlio
 from railyard.model.sysfs_discovery import parse_cpulist
 from railyard.model.errors import Problem
+from railyard.model.pcie import PcieTree
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 CATALOG_DIR = DATA_DIR / "catalog"
@@ -238,7 +239,7 @@ class NodeSku:
         return None if numa is None else self.numa_node(numa).cpulist
 
     @cached_property
-    def pcie_tree(self) -> pcie.PcieTree:
+    def pcie_tree(self) -> PcieTree:  # (`pcie` in this class is the field, not the module)
         nodes = [pcie.PcieNode(b.id, b.kind, b.parent, b.numa) for b in self.pcie]
         nodes += [pcie.PcieNode(g.name, pcie.ENDPOINT, g.parent) for g in self.gpus if g.parent]
         nodes += [pcie.PcieNode(n.rdma, pcie.ENDPOINT, n.parent) for n in self.nics if n.parent]
@@ -670,7 +671,8 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     # Cross-references: every device hangs off a bridge of this entry, on a NUMA node it declares,
     # and the NUMA node a device states agrees with the host bridge above it.
     bridge_ids = {b.id for b in bridges}
-    for what, devices in (("gpus", gpus), ("nics", nics)):
+    placed: tuple[tuple[str, Sequence[GpuSpec | NicSpec]], ...] = (("gpus", gpus), ("nics", nics))
+    for what, devices in placed:
         for i, d in enumerate(devices):
             p = f"{what}[{i}]"
             dname = d.name
@@ -703,7 +705,8 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     except pcie.PcieError as exc:
         r.problem("pcie", str(exc), "a tree of host bridges, root ports, switches and devices")
         return None
-    for what, devices in (("gpus", sku.gpus), ("nics", sku.nics)):
+    in_tree: tuple[tuple[str, Sequence[GpuSpec | NicSpec]], ...] = (("gpus", sku.gpus), ("nics", sku.nics))
+    for what, devices in in_tree:
         for i, d in enumerate(devices):
             if d.parent is not None and d.numa is not None and tree.numa(d.name) != d.numa:
                 r.problem(f"{what}[{i}].numa", _show(d.numa),

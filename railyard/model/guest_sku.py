@@ -76,7 +76,8 @@ def guest_sku(host: NodeSku, topology: Mapping[str, Any], vm: str) -> NodeSku:
         return bridge_id[d["switch"]] if d.get("switch") is not None else bridge_id[d["port"]]
 
     in_order = sorted(topology["devices"], key=lambda d: d["address"])
-    gpus, nics = [], []
+    gpus: list[GpuSpec] = []
+    nics: list[NicSpec] = []
     for d in in_order:
         if d["kind"] == "gpu":
             g = host.gpu(d["host"])

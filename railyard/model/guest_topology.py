@@ -338,7 +338,7 @@ def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ..
             raise GuestTopologyError(f"{key}.vcpus", str(vcpus), f"a multiple of {tpc}",
                                      f"vCPUs are pinned in whole cores of {tpc} threads, so that no two VMs and no "
                                      "VM and the host share a core")
-    unit = tpc if free is not None else 1
+    unit = tpc if free is not None and tpc is not None else 1  # (free is only set with tpc)
     out = []
     for vm in vms:
         numas = _numas(sku, tree, vm, key)
@@ -358,7 +358,7 @@ def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ..
                         f"{key}.vcpus", str(vcpus),
                         "vCPUs that can be pinned inside the NUMA nodes holding the VM's devices",
                         f"{size} of them go on host NUMA node {n} (it holds {sum(1 for g in vm.gpus if tree.numa(g) == n)} "
-                        f"of the VM's GPUs), which has {len(free[n]) * tpc} CPUs left besides the hypervisor's own "
+                        f"of the VM's GPUs), which has {len(free[n]) * unit} CPUs left besides the hypervisor's own "
                         "and the host's other VMs'")
                 taken, free[n] = free[n][:want], free[n][want:]
                 # vCPU 2k and 2k+1 are the two threads of one core.
@@ -411,7 +411,9 @@ def _tree(tree: pcie.PcieTree, order: list[tuple[str, str, str, Any]], cell_of: 
         if n:
             low += buses(bridges[n - 1])
         pxb = index
-        controllers.append(GuestController(pxb, EXPANDER, 0, FIRST_EXPANDER_SLOT + n, low, hb, cell_of[tree.numa(hb)]))
+        numa = tree.numa(hb)
+        assert numa is not None, "_numas() refuses a VM with a device on no known NUMA node"
+        controllers.append(GuestController(pxb, EXPANDER, 0, FIRST_EXPANDER_SLOT + n, low, hb, cell_of[numa]))
         index, bus = index + 1, low
         for slot, (group, devs) in enumerate(groups[hb].items()):
             rp, bus = index, bus + 1

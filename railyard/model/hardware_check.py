@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Literal
 
 from railyard.model import pcie
 from railyard.model.catalog import NodeSku
@@ -216,10 +216,10 @@ class _Check:
             for place, g in zip(got, found):
                 by_place.setdefault(place, []).append(g)
             for place, spec in zip(want, sku.gpus):
-                g = by_place[place].pop(0)
-                if spec.pci_bus_id and g.get("bdf") and spec.pci_bus_id.lower() != g["bdf"].lower():
+                at = by_place[place].pop(0)
+                if spec.pci_bus_id and at.get("bdf") and spec.pci_bus_id.lower() != at["bdf"].lower():
                     self.bad(f"gpus.{spec.name}.pci_bus_id",
-                             f"{spec.name} is at {g['bdf']}, {sku.id}'s at {spec.pci_bus_id}")
+                             f"{spec.name} is at {at['bdf']}, {sku.id}'s at {spec.pci_bus_id}")
         model = (sku.gpus[0].pci_vendor, sku.gpus[0].pci_device) if sku.gpus else (None, None)
         self.ids("GPUs", [(g["name"], g) for g in found], {g["name"]: model for g in found})
 
@@ -305,7 +305,7 @@ class _Check:
         elif got != want_speed:
             self.bad(f"nics.{name}.speed", f"{name} runs at {_fmt(got)} Gb/s, {whose} at {want_speed}")
 
-    def link_up(self, f: dict) -> bool | str | None:
+    def link_up(self, f: dict) -> Literal[True] | str | None:
         """True when up, None when unknown, else the message saying how it is not."""
         name, state, phys = f["name"], f.get("state"), f.get("phys_state")
         # An interface configured up tells the link first (no carrier: no cable or no peer),
@@ -458,7 +458,7 @@ def drift(old: dict, new: dict, *, host: str | None = None, settings: bool = Fal
     og, ng = old.get("gpus"), new.get("gpus")
     if (og is None) != (ng is None):
         say("GPUs " + ("unknown now" if ng is None else "known now"))
-    elif og is not None:
+    elif og is not None and ng is not None:  # (both known: the test above)
         ob, nb = {g["bdf"]: g for g in og}, {g["bdf"]: g for g in ng}
         gone = [f"{b} ({ob[b]['name']}" + (f", NUMA {ob[b]['numa']}" if ob[b].get("numa") is not None else "") + ")"
                 for b in ob if b not in nb]
@@ -475,7 +475,7 @@ def drift(old: dict, new: dict, *, host: str | None = None, settings: bool = Fal
     on, nn = old.get("nics"), new.get("nics")
     if (on is None) != (nn is None):
         say("NICs " + ("unknown now" if nn is None else "known now"))
-    elif on is not None:
+    elif on is not None and nn is not None:  # (both known: the test above)
         ob, nb = {n["name"]: n for n in on}, {n["name"]: n for n in nn}
         gone = [n for n in ob if n not in nb]
         added = [n for n in nb if n not in ob]
@@ -527,16 +527,16 @@ def drift(old: dict, new: dict, *, host: str | None = None, settings: bool = Fal
             def show(c: Counter) -> str:
                 return ", ".join(f"{n} x {_size(s)}" + (f" {m}" if m else "") for (s, m), n in sorted(
                     c.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or "")))
-            gone, added = oc - nc, nc - oc
-            say(f"NVMe drives {len(od)} -> {len(nd)}" + (f"; gone {show(gone)}" if gone else "")
-                + (f"; new {show(added)}" if added else ""))
+            fewer, more = oc - nc, nc - oc
+            say(f"NVMe drives {len(od)} -> {len(nd)}" + (f"; gone {show(fewer)}" if fewer else "")
+                + (f"; new {show(more)}" if more else ""))
 
     if settings:
         ok, nk = old.get("kernel") or {}, new.get("kernel") or {}
         _changes(say, "kernel", ok, nk, (("release", "release"),))
-        oc, nc = ok.get("cmdline"), nk.get("cmdline")
-        if oc is not None and nc is not None and oc.split() != nc.split():
-            before, after = Counter(oc.split()), Counter(nc.split())
+        old_cmdline, new_cmdline = ok.get("cmdline"), nk.get("cmdline")
+        if old_cmdline is not None and new_cmdline is not None and old_cmdline.split() != new_cmdline.split():
+            before, after = Counter(old_cmdline.split()), Counter(new_cmdline.split())
             parts = [f"+{t}" for t in (after - before)] + [f"-{t}" for t in (before - after)]
             say("kernel command line: " + (" ".join(parts) if parts else "same words, new order"))
         _hugepage_changes(say, "hugepages", old.get("hugepages"), new.get("hugepages"))

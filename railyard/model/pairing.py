@@ -47,11 +47,13 @@ class Device(NamedTuple):
 
     name: str
     numa: int | None = None
-    index: int | None = None
+    # The field shadows tuple.index, which mypy refuses; callers name it (Device(name, numa, index=...)).
+    index: int | None = None  # type: ignore[assignment]
 
 
 DeviceLike = Union[Device, Mapping[str, Any], str]
-Distance = Union[Callable[[str, str], str], Mapping[tuple[str, str], str]]
+# A class, or None for a pair whose distance is unknown (rank() refuses it).
+Distance = Union[Callable[[str, str], "str | None"], Mapping[tuple[str, str], str]]
 
 
 def capacity(n_gpus: int, n_nics: int) -> int:
@@ -61,13 +63,13 @@ def capacity(n_gpus: int, n_nics: int) -> int:
     return math.ceil(n_gpus / n_nics)
 
 
-def rank(distance_class: str) -> int:
-    try:
-        return RANK[distance_class]
-    except KeyError:
+def rank(distance_class: str | None) -> int:
+    found = RANK.get(distance_class) if distance_class is not None else None
+    if found is None:
         raise ValueError(
             f"distance class {distance_class!r} is not one of {', '.join(DISTANCE_CLASSES)}"
-        ) from None
+        )
+    return found
 
 
 def crosses_numa(gpu: Device, nic: Device) -> bool:
@@ -108,12 +110,11 @@ def pair(gpus: Iterable[DeviceLike], nics: Iterable[DeviceLike], distance: Dista
         digit = m ** (n - 1 - p)
         for j, nic in enumerate(nic_list):
             cls = lookup(gpu.name, nic.name)
-            try:
-                r = RANK[cls]
-            except KeyError:
+            r = RANK.get(cls) if cls is not None else None
+            if r is None:
                 raise ValueError(
                     f"distance {gpu.name}->{nic.name} is {cls!r}, not one of {', '.join(DISTANCE_CLASSES)}"
-                ) from None
+                )
             c = cross_weight * crosses_numa(gpu, nic) + r * tie_span + nic_position[j] * digit
             for s in range(cap):
                 cost[p][j * cap + s] = c + balance_weight * (s > 0)
@@ -157,7 +158,7 @@ def _devices(items: Iterable[DeviceLike], what: str) -> list[Device]:
     return out
 
 
-def _lookup(distance: Distance) -> Callable[[str, str], str]:
+def _lookup(distance: Distance) -> Callable[[str, str], str | None]:
     if callable(distance):
         return distance
     table = distance
@@ -181,8 +182,8 @@ def _hungarian(cost: list[list[int]]) -> list[int]:
     m = len(cost[0]) if n else 0
     if n > m:
         raise ValueError(f"cannot assign {n} rows to {m} columns")
-    u = [0] * (n + 1)
-    v = [0] * (m + 1)
+    u: list[int | float] = [0] * (n + 1)
+    v: list[int | float] = [0] * (m + 1)
     match = [0] * (m + 1)  # column -> row, 0 = free
     way = [0] * (m + 1)
     for i in range(1, n + 1):

@@ -127,7 +127,7 @@ def _chains(sku: NodeSku, nodes: dict[str, _Node]) -> list[list[str]]:
     gpus = [g.name for g in sorted(sku.gpus, key=lambda g: g.index) if g.name in nodes]
     nics = [n.rdma for n in sku.nics if n.rdma in nodes]
     nics.sort(key=lambda name: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)])
-    known = sorted((n for n in nodes.values() if n.known_bdf), key=lambda n: _parse_bdf(n.known_bdf))
+    known = sorted((n for n in nodes.values() if n.known_bdf), key=lambda n: _parse_bdf(n.known_bdf or ""))
     return [gpus, nics, [n.id for n in known]]
 
 
@@ -148,7 +148,7 @@ def _order(ids: list[str], nodes: dict[str, _Node], chains: list[list[str]], whe
                                   "(GPU order, NIC order and known addresses disagree)")
 
     def key(i: str) -> tuple:
-        anchors = [_parse_bdf(nodes[d].known_bdf) for d in members[i] if nodes[d].known_bdf]
+        anchors = [_parse_bdf(bdf) for d in members[i] if (bdf := nodes[d].known_bdf)]
         if anchors:
             return (0, min(anchors), 0)
         return (1, (0, 0, 0), min(nodes[d].position for d in members[i]))
@@ -196,7 +196,7 @@ class _Allocator:
         self.first_anchor: tuple[int, int] | None = None  # (relative bus, known bus), unanchored runs
 
     def take_bus(self, on_link: list[str], what: str) -> int:
-        known = sorted({_parse_bdf(self.nodes[c].known_bdf)[0] for c in on_link if self.nodes[c].known_bdf})
+        known = sorted({_parse_bdf(bdf)[0] for c in on_link if (bdf := self.nodes[c].known_bdf)})
         if len(known) > 1:
             raise PciLayoutError(f"{self.sku.id}: {', '.join(on_link)} share one link but have buses "
                               f"{', '.join(f'{b:02x}' for b in known)}")
@@ -214,8 +214,8 @@ class _Allocator:
         self.next_bus = bus + 1
         return bus
 
-    def place(self, child: str, bus: int, slot: int, path: tuple[str, ...]) -> None:
-        """Put `child` (and its subtree) on `bus`; `slot` numbers devices/functions on that bus."""
+    def place(self, child: str, bus: int, slot: tuple[int, int], path: tuple[str, ...]) -> None:
+        """Put `child` (and its subtree) on `bus`; `slot`, (device, function), numbers devices/functions on that bus."""
         node = self.nodes[child]
         if node.known_bdf and self.anchored:
             kb, dev, fn = _parse_bdf(node.known_bdf)

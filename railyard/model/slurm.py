@@ -163,7 +163,8 @@ def hostlist(names: Iterable[str]) -> str:
         if len(run) == 1:
             out.append(f"{run_prefix}{run[0]}")
             return
-        ranges, start = [], run[0]
+        ranges: list[str] = []
+        start: int | None = run[0]
         for prev, cur in zip(run, [*run[1:], None]):
             if cur != prev + 1:
                 ranges.append(f"{start}" if start == prev else f"{start}-{prev}")

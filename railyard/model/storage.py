@@ -141,6 +141,7 @@ def plan_storage(spec: Any, catalog: Any = None) -> StoragePlan:
             else:
                 usable = RAID_USABLE.get(raid, 1.0)
                 per_drive = ASSUMPTIONS["nvme_read"][1]
+                assert per_drive is not None, "ASSUMPTIONS gives a drive's read rate"
                 if usable is None:  # raid: none
                     cache_tb, read = drive_tb, per_drive
                 else:

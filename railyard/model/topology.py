@@ -737,7 +737,8 @@ def _parse_xml(text: str, source: str) -> Topology:
             gpus.append(_Dev(bus, "gpu", index, bus, numa, pci_bus_id=bus))
         elif klass.startswith("0x02") or has_nic:
             nets = [c for nic in node.children if nic.tag == "nic" for c in nic.children if c.tag == "net"]
-            for net in nets or [None]:
+            candidates: list[_XmlNode | None] = [*nets] if nets else [None]
+            for net in candidates:
                 name = net.attrs.get("name") if net is not None else None
                 nics.append(_Dev(name or bus, "nic", len(nics), bus, numa, pci_bus_id=bus))
                 nic_pci[name or bus] = bus
@@ -761,6 +762,7 @@ def _parse_xml(text: str, source: str) -> Topology:
             if a.name == b.name:
                 continue
             pa, pb = where(a), where(b)
+            cls_: str | None
             if pa == pb:
                 cls_ = "PIX"  # two ports (functions) of one adapter
             else:
@@ -824,9 +826,9 @@ def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_
                 numa[d.name] = min(near)[1]
                 changed = True
     for d in devices:
-        conflicts = {numa[o.name] for o in devices if o.name != d.name and o.name in stated
-                     and numa[o.name] is not None and classes.get((d.name, o.name)) in SAME_NUMA_CLASSES
-                     and numa[o.name] != numa[d.name]}
+        conflicts = {other for o in devices if o.name != d.name and o.name in stated
+                     and (other := numa[o.name]) is not None and classes.get((d.name, o.name)) in SAME_NUMA_CLASSES
+                     and other != numa[d.name]}
         if d.name in stated and numa[d.name] is not None and conflicts:
             notes.append(f"{d.name} is on NUMA {numa[d.name]} but has a same-node class to NUMA {sorted(conflicts)}")
 

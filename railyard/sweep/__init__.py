@@ -157,7 +157,7 @@ def sweep(fabric: Any, tenants: Sequence[Any], *, workdir: Path | None = None, t
     is told the root GUIDs; True or False forces it. The work directory is removed unless given."""
     say = progress or (lambda _msg: None)
     own = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="railyard-sweep-")) if own else Path(workdir)
+    work = Path(tempfile.mkdtemp(prefix="railyard-sweep-")) if workdir is None else Path(workdir)
     started = time.monotonic()
     try:
         work.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,7 @@ class TuningRun(TypedResource, module="railyard", name="TuningRun"):
                  playbook: str = "site.yml", artifacts: Any = None, opts: pulumi.ResourceOptions | None = None):
         # teardown and playbook only where not the default: an input the lab's runs never had would
         # show as their change.
-        extra = {"teardown": True} if teardown else {}
+        extra: dict[str, Any] = {"teardown": True} if teardown else {}
         if playbook != "site.yml":
             extra["playbook"] = playbook
         if artifacts is not None:

@@ -244,7 +244,8 @@ def run(
                 result.reports[host] = data["res"]["acceptance"]
             elif kind in ("runner_on_ok", "runner_item_on_ok") and check and (data.get("res") or {}).get("changed"):
                 res = data.get("res") or {}
-                items = res.get("results") if isinstance(res.get("results"), list) else []
+                results = res.get("results")
+                items = results if isinstance(results, list) else []
                 if not any(isinstance(r, dict) and "ansible_loop_var" in r for r in items):
                     # (a loop's summary repeats what its items reported)
                     result.changes.extend(_change_lines(host, task, res))

@@ -9,12 +9,16 @@ place in the fabric is CoreWeave's own labels, which Kueue's Topology reads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.drivers.coreweave.config import CoreWeaveConfig
 from railyard.model.kubernetes import object_prefix
 from railyard.model.kubernetes.nodes import pool_labels
 from railyard.model.spec.types import DEFAULT_LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from railyard.model.plan import Plan
+
 
 API_VERSION = "compute.coreweave.com/v1alpha1"
 KIND = "NodePool"
@@ -37,7 +41,7 @@ def name(stack: str, pool: str) -> str:
     return f"{object_prefix(stack)}-{pool}"
 
 
-def manifest(plan: Any, config: CoreWeaveConfig, pool: str) -> dict[str, Any]:
+def manifest(plan: Plan, config: CoreWeaveConfig, pool: str) -> dict[str, Any]:
     spec = plan.spec
     pc = config.pool(pool)
     prefix = spec.kubernetes.label_prefix if spec.kubernetes is not None else DEFAULT_LABEL_PREFIX

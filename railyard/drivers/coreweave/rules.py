@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from railyard.drivers import RuleHooks
 from railyard.drivers.coreweave import catalog
@@ -19,6 +19,10 @@ from railyard.drivers.coreweave.config import (
 )
 from railyard.model.errors import Problem
 from railyard.model.spec import SectionReader, Secret, did_you_mean, is_secret, show
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+
 
 P = "railyard:coreweave"
 
@@ -108,7 +112,7 @@ def _api_token(r: _Reader, s: Mapping) -> Secret | None:
     return Secret(value["secure"])
 
 
-def _cluster(r: _Reader, s: Mapping, spec: Any) -> Cluster | None:
+def _cluster(r: _Reader, s: Mapping, spec: Spec) -> Cluster | None:
     path = f"{P}.cluster"
     m = r.mapping(s.get("cluster"), path, KEYS["cluster"])
     if m is None:
@@ -140,7 +144,7 @@ def _cluster(r: _Reader, s: Mapping, spec: Any) -> Cluster | None:
                    public=public)
 
 
-def _check_prefixes(r: _Reader, cluster: Cluster, spec: Any) -> None:
+def _check_prefixes(r: _Reader, cluster: Cluster, spec: Spec) -> None:
     """The VPC holds the plan's networks and the cluster's ranges: no two may overlap, and no two
     prefixes may share a name (CKS finds the cluster's ranges by name)."""
     path = f"{P}.cluster"
@@ -168,7 +172,7 @@ def _check_prefixes(r: _Reader, cluster: Cluster, spec: Any) -> None:
                           "networks, and CKS routes each to one place")
 
 
-def _pools(r: _Reader, s: Mapping, spec: Any, label_prefix: str | None) -> dict[str, PoolConfig]:
+def _pools(r: _Reader, s: Mapping, spec: Spec, label_prefix: str | None) -> dict[str, PoolConfig]:
     path = f"{P}.pools"
     m = r.mapping(s.get("pools"), path, None) or {}
     known = [p.name for p in spec.node_pools]
@@ -256,7 +260,7 @@ def _taints(r: _Reader, value: Any, path: str) -> tuple[Taint, ...]:
     return tuple(out)
 
 
-def _object_storage(r: _Reader, s: Mapping, spec: Any) -> ObjectStorage:
+def _object_storage(r: _Reader, s: Mapping, spec: Spec) -> ObjectStorage:
     path = f"{P}.objectStorage"
     m = r.mapping(s.get("objectStorage"), path, KEYS["objectStorage"]) or {}
     if m and spec.storage.object is None:
@@ -296,7 +300,7 @@ def _object_storage(r: _Reader, s: Mapping, spec: Any) -> ObjectStorage:
     return ObjectStorage(policy=policy, lifecycle=tuple(rules))
 
 
-def _kueue(r: _Reader, s: Mapping, spec: Any) -> KueueChart | None:
+def _kueue(r: _Reader, s: Mapping, spec: Spec) -> KueueChart | None:
     path = f"{P}.kueue"
     m = r.mapping(s.get("kueue"), path, KEYS["kueue"])
     if m is None:
@@ -323,7 +327,7 @@ def _kueue(r: _Reader, s: Mapping, spec: Any) -> KueueChart | None:
     return KueueChart(repository=repo, version=version, chart=chart, namespace=namespace)
 
 
-def parse(section: Any, spec: Any) -> tuple[CoreWeaveConfig | None, list[Problem]]:
+def parse(section: Any, spec: Spec) -> tuple[CoreWeaveConfig | None, list[Problem]]:
     r = _Reader()
     if section is None:
         r.problem(P, "nothing", "a mapping with zone and cluster",
@@ -355,7 +359,7 @@ TOKEN_ENV = "COREWEAVE_API_TOKEN"
 """The provider's own environment variable for the token (it wins over coreweave:token)."""
 
 
-def preflight(spec: Any) -> str | None:
+def preflight(spec: Spec) -> str | None:
     """A CoreWeave stack needs an API token before the engine starts: the provider's and the
     cluster's. Nothing of it is read here but whether it is set."""
     import os

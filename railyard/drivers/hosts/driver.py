@@ -97,7 +97,7 @@ class HostsDriver(Driver):
 
     def boot_settings(self, name: str, parent: pulumi.Resource, tuning: Any, access: Access) -> list[pulumi.Resource]:
         """One rolling reboot per pool, after tuning wrote the boot-time settings."""
-        out = []
+        out: list[pulumi.Resource] = []
         reboot = self.config.reboot
         for pool in self.spec.node_pools:
             nodes = list(self.plan.pool_nodes(pool.name))

@@ -10,13 +10,13 @@ behind.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from railyard.remote.ssh import Result, SshError, Target, run
 from railyard.model import bundle
 
 
-def call(target: Target, modules: list[str], entry: str, args: list[Any] = (), *, private_key: str | None,
+def call(target: Target, modules: list[str], entry: str, args: Sequence[Any] = (), *, private_key: str | None,
          timeout: float = 120) -> tuple[Any, Result]:
     """Run `entry` on the host; (its answer, the SSH result). A failing program is an SshError
     naming the host and the program's last error line."""

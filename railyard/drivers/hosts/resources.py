@@ -75,7 +75,8 @@ def drifted(olds: dict) -> bool:
     from railyard.model import hardware_check
     from railyard.model.catalog import load_catalog
 
-    facts, sku = olds.get("facts"), load_catalog().nodes.get(olds.get("sku"))
+    facts, sku_id = olds.get("facts"), olds.get("sku")
+    sku = load_catalog().nodes.get(sku_id) if sku_id is not None else None
     if not facts or sku is None:
         return False
     return bool(hardware_check.check(olds.get("node", ""), facts, sku, fabric=olds.get("fabric"),

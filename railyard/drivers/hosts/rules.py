@@ -15,7 +15,7 @@ import ssl
 import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from railyard.drivers import RuleHooks
 from railyard.drivers.hosts import inventory as inventory_file
@@ -30,6 +30,10 @@ from railyard.model.spec import LOGIN_NAME, SectionReader, did_you_mean as _did_
 # The address and key forms every SSH caller shares (re-exported: this module's readers import them here).
 from railyard.ssh_client import KEY_TYPES, address_kind, canonical, host_pattern, key_problem, known_host_matches, \
     proxy_jump  # noqa: F401
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+
 
 P = "railyard:hosts"
 
@@ -303,7 +307,7 @@ class _Entry:
         return _show(self.host.address) + (f" ({self.place})" if self.host.name is not None else "")
 
 
-def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfig | None, list[Problem]]:
+def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConfig | None, list[Problem]]:
     """The HostsConfig of a stack's `railyard:hosts` and its problems (config None when there are any).
 
     root: where a relative inventory path starts (default: the project root, where Pulumi.yaml is
@@ -360,12 +364,12 @@ def parse(section: Any, spec: Any, root: Path | None = None) -> tuple[HostsConfi
                           f"a hostKey, or a {P}.knownHosts line for {e.host.address}",
                           f"{P}.hostKeys is pinned: take the key from the host's console or an ssh-keyscan "
                           "on a trusted network, or set hostKeys: trust-on-first-use")
-    if r.problems or ssh_key is None:
+    if r.problems or ssh_key is None or mode is None:  # (a mode of None was reported above)
         return None, r.problems
     return HostsConfig(ssh_key=ssh_key, host_key_mode=mode, reboot=reboot, pools=tuple(pools)), r.problems
 
 
-def _pools(r: _Reader, s: Mapping, spec: Any, root: Path | None,
+def _pools(r: _Reader, s: Mapping, spec: Spec, root: Path | None,
            d: _Defaults) -> tuple[list[PoolHosts], list[_Entry]]:
     path = f"{P}.pools"
     node_pools = [p for p in getattr(spec, "node_pools", ()) if p.name is not None]
@@ -593,7 +597,7 @@ def _check_unique_bmc(r: _Reader, entries: list[_Entry]) -> None:
                       "give each host its bmc.systemId")
 
 
-def _check_management(r: _Reader, entries: list[_Entry], spec: Any) -> None:
+def _check_management(r: _Reader, entries: list[_Entry], spec: Spec) -> None:
     """The hosts stay where they are: the stack's management network must be the one they are on."""
     fabric = getattr(spec, "fabric", None)
     net = getattr(getattr(fabric, "management", None), "cidr", None)
@@ -613,7 +617,7 @@ def _check_management(r: _Reader, entries: list[_Entry], spec: Any) -> None:
                       "railyard:fabric.management.cidr")
 
 
-def _check_object_store(r: _Reader, spec: Any) -> None:
+def _check_object_store(r: _Reader, spec: Spec) -> None:
     """An empty endpoint means the driver's own object store; existing servers come with none."""
     obj = getattr(getattr(spec, "storage", None), "object", None)
     if obj is not None and obj.endpoint == "":

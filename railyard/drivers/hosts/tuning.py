@@ -5,11 +5,15 @@ the dataset cache is made of, and the parallel file system's mount."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.drivers import TuningHooks
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
 from railyard.ssh_client import JUMP_VAR
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+    from railyard.model.plan import Plan
 
 
 def jump(host: Host) -> dict | None:
@@ -18,7 +22,7 @@ def jump(host: Host) -> dict | None:
     return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
 
 
-def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+def node_vars(spec: Spec, plan: Plan, node: Any) -> dict[str, Any]:
     config: HostsConfig = spec.driver_config
     if isinstance(node, str):
         node = plan.node_named(node)

@@ -199,7 +199,7 @@ def resolve(root, rel):
     `root`). Not os.path.realpath: seen from the host, `root` lies below /proc/PID/root, a link
     realpath would resolve to the host's own /."""
     parts = [p for p in rel.split("/") if p]
-    done = []
+    done: list[str] = []
     hops = 0
     while parts:
         part = parts.pop(0)
@@ -690,7 +690,7 @@ def run(root=HW):
     ino = Inotify()
     file_mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MODIFY
     dir_mask = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
-    pfs = {}
+    pfs: dict[str, Pf] = {}
     devices = os.path.join(root, DEVICES)
 
     def watch_settings(pf):
@@ -701,8 +701,8 @@ def run(root=HW):
                 if name.isdigit():
                     ino.watch(os.path.join(sriov, name), file_mask)
 
-    backlog = []  # events read while acting on earlier ones: handled in the next round
-    precounted = {}  # writes among them, per PF, counted when they were read
+    backlog: list = []  # events read while acting on earlier ones: handled in the next round
+    precounted: dict[str, int] = {}  # writes among them, per PF, counted when they were read
 
     def later_writes(pf):
         def count():
@@ -710,7 +710,7 @@ def run(root=HW):
             # microseconds away.
             new = ino.read(0.003) or []
             backlog.extend(new)
-            for d in {ino.paths.get(wd) for wd, _, name in new if name == "sriov_numvfs"} & set(pfs):
+            for d in set(pfs) & {ino.paths.get(wd) for wd, _, name in new if name == "sriov_numvfs"}:
                 precounted[d] = precounted.get(d, 0) + agent.writes_in(d, new, ino.paths)
             # This PF's are part of the write being applied; the others' wait for their round.
             return precounted.pop(pf.dir, 0)
@@ -725,7 +725,7 @@ def run(root=HW):
 
     def own_vfs():
         """Bus addresses the agent's VFs may take (their bus/pci/devices entries are its own)."""
-        out = set()
+        out: set[str] = set()
         for pf in pfs.values():
             try:
                 out.update(pf.vf_bdf(i) for i in range(pf.total))
@@ -767,7 +767,10 @@ def run(root=HW):
             last = now
             last_full = now if full else last_full
             continue
-        numvfs_writes, settings, again, full, own = {}, set(), False, False, None
+        numvfs_writes: dict[str, int] = {}
+        settings: set[tuple[str, int, str]] = set()
+        again, full = False, False
+        own: set[str] | None = None
         for wd, mask, name in events:
             if mask & IN_Q_OVERFLOW:
                 again = full = True  # events were lost: converge everything

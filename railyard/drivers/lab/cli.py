@@ -156,6 +156,7 @@ def gc_all(dry_run: bool) -> int:
                     where = f" ({', '.join(owner.roots)})" if owner.roots else ""
                     print(f"  tag {owner.tag}: belongs elsewhere: {owner.why}{where}; left alone")
                     continue
+                assert owner.stack is not None, "owners() names the stack of every tag of this checkout"
                 unmarked = " (unmarked objects, this checkout's by its lab directory)" if owner.unmarked else ""
                 if owner.stack not in in_backend:
                     removed = lab_gc.destroy_all(owner.stack, root, dry_run=dry_run)

@@ -82,8 +82,9 @@ class LabDriver(Driver):
                                              bucket=obj.bucket,
                                              opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on))
             self.object_store = store
+            secret_key: pulumi.Output[str] = pulumi.Output.secret(store.secret_key)
             out.update(object_endpoint=store.endpoint, bucket=obj.bucket, dataset_prefix=store.dataset_prefix,
-                       access_key=store.access_key, secret_key=pulumi.Output.secret(store.secret_key))
+                       access_key=store.access_key, secret_key=secret_key)
         pfs = self.spec.storage.parallel_fs
         if pfs is not None:
             out["parallel_fs"] = {"kind": pfs.kind, "mount": pfs.mount,

@@ -69,6 +69,7 @@ def inventory(stack: str, root: Path | None = None) -> dict:
             owners[ino] = (ns, parsed[1] if parsed and parsed[0] == "node" else None)
     procs: dict[int, dict] = {}
     for p in proc.in_namespaces(set(owners)):
+        assert p.netns is not None, "in_namespaces() finds processes of those namespaces only"
         ns, name = owners[p.netns]
         procs[p.pid] = {**p.to_json(), "node": name, "owner": ns}
     for p, source in proc.by_mount_source("/run", lambda s: names.parse_mount_marker(stack, s) is not None):
@@ -125,7 +126,9 @@ def gc(stack: str, known: Iterable[str], root: Path | None = None, dry_run: bool
     before = inventory(stack, root)
 
     def kind(ns: str) -> str:
-        parsed = names.parse_ns(stack, ns) or ("other", None)
+        parsed = names.parse_ns(stack, ns)
+        if parsed is None:
+            return "other"
         if parsed[0] == "node" and vm.is_vm(stack, parsed[1], root):
             return "vm"
         return parsed[0]
@@ -377,7 +380,9 @@ def owners(root: Path | None = None) -> list[StackOwner]:
     for tag in sorted(seen | set(dirs)):
         tag_markers = markers.get(tag, set())
         foreign = _foreign(tag_markers, root)
-        ours = sorted({names.parse_owner_marker(m)[0] for m in tag_markers} if not foreign else ())
+        # (Not foreign: every marker parses, as _foreign counts one that does not.)
+        ours = sorted({parsed[0] for m in tag_markers if (parsed := names.parse_owner_marker(m)) is not None}
+                      if not foreign else ())
         if foreign:
             out.append(StackOwner(tag, None, False, "its objects carry the marker of another checkout", tuple(foreign)))
         elif len(ours) == 1:

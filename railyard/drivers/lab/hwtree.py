@@ -136,13 +136,13 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         links_up.append(nic.rdma)
         if rate:
             rates[nic.rdma] = rate
-        name = netdev_name(sku, nic.rdma, f.bdf)
-        if name:
-            netdevs[nic.rdma] = name
-            w.dir(f"{d}/net/{name}")
-            w.symlink(f"{d}/net/{name}/device", d)
-            w.symlink(f"sys/class/net/{name}", f"{d}/net/{name}")
-            _netdev_attrs(w, f"{d}/net/{name}", nic)
+        netdev = netdev_name(sku, nic.rdma, f.bdf)
+        if netdev:
+            netdevs[nic.rdma] = netdev
+            w.dir(f"{d}/net/{netdev}")
+            w.symlink(f"{d}/net/{netdev}/device", d)
+            w.symlink(f"sys/class/net/{netdev}", f"{d}/net/{netdev}")
+            _netdev_attrs(w, f"{d}/net/{netdev}", nic)
         irqs[nic.rdma] = _vectors(w, d, irq, all_cpus)
         irq += MSI_VECTORS
     for gpu, d in gpus:

@@ -21,6 +21,7 @@ node even though the node's view of the host's root is read-only.
 import ctypes
 import os
 import sys
+from typing import Callable
 
 # The same on x86_64 and aarch64 (the unified table).
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 428, 429, 430, 431, 432
@@ -69,7 +70,7 @@ def _attach(pid, tree, source, target):
 
 
 def main(argv):
-    verbs = {"bind": (bind, 4), "mount": (mount, 5)}
+    verbs: dict[str, tuple[Callable[..., None], int]] = {"bind": (bind, 4), "mount": (mount, 5)}
     if not argv or argv[0] not in verbs or len(argv) != verbs[argv[0]][1] or not argv[1].isdigit():
         sys.stderr.write("usage: mountns.py bind INIT_PID SOURCE TARGET | mount INIT_PID FSTYPE DEVICE TARGET\n")
         return 2

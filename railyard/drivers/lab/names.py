@@ -31,6 +31,7 @@ import hashlib
 import ipaddress
 import re
 from pathlib import Path
+from typing import Literal, cast
 
 from railyard import paths
 from railyard.drivers.lab.errors import LabError
@@ -38,7 +39,7 @@ from railyard.model.mac import hashed_mac
 
 # The lab builds its networks on this very machine; 198.18.0.0/15 (RFC 2544, benchmarking) is routed
 # by no real network, so a lab stack can never shadow a route the host depends on.
-LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
+LAB_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 
 IFNAMSIZ = 15  # the kernel's limit on an interface name, without the trailing NUL
 
@@ -222,7 +223,11 @@ def control_plane_env_marker(stack: str) -> str:
     return f"{stack_tag(stack)}:{CONTROL_PLANE_MARKER}"
 
 
-def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
+ServiceNs = Literal["fabric", "spine", "storage", "k8s"]
+
+
+def parse_ns(stack: str, netns: str) -> (tuple[Literal["node", "switch"], str] | tuple[ServiceNs, None]
+                                         | None):
     """("fabric"|"spine"|"storage"|"k8s", None), ("node", name) (a VM's is a node's) or ("switch",
     name) for a netns of the stack, else None."""
     prefix = stack_prefix(stack)
@@ -230,7 +235,7 @@ def parse_ns(stack: str, netns: str) -> tuple[str, str | None] | None:
         return None
     rest = netns[len(prefix):]
     if rest in ("fabric", "spine", "storage", "k8s"):
-        return rest, None
+        return cast(ServiceNs, rest), None
     if rest.startswith("n-") and _NODE.fullmatch(rest[2:]):
         return "node", rest[2:]
     if rest.startswith("sw-") and _NODE.fullmatch(rest[3:]):

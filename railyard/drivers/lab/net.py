@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.names import LAB_RANGE
@@ -140,7 +140,7 @@ def netns_delete(name: str) -> bool:
     return True
 
 
-def sysctls(netns: str | None, values: dict[str, str | int]) -> None:
+def sysctls(netns: str | None, values: Mapping[str, str | int]) -> None:
     """Write /proc/sys/<key> inside a namespace (keys as paths: ``net/ipv4/ip_forward``).
 
     /proc/sys/net shows the namespace of the writing process, so the write happens in a shell
@@ -222,11 +222,11 @@ def lab_interface(cidr: str, what: str) -> ipaddress.IPv4Interface:
         iface = ipaddress.ip_interface(cidr)
     except ValueError as exc:
         raise LabError(what, f"{cidr!r} is not an address with a prefix length (198.18.0.10/24)") from exc
-    if iface.version != 4 or iface.network.prefixlen == 0 or not iface.network.subnet_of(LAB_RANGE):
+    if not isinstance(iface, ipaddress.IPv4Interface) or iface.network.prefixlen == 0 or not iface.network.subnet_of(LAB_RANGE):
         raise LabError(what, f"{cidr} is outside the lab's address block {LAB_RANGE}")
     if iface.ip in (iface.network.network_address, iface.network.broadcast_address) and iface.network.prefixlen < 31:
         raise LabError(what, f"{cidr} is the network or broadcast address of its subnet")
-    return iface  # type: ignore[return-value]
+    return iface
 
 
 def lab_network(cidr: str, what: str) -> ipaddress.IPv4Network:
@@ -234,9 +234,9 @@ def lab_network(cidr: str, what: str) -> ipaddress.IPv4Network:
         net = ipaddress.ip_network(cidr, strict=True)
     except ValueError as exc:
         raise LabError(what, f"{cidr!r} is not a network (198.19.0.0/16)") from exc
-    if net.version != 4 or net.prefixlen == 0 or not net.subnet_of(LAB_RANGE):
+    if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen == 0 or not net.subnet_of(LAB_RANGE):
         raise LabError(what, f"{cidr} is outside the lab's address block {LAB_RANGE}")
-    return net  # type: ignore[return-value]
+    return net
 
 
 def lab_address(addr: str, what: str) -> ipaddress.IPv4Address:
@@ -244,9 +244,9 @@ def lab_address(addr: str, what: str) -> ipaddress.IPv4Address:
         ip_ = ipaddress.ip_address(addr)
     except ValueError as exc:
         raise LabError(what, f"{addr!r} is not an address") from exc
-    if ip_.version != 4 or ip_ not in LAB_RANGE:
+    if not isinstance(ip_, ipaddress.IPv4Address) or ip_ not in LAB_RANGE:
         raise LabError(what, f"{addr} is outside the lab's address block {LAB_RANGE}")
-    return ip_  # type: ignore[return-value]
+    return ip_
 
 
 def _refuse_foreign(obj: str, alias: str | None, owner: str) -> None:

@@ -57,6 +57,7 @@ def detach(target: str) -> None:
 
 def _load(name: str, path: str):
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, f"{path} is a Python file"
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -387,10 +388,10 @@ def main() -> None:
     sys.stdout.write(f"ready {os.getpid()}\n")
     sys.stdout.flush()
     null = os.open("/dev/null", os.O_RDWR)
-    log = os.open("/run/railyard/init.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open("/run/railyard/init.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    os.dup2(log, 2)
+    os.dup2(log_fd, 2)
     for key in [k for k in env if k.startswith("RY_")]:
         del env[key]
     os.execv("/bin/sleep", [marker, "infinity"])

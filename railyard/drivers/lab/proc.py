@@ -68,7 +68,7 @@ def by_mount_source(mountpoint: str, match) -> list[tuple[Proc, str]]:
         ino = ns_inode(pid, "mnt")
         if ino is not None and ino != mine:
             groups.setdefault(ino, []).append(pid)
-    found = []
+    found: list[tuple[Proc, str]] = []
     for members in groups.values():
         source = None
         for pid in members:
@@ -101,7 +101,7 @@ def service_pid(pidfile: Path, netns_inode: int | None, name: str) -> int | None
 def service_processes(netns_inode: int | None, key: str, marker: str) -> list[int]:
     """Every process of a service: those in its namespace, and those its environment marks (an
     earlier incarnation whose namespace went away)."""
-    found = set()
+    found: set[int] = set()
     if netns_inode is not None:
         found.update(p.pid for p in in_namespaces({netns_inode}))
     found.update(p.pid for p, _ in marked(key, lambda v: v == marker))

@@ -248,7 +248,7 @@ def _existing(stack: str) -> list[str]:
 def read(stack: str, root: Path | None = None) -> dict:
     inodes = {name: net.netns_inode(names.switch_ns(stack, name)) for name in _existing(stack)}
     # One walk of /proc for every switch, not one each.
-    daemons: dict[int, set[str]] = {}
+    daemons: dict[int | None, set[str]] = {}
     for p in proc.in_namespaces({i for i in inodes.values() if i is not None}):
         if p.argv:
             daemons.setdefault(p.netns, set()).add(p.argv[0].rsplit("/", 1)[-1])

@@ -7,17 +7,20 @@ Pulumi-free: the spec parser (through railyard.stack) and the CLI read it. The l
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.drivers import RuleHooks
 from railyard.drivers.lab.names import LAB_RANGE
 from railyard.model.errors import Problem
 
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+
 
 KEYS: dict[str, tuple[str, ...]] = {}
 
 
-def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
+def parse(section: Any, spec: Spec) -> tuple[None, list[Problem]]:
     problems = []
     pfs = getattr(getattr(spec, "storage", None), "parallel_fs", None)
     for key in ("source", "options"):
@@ -43,7 +46,7 @@ def parse(section: Any, spec: Any) -> tuple[None, list[Problem]]:
     return None, problems
 
 
-def preflight(spec: Any) -> str | None:
+def preflight(spec: Spec) -> str | None:
     if os.geteuid() != 0:
         return (f"stack {spec.stack} uses the lab driver, which needs root (it creates network namespaces, "
                 "links, mounts and sshd processes); nothing was changed. Run it as root.")
@@ -59,7 +62,7 @@ def preflight(spec: Any) -> str | None:
     return None
 
 
-def prepare(spec: Any) -> str | None:
+def prepare(spec: Spec) -> str | None:
     """What the stack runs on this machine, built (minutes, once per pin) or found before the
     engine starts, never half-way through an up: the S3 server of an object tier the lab serves
     itself, and the control plane of a stack with railyard:kubernetes."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.drivers import TuningHooks
 from railyard.drivers.lab.node import HW_TREE
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+    from railyard.model.plan import Plan
+
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
 # host's /sys and /proc (which nodes see read-only). host_hw is the read hugepages and iommu share.
@@ -31,7 +36,7 @@ def tuning_vars() -> dict[str, Any]:
     return out
 
 
-def node_vars(spec: Any, plan: Any, node: Any) -> dict[str, Any]:
+def node_vars(spec: Spec, plan: Plan, node: Any) -> dict[str, Any]:
     # Only where Slurm runs, or the hypervisor isolates CPUs (the kernel mode, the lab's only one,
     # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
     out = dict(SLURM_VARS) if spec.slurm is not None else {}

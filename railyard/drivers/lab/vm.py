@@ -302,8 +302,8 @@ def read_vm(stack: str, vm: str, root: Path | None = None) -> dict | None:
         except LabError:
             bdf = None
         vfs[v["name"]] = {"pf": v["pf"], "slot": v["slot"], "rail": v["rail"], "bdf": bdf,
-                          "addresses": net.addresses(info) if present else [],
-                          "mac": info.get("address") if present else None, "present": present}
+                          "addresses": net.addresses(info) if info is not None and present else [],
+                          "mac": info.get("address") if info is not None and present else None, "present": present}
     return {**state, "hypervisor": record["hypervisor"], "vfs": vfs}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pulumi
 import pulumi_openstack as openstack
@@ -32,6 +32,11 @@ from railyard.drivers.openstack import layout
 from railyard.drivers.openstack.config import OpenStackConfig, Segment
 from railyard.drivers.openstack.resources import HostKey
 from railyard.model.plan import VmPlan
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+    from railyard.model.plan import Plan
+
 
 SSH_PORT = 22
 
@@ -81,7 +86,7 @@ class _Net(NamedTuple):
 class OpenStackDriver(Driver):
     name = "openstack"
 
-    def __init__(self, spec: Any, plan: Any):
+    def __init__(self, spec: Spec, plan: Plan):
         super().__init__(spec, plan)
         self.config: OpenStackConfig = spec.driver_config
         self.prefix = layout.prefix(spec)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -15,8 +15,11 @@ from railyard.drivers.openstack.config import OpenStackConfig
 from railyard.model.guest_topology import GuestTopology
 from railyard.model.spec.types import host_reserve_threads
 
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
 
-def prefix(spec: Any) -> str:
+
+def prefix(spec: Spec) -> str:
     """What every name the driver gives starts with: `<region>-<stack>`, or the stack's name alone
     where it starts with its region already (us-south-vela), so one cloud holds many stacks."""
     if spec.stack == spec.region or spec.stack.startswith(f"{spec.region}-"):
@@ -24,12 +27,12 @@ def prefix(spec: Any) -> str:
     return f"{spec.region}-{spec.stack}"
 
 
-def tags(spec: Any) -> list[str]:
+def tags(spec: Spec) -> list[str]:
     """Neutron's and nova's tags of every resource that takes them (no ',' or '/' in either)."""
     return [f"railyard-region={spec.region}", f"railyard-stack={spec.stack}"]
 
 
-def labels(spec: Any) -> dict[str, str]:
+def labels(spec: Spec) -> dict[str, str]:
     """The same as metadata, for resources that take key/value pairs."""
     return {"railyard-region": spec.region, "railyard-stack": spec.stack}
 
@@ -97,7 +100,7 @@ class PoolFlavor:
     """The VM indexes on a host (VmPlan.index) that take it."""
 
 
-def pool_flavors(spec: Any, config: OpenStackConfig, guests: tuple[GuestTopology, ...], pool: str) -> list[PoolFlavor]:
+def pool_flavors(spec: Spec, config: OpenStackConfig, guests: tuple[GuestTopology, ...], pool: str) -> list[PoolFlavor]:
     """One flavor per distinct VM shape of the pool (VM j is the same on every host)."""
     shapes: dict[Flavor, list[int]] = {}
     for j, topology in enumerate(guests):

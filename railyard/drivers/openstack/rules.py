@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from railyard.drivers import RuleHooks
 from railyard.drivers.openstack import layout
@@ -26,6 +26,10 @@ from railyard.model.errors import Problem
 from railyard.model.spec import SectionReader, did_you_mean as _did_you_mean, \
     one_of as _one_of, pool_guests, show as _show
 from railyard.ssh_client import DEFAULT_PORT, KEY_TYPES, address_kind, canonical, key_problem
+
+if TYPE_CHECKING:
+    from railyard.model.spec import Spec
+
 
 P = "railyard:openstack"
 
@@ -224,7 +228,7 @@ class _Reader(SectionReader):
         return Segment(physnet if vlan is not None else None, vlan, vni, path)
 
 
-def parse(section: Any, spec: Any) -> tuple[OpenStackConfig | None, list[Problem]]:
+def parse(section: Any, spec: Spec) -> tuple[OpenStackConfig | None, list[Problem]]:
     """The OpenStackConfig of a stack's `railyard:openstack` and its problems (config None when
     there are any)."""
     r = _Reader()
@@ -286,13 +290,13 @@ def parse(section: Any, spec: Any) -> tuple[OpenStackConfig | None, list[Problem
         jump_host=jump, dns_nameservers=dns, swift_s3_endpoint=swift), []
 
 
-def rail_count(spec: Any) -> int:
+def rail_count(spec: Spec) -> int:
     """The plan's rails (Plan.networks.compute.rails): the most compute NICs of a pool with nodes,
     as the fabric planner counts them."""
     return max((p.rails for p in addressing.pools_for_addressing(spec) if p.count and p.rails), default=0)
 
 
-def _rails(r: _Reader, s: Mapping, spec: Any) -> list[Segment | None]:
+def _rails(r: _Reader, s: Mapping, spec: Spec) -> list[Segment | None]:
     path = f"{P}.rails"
     want = rail_count(spec)
     allowed = f"a list of {want} segments, one per rail in rail order: {{physicalNetwork, vlan}}"
@@ -313,7 +317,7 @@ def _rails(r: _Reader, s: Mapping, spec: Any) -> list[Segment | None]:
     return out
 
 
-def _pools(r: _Reader, s: Mapping, spec: Any) -> dict[str, str]:
+def _pools(r: _Reader, s: Mapping, spec: Spec) -> dict[str, str]:
     path = f"{P}.pools"
     names = [p.name for p in getattr(spec, "node_pools", ()) if p.name is not None]
     allowed = "a mapping: node pool name -> {serverGroupPolicy}"
@@ -376,7 +380,7 @@ def _check_segments(r: _Reader, segments: list[Segment]) -> None:
                       "get a VF of another rail's NIC; give each rail's NICs a physical network of their own")
 
 
-def _check_server_groups(r: _Reader, spec: Any, default: str | None, pools: Mapping[str, str]) -> None:
+def _check_server_groups(r: _Reader, spec: Spec, default: str | None, pools: Mapping[str, str]) -> None:
     """A server group the plan can fill: strict anti-affinity needs a hypervisor per VM, strict
     affinity every VM of the pool on one."""
     for pool in getattr(spec, "node_pools", ()):
@@ -395,7 +399,7 @@ def _check_server_groups(r: _Reader, spec: Any, default: str | None, pools: Mapp
                       f"{pool.vms_per_host}")
 
 
-def _check_flavors(r: _Reader, spec: Any, thread_policy: str, pci_numa_policy: str, disk_gib: int) -> None:
+def _check_flavors(r: _Reader, spec: Spec, thread_policy: str, pci_numa_policy: str, disk_gib: int) -> None:
     """Each pool's flavors, as the driver makes them (layout.flavor), pinned as nova would
     (layout.fit_problem)."""
     if getattr(spec, "layout", None) != "virtual" or getattr(spec, "tuning", None) is None:
@@ -432,7 +436,7 @@ def _check_flavors(r: _Reader, spec: Any, thread_policy: str, pci_numa_policy: s
             r.problem(path, why.found, f"{why.allowed} for a {pool.sku} flavor (pool {pool.name})", hint)
 
 
-def _check_object_store(r: _Reader, spec: Any, swift: str | None, given: bool) -> None:
+def _check_object_store(r: _Reader, spec: Spec, swift: str | None, given: bool) -> None:
     """The object tier: the stack's S3 endpoint, or a Swift container of the stack's, which the
     dataset cache reaches through Swift's S3 API."""
     obj = getattr(getattr(spec, "storage", None), "object", None)

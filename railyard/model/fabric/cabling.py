@@ -9,11 +9,13 @@ _spine_uplinks_full), so a cable always ends where the summary counted it.
 
 from __future__ import annotations
 
+import abc
 import csv
 import io
 from typing import Any, Iterator, NamedTuple
 
 from railyard.model import addressing as addr
+from railyard.model.fabric.geometry import SwitchGeometry
 from railyard.model.fabric.names import core_name, group_spine_name, leaf_name, spine_name
 
 CSV_COLUMNS = ("tier", "rail", "a_device", "a_port", "a_interface", "a_ip", "b_device", "b_port",
@@ -27,7 +29,9 @@ class Switch(NamedTuple):
     unit: int | None     # leaf: its SU; three-tier spine: its group
     rail: int | None     # leaf: its rail
     plane: int | None    # three-tier spine and core: the core plane
-    index: int           # position within its unit / group / plane / tier
+    # position within its unit / group / plane / tier. The field shadows tuple.index, which mypy
+    # refuses; its name is a key of `plan --detail`'s JSON, so it stays.
+    index: int  # type: ignore[assignment]
     ports: int
     ports_used: int
     asn: int | None = None
@@ -48,13 +52,50 @@ class Link(NamedTuple):
     b_ip: str | None = None
 
 
-class Cabling:
-    """The enumeration methods of FabricPlan."""
+class Cabling(abc.ABC):
+    """The enumeration methods of FabricPlan, which sets these counts in its constructor and
+    implements the structure queries below. A layout is a planner.PoolLayout (typed Any here:
+    planner.py imports this module, so this one cannot import it back)."""
+
+    kind: str
+    switch: SwitchGeometry
+    gbps: int
+    cidr: Any
+    asn_base: int | None
+    loopback_cidr: Any
+    half: int
+    su_nodes: int
+    uplinks: int
+    leaves: int
+    tiers: int
+    links_per_spine: int
+    spines: int
+    cores_per_plane: int
+    planes: int
+    layouts: tuple[Any, ...]
+
+    @abc.abstractmethod
+    def _spine_up(self, pl: Any, group: int) -> int:
+        """Uplinks of a spine of that group."""
+
+    @abc.abstractmethod
+    def _core_block(self, pl: Any, group: int) -> int:
+        """First core port (0-based) of that group's spines, in every core of their plane."""
+
+    @abc.abstractmethod
+    def _leaf_uplink(self, pl: Any, unit: int, rail: int, u: int) -> tuple[str, int]:
+        """(upper switch, its 1-based port) at the far end of uplink u of a leaf."""
+
+    @abc.abstractmethod
+    def _spine_uplinks_full(self, pl: Any) -> int:
+        """Uplinks of a spine of a full group."""
 
     def switches(self) -> Iterator[Switch]:
         """Every switch, leaves first (pool, SU, rail), then spines, then cores (plane, index)."""
-        radix, roce = self.switch.radix, self.kind == "roce" and self.asn_base is not None
-        base, lo = self.asn_base, self.loopback_cidr if self.kind == "roce" else None
+        radix = self.switch.radix
+        # RoCE switches with an ASN base get ASNs (and with a loopback range, loopbacks).
+        base = self.asn_base if self.kind == "roce" else None
+        lo = self.loopback_cidr if self.kind == "roce" else None
         for pl in self.layouts:
             p = pl.pool
             for unit in range(pl.units):
@@ -62,28 +103,28 @@ class Cabling:
                 for rail in range(p.rails):
                     number = unit * p.rails + rail
                     yield Switch(leaf_name(p.name, unit, rail), "leaf", p.name, unit, rail, None, rail, radix,
-                                 n + self.uplinks, addr.leaf_asn(base, p.ordinal, number) if roce else None,
+                                 n + self.uplinks, addr.leaf_asn(base, p.ordinal, number) if base is not None else None,
                                  addr.leaf_loopback(lo, p.ordinal, number) if lo else None)
         if self.tiers == 2:
             used = self.links_per_spine * self.leaves
             for j in range(self.spines):
                 yield Switch(spine_name(j), "spine", None, None, None, None, j, radix, used,
-                             addr.spine_asn(base) if roce else None, addr.shared_loopback(lo, j) if lo else None)
+                             addr.spine_asn(base) if base is not None else None, addr.shared_loopback(lo, j) if lo else None)
         elif self.tiers == 3:
             for pl in self.layouts:
                 p = pl.pool
                 for group in range(pl.groups):
                     up = self._spine_up(pl, group)
-                    asn = addr.spine_group_asn(base, p.ordinal, group) if roce else None
+                    asn = addr.spine_group_asn(base, p.ordinal, group) if base is not None else None
                     for j in range(self.uplinks):
                         loopback = addr.pool_spine_loopback(lo, p.ordinal, group * self.uplinks + j) if lo else None
                         yield Switch(group_spine_name(p.name, group, j), "spine", p.name, group, None, j, j, radix,
                                      2 * up, asn, loopback)
-            used = self._core_ports_used_by_index()
+            used_by_index = self._core_ports_used_by_index()
             for plane in range(self.planes):
                 for i in range(self.cores_per_plane):
-                    yield Switch(core_name(plane, i), "core", None, None, None, plane, i, radix, used[i],
-                                 addr.core_asn(base) if roce else None,
+                    yield Switch(core_name(plane, i), "core", None, None, None, plane, i, radix, used_by_index[i],
+                                 addr.core_asn(base) if base is not None else None,
                                  addr.shared_loopback(lo, i * self.planes + plane) if lo else None)
 
     def _core_ports_used_by_index(self) -> list[int]:

@@ -291,6 +291,7 @@ def layout(fabric: FabricPlan) -> Diagram:
         core = dr.box(left, row["core"], w, heights["core"], "core", lines)
         right = max(right, left + w)
         for b in blocks:
+            assert b.pl is not None, "three tiers: every block is spine groups of a pool"
             g, units = spine_box[b], sum(b.pl.group_units_of(i) for i in range(b.group, b.group + b.groups))
             dr.bundle(g, core, f.uplinks * units * b.pl.pool.rails, "spine_core", g.x + g.w // 2)
 
@@ -350,8 +351,9 @@ def png(d: Diagram) -> bytes:
     for _, boxes, bundles, labels in _layers(d):
         for b in bundles:
             draw.line([(b.x1, b.y1), (b.x2, b.y2)], fill=LINE_COLOUR, width=2)
-        for b in boxes:
-            draw.rectangle([b.x, b.y, b.x + b.w, b.y + b.h], fill=STYLE[b.kind][0], outline=STYLE[b.kind][1])
+        for box in boxes:
+            draw.rectangle([box.x, box.y, box.x + box.w, box.y + box.h], fill=STYLE[box.kind][0],
+                           outline=STYLE[box.kind][1])
         for lb in labels:
             if lb.background:
                 draw.rectangle(lb.bbox, fill="#ffffff")

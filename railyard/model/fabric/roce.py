@@ -45,7 +45,10 @@ def qos_defaults() -> dict[str, Any]:
     roce = row("RoCE switch priority / traffic class")["value"]
     cnp = row("CNP switch priority / traffic class")["value"]
     ecn = row("ECN absolute threshold TC3")["value"]
-    ecn_min, ecn_max = (int(x) for x in re.search(r"(\d+)\s*-\s*(\d+)\s*bytes", ecn).groups())
+    ecn_range = re.search(r"(\d+)\s*-\s*(\d+)\s*bytes", ecn)
+    if ecn_range is None:
+        raise ValueError(f"{QOS_TABLE}: no byte range in {ecn!r}")
+    ecn_min, ecn_max = (int(x) for x in ecn_range.groups())
     pfc = row("PFC")["value"]
     lldp = row("LLDP App TLV")["value"]
     trust = row("Port trust")["value"]

@@ -166,7 +166,11 @@ class Subnet:
     def port_guid(self, desc: str, port: int = 1) -> int:
         """A port's GUID; an HCA record without one (a planned topology) falls back to the node's."""
         device = self.by_desc()[desc]
-        return device.port_guids.get(port) or device.guid
+        guid = device.port_guids.get(port) or device.guid
+        if guid is None:
+            # Formatting None as a GUID would fail later, and less clearly.
+            raise ValueError(f"{desc!r} has no GUID in the ibnetdiscover output")
+        return guid
 
 
 _HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"(.*)$')
@@ -210,7 +214,8 @@ def parse_ibnetdiscover(text: str) -> Subnet:
                 lid = _LID.search(rest)
                 if lid and current.lid is None:
                     current.lid = int(lid.group(1))
-            key = tuple(sorted(((current.id, int(port)), (far, int(far_port)))))
+            near_end, far_end = sorted(((current.id, int(port)), (far, int(far_port))))
+            key = (near_end, far_end)
             if key not in seen:
                 seen.add(key)
                 cables.append(key)

@@ -15,7 +15,7 @@ import ipaddress
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar, cast
 
 import yaml
 
@@ -45,6 +45,20 @@ _PKEY = re.compile(r"^0[xX][0-9a-fA-F]{1,4}$")
 
 _SWITCH_KIND = {"infiniband": "infiniband", "ethernet": "roce"}  # any Ethernet switch carries RoCE
 _KIND_LABEL = {"infiniband": "an InfiniBand", "roce": "an Ethernet"}
+
+
+_T = TypeVar("_T")
+
+
+def _partial(value: _T | None) -> _T:
+    """A value a reader returned, for a model field that is never None in a Spec parse() returns.
+
+    A reader returns None only once it has recorded a problem (or for a key that has no default),
+    and parse() raises SpecError whenever a problem was recorded, so a model object holding that
+    None is only ever seen by the checks that run on the partial model, which test for None
+    themselves. The value is passed through unchanged.
+    """
+    return cast(_T, value)
 
 
 def stack_name_of(path: str | Path) -> str:
@@ -343,12 +357,12 @@ class _Parser(CrossFieldRules):
         self.check_pools(pools, facts, layout, tuning, fabric)
         self.check_networks(fabric)
 
-        spec = Spec(stack=stack, region=region, layout=layout, driver=driver, node_pools=tuple(pools),
-                    fabric=fabric, tenants=tuple(tenants), storage=storage, tuning=tuning,
-                    kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, ephemeral=ephemeral,
+        spec = Spec(stack=stack, region=_partial(region), layout=_partial(layout), driver=_partial(driver),
+                    node_pools=tuple(pools), fabric=_partial(fabric), tenants=tuple(tenants), storage=storage,
+                    tuning=tuning, kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, ephemeral=ephemeral,
                     protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
-        if rules is not None:
+        if rules is not None and driver is not None:
             section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
             if section is not None or not rules.KEYS:
                 driver_config, problems = rules.parse(section or None, spec)
@@ -399,7 +413,8 @@ class _Parser(CrossFieldRules):
             sku = self.catalog_entry("nodes", sku_id, f"{ipath}.sku", "node SKU") if sku_id is not None else None
             count = self.integer(m, "count", f"{ipath}.count", required=True, maximum=MAX_POOL_NODES)
             fact = _PoolFacts(ipath, sku)
-            vms_per_host, vm = 0, None
+            vms_per_host: int | None = 0
+            vm: VmSpec | None = None
             if layout == "virtual":
                 vms_per_host, vm, fact.vm_keys = self.vm(m, ipath, sku)
             elif layout == "bare-metal":
@@ -418,7 +433,8 @@ class _Parser(CrossFieldRules):
                              f"the catalog does not give {sku.id}'s CPU lists and threads per core, so no vCPU is "
                              "pinned and there is nothing to isolate")
                 isolation = None
-            pools.append(NodePool(name=name, sku=sku_id, count=count, vms_per_host=vms_per_host, vm=vm,
+            pools.append(NodePool(name=_partial(name), sku=_partial(sku_id), count=_partial(count),
+                                  vms_per_host=_partial(vms_per_host), vm=vm,
                                   cpu_isolation=isolation))
             facts.append(fact)
         return pools, facts
@@ -479,7 +495,7 @@ class _Parser(CrossFieldRules):
             vcpus = default_vcpus(sku, vm_devices(sku, vms, gpus, vfs), (sku.threads - reserve) // vms, reserve)
         hugepages = (self.hugepages(vm_m["hugepages"], f"{vpath}.hugepages", "nodePools[].vm.hugepages", "VM")
                      if "hugepages" in keys else None)
-        return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=vfs, shape=shape_id,
+        return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=_partial(vfs), shape=shape_id,
                            hugepages=hugepages), keys
 
     # --- fabric ---------------------------------------------------------------------------------
@@ -506,9 +522,10 @@ class _Parser(CrossFieldRules):
         for name in ("storage", "management"):
             sm = self.mapping(fm.get(name), f"{path}.{name}", f"fabric.{name}")
             cidr = self.cidr(sm, "cidr", f"{path}.{name}.cidr", DEFAULT_CIDRS[name]) if sm is not None else None
-            nets[name] = Network(cidr, self.mtu(sm or {}, f"{path}.{name}.mtu", name))
+            nets[name] = Network(_partial(cidr), self.mtu(sm or {}, f"{path}.{name}.mtu", name))
         if compute is None:
-            return Fabric(compute=ComputeFabric(kind=None, speed=None, switch=None, cidr=None),
+            return Fabric(compute=ComputeFabric(kind=_partial(None), speed=_partial(None), switch=_partial(None),
+                                                cidr=_partial(None)),
                           storage=nets["storage"], management=nets["management"])
         return Fabric(compute=compute, storage=nets["storage"], management=nets["management"])
 
@@ -573,8 +590,9 @@ class _Parser(CrossFieldRules):
         # Limits that depend on the switch's radix at this speed (reserved ports, tiers, nodes per
         # fabric) belong to the planner: check_plan() asks it once the whole spec is known.
         rails_mtu = self.mtu(cm, cpath + ".mtu", "compute", kind) if kind else None
-        return ComputeFabric(kind=kind, speed=speed, switch=switch_id, topology=topology,
-                             oversubscription=oversub, reserved_leaf_ports=reserved, cidr=cidr, asn_base=asn,
+        return ComputeFabric(kind=_partial(kind), speed=_partial(speed), switch=_partial(switch_id),
+                             topology=_partial(topology), oversubscription=_partial(oversub),
+                             reserved_leaf_ports=_partial(reserved), cidr=_partial(cidr), asn_base=asn,
                              mtu=rails_mtu, loopback_cidr=loopbacks)
 
     # --- tenants --------------------------------------------------------------------------------
@@ -647,7 +665,7 @@ class _Parser(CrossFieldRules):
                 if gpus is not None and quota > gpus:
                     self.problem(ipath + ".gpuQuota", _show(quota), f"at most {gpus}, the GPUs of its pools "
                                  f"({', '.join(tenant_pools)})", "a quota cannot exceed what the pools hold")
-            out.append(Tenant(name=name, pkey=pkey, vlan=vlan, pools=tenant_pools or (),
+            out.append(Tenant(name=_partial(name), pkey=pkey, vlan=vlan, pools=tenant_pools or (),
                               namespace=namespace, gpu_quota=quota))
         return out
 
@@ -747,7 +765,7 @@ class _Parser(CrossFieldRules):
             self.problem(f"{path}.partition", _show(partition), what)
             partition = None
         wait = self.integer(sm, "maxSwitchWait", f"{path}.maxSwitchWait", default=SLURM_MAX_SWITCH_WAIT, minimum=0)
-        if None in (controller, cluster, partition, wait):
+        if controller is None or cluster is None or partition is None or wait is None:
             return None
         return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait)
 
@@ -831,16 +849,16 @@ class _Parser(CrossFieldRules):
             pm = self.mapping(sm.get("parallelFs"), ppath, "storage.parallelFs")
             if pm is not None:
                 kind = self.choice(pm, "kind", ppath + ".kind", PARALLEL_FS_KINDS, default="lustre")
-                pfs = ParallelFs(kind=kind, mount=self.mount(pm, "mount", ppath + ".mount", "/mnt/pfs"),
-                                 capacity_tib=self.number(pm, "capacityTiB", ppath + ".capacityTiB", default=100),
+                pfs = ParallelFs(kind=_partial(kind), mount=_partial(self.mount(pm, "mount", ppath + ".mount", "/mnt/pfs")),
+                                 capacity_tib=_partial(self.number(pm, "capacityTiB", ppath + ".capacityTiB", default=100)),
                                  source=self.pfs_source(pm, ppath, kind), options=self.pfs_options(pm, ppath, kind))
         cpath = path + ".localCache"
         cm = self.mapping(sm.get("localCache"), cpath, "storage.localCache")
         cache = LocalCache()
         if cm:
-            cache = LocalCache(mount=self.mount(cm, "mount", cpath + ".mount", "/mnt/cache"),
-                               raid=self.choice(cm, "raid", cpath + ".raid", RAID_LEVELS, default="raid0"),
-                               fs=self.choice(cm, "fs", cpath + ".fs", LOCAL_FILESYSTEMS, default="xfs"))
+            cache = LocalCache(mount=_partial(self.mount(cm, "mount", cpath + ".mount", "/mnt/cache")),
+                               raid=_partial(self.choice(cm, "raid", cpath + ".raid", RAID_LEVELS, default="raid0")),
+                               fs=_partial(self.choice(cm, "fs", cpath + ".fs", LOCAL_FILESYSTEMS, default="xfs")))
         if pfs is not None and pfs.mount and cache.mount:
             a, b = pfs.mount.rstrip("/") + "/", cache.mount.rstrip("/") + "/"
             if a.startswith(b) or b.startswith(a):
@@ -891,7 +909,7 @@ class _Parser(CrossFieldRules):
             self.problem(opath + ".endpoint", _show(endpoint), what)
         credentials = self.secret(om, "credentials", opath + ".credentials",
                                   "pulumi config set --secret --path storage.object.credentials")
-        return ObjectTier(bucket=bucket, endpoint=endpoint, credentials=credentials)
+        return ObjectTier(bucket=_partial(bucket), endpoint=_partial(endpoint), credentials=credentials)
 
     # --- tuning ---------------------------------------------------------------------------------
 
@@ -912,15 +930,15 @@ class _Parser(CrossFieldRules):
 
         apath = path + ".affinity"
         am = self.mapping(tm.get("affinity"), apath, "tuning.affinity") or {}
-        affinity = Affinity(policy=self.choice(am, "policy", apath + ".policy", AFFINITY_POLICIES,
-                                               default="pcie-nearest"))
+        affinity = Affinity(policy=_partial(self.choice(am, "policy", apath + ".policy", AFFINITY_POLICIES,
+                                                        default="pcie-nearest")))
         iommu = self.choice(tm, "iommu", path + ".iommu", IOMMU_MODES, default="passthrough")
         if layout == "virtual" and iommu == "off":
             self.problem(path + ".iommu", _show("off"), "passthrough or on in the virtual layout",
                          "VFs and GPUs are passed to VMs through VFIO, which needs the IOMMU")
         drift = self.boolean(tm, "previewDrift", path + ".previewDrift", default=False)
-        return TuningSpec(hugepages=hugepages, sriov=Sriov(vfs_per_pf), affinity=affinity, iommu=iommu,
-                          preview_drift=drift)
+        return TuningSpec(hugepages=hugepages, sriov=Sriov(_partial(vfs_per_pf)), affinity=affinity,
+                          iommu=_partial(iommu), preview_drift=_partial(drift))
 
     def hugepages(self, value: Any, hpath: str, section: str, machine: str) -> Hugepages | None:
         """A hugepages mapping (tuning.hugepages for hosts, nodePools[].vm.hugepages for guests)."""
@@ -935,7 +953,7 @@ class _Parser(CrossFieldRules):
             self.problem(hpath + ".count", "both count and percentOfMemory", "one of count or percentOfMemory",
                          f"count is pages per {machine}; percentOfMemory a share of each {machine}'s memory")
         per_numa = self.boolean(hm, "perNuma", hpath + ".perNuma", default=True)
-        return Hugepages(size=size, percent_of_memory=percent, count=count, per_numa=per_numa)
+        return Hugepages(size=_partial(size), percent_of_memory=percent, count=count, per_numa=_partial(per_numa))
 
     def default_vfs_per_pf(self, layout: str | None, pools: list[NodePool], facts: list[_PoolFacts]) -> int:
         """Bare metal: SR-IOV off. Virtual: the fewest VFs per PF that give every VM its VFs."""

@@ -8,11 +8,12 @@ problem(), so their problems join the others in the same SpecError.
 
 from __future__ import annotations
 
+import abc
 import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
@@ -51,13 +52,17 @@ class _PoolFacts:
     vm_keys: frozenset = frozenset()
 
 
-class CrossFieldRules:
+class CrossFieldRules(abc.ABC):
     """The rules that read several sections at once, mixed into the parser (load._Parser), which
     provides problem() and these attributes."""
 
     catalog: Any
     problems: list[Problem]
     fabric_plan: FabricPlan | None
+
+    @abc.abstractmethod
+    def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
+        """Record a problem (the parser's, so that the rules' problems join its own)."""
 
     def check_pools(self, pools: list[NodePool], facts: list[_PoolFacts], layout: str | None,
                     tuning: TuningSpec, fabric: Fabric | None) -> None:
@@ -130,6 +135,7 @@ class CrossFieldRules:
 
     def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None, hp: Hugepages) -> None:
         vm, sku, vms = pool.vm, fact.sku, pool.vms_per_host
+        assert vm is not None, "check_pools checks the VMs of a pool that has them"
         if vms is None:
             return
         before = len(self.problems)
@@ -244,7 +250,7 @@ class CrossFieldRules:
         the others in the same SpecError. The fabric is planned here, once: the address sizing
         reads it, and the plan reuses it (parse returns it).
         """
-        fabric_problems: list[Problem] = []
+        fabric_problems: Sequence[Problem] = []
         try:
             self.fabric_plan = plan_fabric(spec, self.catalog)
         except FabricError as exc:
@@ -256,6 +262,7 @@ class CrossFieldRules:
         """With railyard:kubernetes, a node's scalable unit and spine group are label values,
         which Kubernetes caps at 63 characters (the node names themselves are checked above)."""
         fabric = self.fabric_plan
+        assert fabric is not None, "parse() checks the labels once check_plan() has planned the fabric"
         for pool, fact in zip(pools, facts):
             if pool.name is None or not pool.count:
                 continue

@@ -5,12 +5,12 @@ the parser (load.py) and the cross-field rules (rules.py) both use.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 _ABSENT = object()
 
 
-def _is_secret(value: Any) -> bool:
+def _is_secret(value: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(value, dict) and set(value) == {"secure"}
 
 

@@ -85,9 +85,10 @@ def cluster_ranges(networks: list[str], lab_range: str = "198.18.0.0/15") -> tup
     but they stay inside the lab range all the same."""
     taken = [ipaddress.ip_network(n) for n in networks]
     rng = ipaddress.ip_network(lab_range)
-    out = []
+    out: list[str] = []
     for prefix in (24, 20):
-        block = next((b for b in reversed(list(rng.subnets(new_prefix=prefix)))
+        blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(rng.subnets(new_prefix=prefix))
+        block = next((b for b in reversed(blocks)
                       if not any(b.overlaps(t) for t in taken) and not any(b.overlaps(ipaddress.ip_network(o))
                                                                                for o in out)), None)
         if block is None:
@@ -274,7 +275,7 @@ def _wait(what: str, ready, timeout: float, d: Path, comp: str, stack: str, root
 # --- what the cluster has installed -----------------------------------------------------------
 
 def _crds() -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for files in binaries.crd_files().values():
         for f in files:
             out.extend(doc for doc in yaml.safe_load_all(f.read_text()) if doc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+from typing import TypeGuard
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def _load(path: Path) -> x509.Certificate | None:
         return None
 
 
-def _fresh(cert: x509.Certificate | None, now: datetime.datetime) -> bool:
+def _fresh(cert: x509.Certificate | None, now: datetime.datetime) -> TypeGuard[x509.Certificate]:
     return cert is not None and cert.not_valid_after_utc - now > RENEW_BEFORE
 
 

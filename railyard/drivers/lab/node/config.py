@@ -142,8 +142,10 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
 
 def check_unique(ns: str, nics: list[Nic]) -> None:
     tables = [n.table for n in nics if n.table is not None]
-    for kind_, values in (("NIC name", [n.name for n in nics]), ("rail", tables),
-                          ("address", [n.address.split("/")[0] for n in nics if n.address])):
+    checks: tuple[tuple[str, Sequence[object]], ...] = (
+        ("NIC name", [n.name for n in nics]), ("rail", tables),
+        ("address", [n.address.split("/")[0] for n in nics if n.address]))
+    for kind_, values in checks:
         dup = sorted({str(v) for v in values if values.count(v) > 1})
         if dup:
             raise LabError(f"node {ns}", f"{kind_} used twice: {', '.join(dup)}")
@@ -246,6 +248,7 @@ def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
     os.chmod(ssh_dir, 0o700)
     _write_if_changed(ssh_dir / "authorized_keys", "\n".join(keys) + "\n", 0o600)
 
+    assert mgmt.address is not None, "_parse_nics() refuses a management NIC without an address"
     mgmt_ip = mgmt.address.split("/")[0]
     # The node is a Debian server whose network stack is ifupdown, Debian's default: the file its
     # installer leaves. Written once; what the node's own tuning adds under interfaces.d stays.

@@ -145,7 +145,7 @@ def _node_processes(stack: str, node: str) -> list[int]:
     """Every process of the node: those in its netns, those in a mount namespace of the node
     (an earlier incarnation's too, whose netns was removed behind our back), and any carrying
     its environment marker (an nsenter on its way in)."""
-    found = set()
+    found: set[int] = set()
     ino = net.netns_inode(names.node_ns(stack, node))
     if ino is not None:
         found.update(p.pid for p in proc.in_namespaces({ino}))

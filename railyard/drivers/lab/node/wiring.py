@@ -90,7 +90,7 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             fbatch.add(f"link {port} (node {node} NIC {nic.name})", "link", "add", port, *mtu,
                        "address", names.mac(stack, node, port), "type", "veth",
                        "peer", "name", nic.name, *mtu, "address", names.mac(stack, node, nic.name), "netns", ns)
-        elif nic.mtu is not None and outer.get("mtu") != nic.mtu:
+        elif nic.mtu is not None and outer is not None and outer.get("mtu") != nic.mtu:  # (paired: outer is there)
             fbatch.add(f"link {port} mtu", "link", "set", port, "mtu", str(nic.mtu))
         if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
             fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
@@ -116,7 +116,8 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
     # Rails the node addresses itself keep the rules and tables it gives them.
     unmanaged = {n.table for n in nics if n.table is not None and n.address is None}
     rail_nics = {n.table: n for n in nics if n.table is not None and n.address is not None}
-    wanted_rules = {RULE_PREF_BASE + r: (n.address.split("/")[0], TABLE_BASE + r) for r, n in rail_nics.items()}
+    wanted_rules = {RULE_PREF_BASE + r: (address.split("/")[0], TABLE_BASE + r) for r, n in rail_nics.items()
+                    if (address := n.address) is not None}  # (all of rail_nics: addressed above)
     for rule in net.rules(ns):
         pref = rule.get("priority")
         if pref is None or not RULE_PREF_BASE <= pref < RULE_PREF_BASE + 100 or pref - RULE_PREF_BASE in unmanaged:
@@ -140,11 +141,13 @@ def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> No
             batch.add(f"route table {table}", "route", "flush", "table", str(table))
     for rail, nic in sorted(rail_nics.items()):
         table = TABLE_BASE + rail  # "rail" here is the NIC's table slot (Nic.table)
+        assert nic.address is not None, "rail_nics holds the addressed rails only"
         iface = ipaddress.ip_interface(nic.address)
-        want = {(str(iface.network), None, nic.name)}
+        want_routes: set[tuple] = {(str(iface.network), None, nic.name)}
         if nic.gateway:
-            want.add((str(net.lab_network(compute_cidr, "compute_cidr")), nic.gateway, nic.name))
-        if by_table.get(table, set()) == want:
+            assert compute_cidr is not None, "check_compute_cidr() refuses gateways without a compute_cidr"
+            want_routes.add((str(net.lab_network(compute_cidr, "compute_cidr")), nic.gateway, nic.name))
+        if by_table.get(table, set()) == want_routes:
             continue
         what = f"route table {table} (rail {rail})"
         if table in by_table:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import socket
+from typing import Any
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
 S3_PORT = 8333
 # weed's other services listen on the store's address too, in its own namespace only.
 WEED_PORTS = {"master": 9333, "volume": 8080, "filer": 8888}
-DEFAULT_DATASET = {"prefix": "sample/", "shards": 4, "shard_bytes": 4 << 20}
+DEFAULT_DATASET: dict[str, Any] = {"prefix": "sample/", "shards": 4, "shard_bytes": 4 << 20}
 DATASET_VERSION = "railyard-sample-v1"
 START_TIMEOUT_S = 60.0
 

@@ -29,7 +29,9 @@ def create_pfs(stack: str, root: Path | None = None) -> dict:
     node.check_dir_location(d)
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o755)
-    return read_pfs(stack, root)  # type: ignore[return-value]
+    record = read_pfs(stack, root)
+    assert record is not None, "the directory was just made"
+    return record
 
 
 def read_pfs(stack: str, root: Path | None = None) -> dict | None:
