@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 
 from railyard.drivers.base import Access
+from railyard.inventory import HostInputs
 from railyard.model.plan import Plan
 from railyard.tuning import runner
 from railyard.tuning.resource import ACCEPTANCE_OUTPUTS, AcceptanceRun
@@ -17,7 +18,7 @@ from railyard.tuning.resource import ACCEPTANCE_OUTPUTS, AcceptanceRun
 @dataclass
 class AcceptanceArgs:
     plan: Plan
-    host_inputs: pulumi.Output
+    host_inputs: pulumi.Output[HostInputs]
     """The tuned nodes as the tuning run has them: name -> {address, host_key, vars}."""
     secret_vars: pulumi.Output
     """The tuning run's secret variables (the object store's credentials, for the object read)."""
@@ -48,7 +49,7 @@ class Acceptance(pulumi.ComponentResource):
         tolerance = checks.tolerance if plan.spec.acceptance.bandwidth_tolerance is not None else \
             float(extra.get("acceptance_tolerance", checks.tolerance))
 
-        def hosts(inputs: dict[str, Any]) -> dict[str, Any]:
+        def hosts(inputs: HostInputs) -> HostInputs:
             return {n: {**h, "vars": {**h["vars"], **extra, **checks.node_vars(n), "acceptance_tolerance": tolerance}}
                     for n, h in inputs.items()}
 

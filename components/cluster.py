@@ -15,6 +15,7 @@ import pulumi
 
 from railyard import drivers
 from railyard.drivers.base import Driver
+from railyard.inventory import MachineEntry, VmEntry
 from components.acceptance import Acceptance, AcceptanceArgs
 from components.fabric import Fabric, FabricArgs
 from components.guest_tuning import GuestTuning, GuestTuningArgs
@@ -50,12 +51,11 @@ class Cluster(pulumi.ComponentResource):
             opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(protect=True))
         super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        summary = args.plan.summary()
         caps = driver.capabilities
         self.access = driver.access(f"{name}-access", self)
-        self.fabric = Fabric(f"{name}-fabric", FabricArgs(summary["fabrics"]["compute"], summary["networks"]),
+        self.fabric = Fabric(f"{name}-fabric", FabricArgs(args.plan.fabric, args.plan.networks),
                              driver, child)
-        self.storage = StorageTiers(f"{name}-storage", StorageTiersArgs(summary.get("storage", {})), driver,
+        self.storage = StorageTiers(f"{name}-storage", StorageTiersArgs(args.plan.storage), driver,
                                     self.fabric.ready, child)
         self.pools = []
         for pool in args.spec.node_pools:
@@ -109,8 +109,7 @@ class Cluster(pulumi.ComponentResource):
             vm_entries = pulumi.Output.all(*[
                 pulumi.Output.all(v.management_ip, v.host_key).apply(_vm_entry(host, v.pulumi_resource_name))
                 for host, v in self.vms])
-            self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(
-                lambda v: [{**n, "vms": [m for m in v[1] if m["host"] == n["name"]]} for n in v[0]])
+            self.inventory = pulumi.Output.all(self.inventory, vm_entries).apply(lambda v: _with_vms(*v))
             # Railyard tunes the guests on hypervisors it tuned: after the VMs, with the same roles.
             if self.tuning is not None:
                 self.guest_tuning = GuestTuning(
@@ -126,8 +125,7 @@ class Cluster(pulumi.ComponentResource):
             self.guest_tuning = GuestTuning(
                 f"{name}-guest-tuning",
                 GuestTuningArgs(spec=args.spec, plan=args.plan,
-                                vms=self.inventory.apply(lambda machines: [
-                                    {**m, "host": vm_hosts[m["name"]]} for m in machines]),
+                                vms=self.inventory.apply(lambda machines: _as_vms(machines, vm_hosts)),
                                 access=self.access, extra_vars=driver.tuning_vars(),
                                 vm_vars={vm: v for vm in vm_hosts if (v := driver.node_vars(vm))} or None,
                                 domains=False),
@@ -176,6 +174,17 @@ class Cluster(pulumi.ComponentResource):
         self.register_outputs(outputs)
 
 
-def _vm_entry(host: str, name: str) -> Callable[[list[Any]], dict[str, Any]]:
+def _vm_entry(host: str, name: str) -> Callable[[list[Any]], VmEntry]:
     """A VM's inventory entry from its (management IP, host key)."""
     return lambda x: {"name": name, "host": host, "management_ip": x[0], "host_key": x[1]}
+
+
+def _with_vms(machines: list[MachineEntry], vms: list[VmEntry]) -> list[MachineEntry]:
+    """Each hypervisor's entry with the VMs it runs."""
+    return [{**n, "vms": [m for m in vms if m["host"] == n["name"]]} for n in machines]
+
+
+def _as_vms(machines: list[MachineEntry], vm_hosts: dict[str, str]) -> list[VmEntry]:
+    """The provider's VMs (the pools' machines) as VMs of the plan's hosts."""
+    return [{"name": m["name"], "host": vm_hosts[m["name"]], "management_ip": m["management_ip"],
+             "host_key": m["host_key"]} for m in machines]

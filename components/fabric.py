@@ -3,29 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import pulumi
 
 from railyard.drivers.base import Driver
+from railyard.model.fabric import FabricPlan
+from railyard.model.plan import Networks
 
 
 @dataclass
 class FabricArgs:
-    summary: dict[str, Any]
-    """The planner's summary of the compute fabric (switches, links, cables, bisection)."""
-    networks: dict[str, Any]
+    fabric: FabricPlan
+    """The planned compute fabric (switches, links, cables, bisection)."""
+    networks: Networks
     """Management, storage and compute CIDRs with their per-rail subnets."""
 
 
 class Fabric(pulumi.ComponentResource):
-    """Outputs: `summary` and `networks`, straight from the plan."""
+    """Outputs: `summary` (the compute fabric's, as `railyard plan` shows it) and `networks`."""
 
     TYPE = "railyard:index:Fabric"
 
     def __init__(self, name: str, args: FabricArgs, driver: Driver, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         self.ready = driver.fabric(f"{name}-net", self)
-        self.summary = args.summary
-        self.networks = args.networks
+        self.summary = args.fabric.summary()
+        self.networks = args.networks.to_json()
         self.register_outputs({"summary": self.summary, "networks": self.networks})

@@ -14,6 +14,7 @@ import pulumi
 
 from railyard import guests
 from railyard.drivers.base import Access
+from railyard.inventory import HostInputs, VmEntry
 from railyard.model.plan import Plan
 from railyard.model.spec import Spec
 from railyard.tuning import runner
@@ -25,7 +26,7 @@ from railyard.tuning.vars import guest_vars
 class GuestTuningArgs:
     spec: Spec
     plan: Plan
-    vms: pulumi.Output
+    vms: pulumi.Output[list[VmEntry]]
     """The VMs to tune: name, host (its hypervisor), management_ip, host_key."""
     access: Access
     extra_vars: dict[str, Any] | None = None
@@ -59,11 +60,12 @@ class GuestTuning(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         spec, plan = args.spec, args.plan
 
-        def hosts(vms: list) -> dict:
-            return {v["name"]: {"address": v["management_ip"], "host_key": v["host_key"],
-                                "vars": {**guest_vars(spec, plan, v["name"]), **(args.extra_vars or {}),
-                                         **(args.vm_vars or {}).get(v["name"], {})}}
-                    for v in vms}
+        def hosts(vms: list[VmEntry]) -> HostInputs:
+            return runner.host_inputs(
+                runner.Host(v["name"], v["management_ip"], v["host_key"],
+                            {**guest_vars(spec, plan, v["name"]), **(args.extra_vars or {}),
+                             **(args.vm_vars or {}).get(v["name"], {})})
+                for v in vms)
 
         self.run = TuningRun(f"{name}-run", stack=spec.stack, user=args.access.user, digest=runner.roles_digest(),
                              hosts=args.vms.apply(hosts), private_key=args.access.private_key,

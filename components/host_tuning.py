@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 
 from railyard.drivers.base import Access
+from railyard.inventory import HostInputs, MachineEntry
 from railyard.model.plan import Plan
 from railyard.model.spec import Spec
 from railyard.tuning import runner
@@ -18,7 +19,7 @@ from railyard.tuning.resource import TuningRun
 class HostTuningArgs:
     spec: Spec
     plan: Plan
-    inventory: pulumi.Output
+    inventory: pulumi.Output[list[MachineEntry]]
     """The nodes to tune: name, management_ip, host_key (from the node pools)."""
     access: Access
     extra_vars: dict[str, Any] | None = None
@@ -42,12 +43,12 @@ class HostTuning(pulumi.ComponentResource):
         spec, plan = args.spec, args.plan
         self.run_stack = spec.stack
 
-        def hosts(values: list) -> dict:
+        def hosts(values: list) -> HostInputs:
             inventory, storage = values
-            return {h.name: {"address": h.address, "host_key": h.host_key, "vars": h.vars}
-                    for h in runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
-                                               dataset_prefix=storage.get("dataset_prefix") or "",
-                                               extra_vars=args.extra_vars, node_vars=args.node_vars)}
+            return runner.host_inputs(runner.hosts_from(
+                spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
+                dataset_prefix=storage.get("dataset_prefix") or "", extra_vars=args.extra_vars,
+                node_vars=args.node_vars))
 
         # Public and secret storage values travel apart: an Output holding any secret is secret as
         # a whole, and per-node tuning inputs must stay readable in previews and reviews.
@@ -73,8 +74,7 @@ class HostTuning(pulumi.ComponentResource):
         host_inputs, key, secret_vars = values
         if not host_inputs or not key:
             return  # nodes not created yet: nothing on them can drift
-        hosts = [runner.Host(name=n, address=h["address"], host_key=h["host_key"], vars=h["vars"])
-                 for n, h in sorted(host_inputs.items())]
+        hosts = runner.hosts_of(host_inputs)
         try:
             result = runner.run(self.run_stack, hosts, key, check=True, secret_vars=secret_vars)
         except Exception as exc:  # drift is advisory; preview must not fail on an unreachable node

@@ -8,6 +8,7 @@ import pulumi
 
 from components.hgx_node import HgxNode, HgxNodeArgs
 from railyard.drivers.base import Access, Driver, PoolPlan
+from railyard.inventory import MachineEntry
 from railyard.model.plan import NodePlan
 
 
@@ -56,22 +57,28 @@ class NodePool(pulumi.ComponentResource):
             if got != planned:
                 raise ValueError(f"driver {driver.name} returned machines {got} for pool {args.name}, "
                                  f"which plans {planned}")
-        known = [{"name": m.name, "pool": args.name, "sku": getattr(m, "sku", "vm")} for m in machines]
+        names = [(m.name, getattr(m, "sku", "vm")) for m in machines]
+
+        def entries(ips: list[str], keys: list[str]) -> list[MachineEntry]:
+            return [{"name": name, "pool": args.name, "sku": sku, "management_ip": ip, "host_key": key}
+                    for (name, sku), ip, key in zip(names, ips, keys)]
+
+        self.inventory: pulumi.Output[list[MachineEntry]]
         if caps.addresses == "plan":
             # One Output for the pool, not two per node: the SDK tracks every Output until the
             # program ends, and per-node ones were a measurable part of a large preview
             # (docs/benchmarks.md). The plan's addresses are plain strings.
-            for entry, n in zip(known, self.nodes):
+            ips = []
+            for (name, _), n in zip(names, self.nodes):
                 if not isinstance(n.management_ip, str):
-                    raise TypeError(f"driver {driver.name} takes addresses from the plan but gave {entry['name']} "
+                    raise TypeError(f"driver {driver.name} takes addresses from the plan but gave {name} "
                                     f"a {type(n.management_ip).__name__}")
-                entry["management_ip"] = n.management_ip
+                ips.append(n.management_ip)
             self.inventory = pulumi.Output.all(*[n.host_key for n in self.nodes]).apply(
-                lambda keys: [{**entry, "host_key": key} for entry, key in zip(known, keys)])
+                lambda keys: entries(ips, keys))
         else:
             count = len(self.nodes)
             self.inventory = pulumi.Output.all(*[n.host_key for n in self.nodes],
                                                *[n.management_ip for n in self.nodes]).apply(
-                lambda v: [{**entry, "management_ip": ip, "host_key": key}
-                           for entry, key, ip in zip(known, v[:count], v[count:])])
+                lambda v: entries(v[count:], v[:count]))
         self.register_outputs({"nodes": self.inventory})

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import pulumi
 
 from railyard.drivers.base import Driver
+from railyard.model.storage import StoragePlan
 
 
 @dataclass
 class StorageTiersArgs:
-    plan: dict[str, Any]
-    """The planner's storage summary (capacity and bandwidth per tier)."""
+    plan: StoragePlan
+    """The planned tiers (capacity and bandwidth per tier)."""
 
 
 class StorageTiers(pulumi.ComponentResource):
@@ -25,5 +24,5 @@ class StorageTiers(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         self.endpoints = driver.storage(f"{name}-tiers", self, depends_on)
-        self.plan = args.plan
+        self.plan = args.plan.summary()
         self.register_outputs({"plan": self.plan, "endpoints": self.endpoints})

@@ -19,6 +19,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests assert what holds, not how fast: Hypothesis's default 200 ms deadline per example
+# fails them on a machine busy with the lab tier's other workers.
+settings.register_profile("railyard", deadline=None)
+settings.load_profile("railyard")
 
 _TIERS = {"unit": "unit (the model, commands, drivers under mocks)", "roles": "roles (Ansible against hardware trees)",
           "engine": "engine (the real Pulumi engine)", "lab": "lab (namespaces, SSH, the real engine end to end)"}

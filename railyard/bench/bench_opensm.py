@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from railyard.bench.harness import Context, Sample, Section
+from railyard.model import yamlio
 from railyard.stack import load
 from railyard.sweep import sweep
 
@@ -21,7 +22,7 @@ TARGET_SWEEP_448_S = 60.0
 
 
 def _quick_stack(workdir: Path) -> Path:
-    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())
+    doc = yamlio.load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())
     doc["config"]["railyard:nodePools"][0]["count"] = 36
     doc["config"]["railyard:fabric"]["compute"]["reservedLeafPorts"] = 28
     path = workdir / "Pulumi.bench-opensm36.yaml"

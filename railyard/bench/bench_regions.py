@@ -19,9 +19,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
 
 from railyard import paths
+from railyard.model.spec import read_stack_file
 from railyard.bench.bench_engine import preview_config
 from railyard.bench.harness import Context, Sample, Section
 
@@ -80,7 +80,7 @@ def measure(config: dict, stack: str) -> dict:
 
 def region_config(stack: str) -> dict:
     path = paths.stack_file(stack, paths.PROJECT_ROOT)
-    return yaml.safe_load(path.read_text())["config"]
+    return dict(read_stack_file(path)[0])
 
 
 def run(ctx: Context):

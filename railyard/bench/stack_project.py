@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from railyard import paths
+from railyard.model import yamlio
 from railyard.engine.toolchain import command_settings, engine_env
 
 ROOT = paths.PROJECT_ROOT
@@ -130,7 +131,7 @@ class StackProject:
 
     def write(self, config: dict) -> None:
         path = paths.stack_file(self.stack, self.dir)
-        doc = yaml.safe_load(path.read_text()) if path.exists() else {}
+        doc = yamlio.load(path.read_text()) if path.exists() else {}
         doc["config"] = config
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
 

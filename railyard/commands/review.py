@@ -22,6 +22,7 @@ import yaml
 from railyard import drivers, paths
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
+from railyard.model import yamlio
 from railyard.review import preview as preview_mod
 from railyard.review import render, rules
 
@@ -91,7 +92,7 @@ def read_yaml(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlio.load(text)  # strict, as the stack loader: a key given twice is refused
     except yaml.YAMLError:
         return None
     return doc if isinstance(doc, dict) else None

@@ -20,6 +20,7 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
+    from railyard.inventory import MachineEntry
     from railyard.model.errors import SpecError
     from railyard.stack import load
     from railyard.tuning import runner
@@ -38,7 +39,7 @@ def handle(args) -> int:
     except (ToolchainError, pulumi.PulumiError) as exc:
         print(f"railyard tune: cannot read stack {args.stack}'s outputs (is it up?): {exc}", file=sys.stderr)
         return 1
-    inventory = outputs.get("inventory") or []
+    inventory: list[MachineEntry] = outputs.get("inventory") or []
     # A stack that exports no key logs in with ssh-agent's (a hosts stack with sshKey: agent).
     key = (outputs.get("access") or {}).get("privateKey") or None
     if not inventory:

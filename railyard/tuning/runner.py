@@ -19,11 +19,16 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from railyard import paths, ssh_client
+from railyard.inventory import HostInput, HostInputs, MachineEntry
 from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR, write_key
 from railyard.templates import render
+
+if TYPE_CHECKING:
+    from railyard.model.plan import Plan
+    from railyard.model.spec import Spec
 
 PLAYBOOKS = paths.PROJECT_ROOT / "playbooks"
 
@@ -34,6 +39,20 @@ class Host:
     address: str
     host_key: str
     vars: dict[str, Any]
+
+    def record(self) -> HostInput:
+        """The host as a run's input carries it (keyed by name in HostInputs)."""
+        return {"address": self.address, "host_key": self.host_key, "vars": self.vars}
+
+
+def host_inputs(hosts: Iterable[Host]) -> HostInputs:
+    return {h.name: h.record() for h in hosts}
+
+
+def hosts_of(inputs: HostInputs) -> list[Host]:
+    """A run's hosts from its input, in name order."""
+    return [Host(name=n, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
+            for n, h in sorted(inputs.items())]
 
 
 @dataclass
@@ -344,7 +363,7 @@ def _prune(runs: Path, keep: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def hosts_from(spec: Any, plan: Any, inventory: list[dict], *, object_endpoint: str | None = None,
+def hosts_from(spec: Spec, plan: Plan, inventory: Iterable[MachineEntry], *, object_endpoint: str | None = None,
                dataset_prefix: str = "", extra_vars: dict[str, Any] | None = None,
                node_vars: dict[str, dict[str, Any]] | None = None) -> list[Host]:
     """Hosts to tune: the stack's inventory (addresses, host keys) with each node's role variables
@@ -376,8 +395,7 @@ def run_isolated(request: dict) -> dict:
 
 def _main() -> None:
     request = json.loads(sys.stdin.read())
-    hosts = [Host(name=n, address=h["address"], host_key=h["host_key"], vars=dict(h["vars"]))
-             for n, h in sorted(request["hosts"].items())]
+    hosts = hosts_of(request["hosts"])
     result = run(request["stack"], hosts, request.get("private_key") or None, user=request.get("user", "root"),
                  check=bool(request.get("check")), forks=request.get("forks"),
                  secret_vars=request.get("secret_vars") or None, playbook=request.get("playbook") or "site.yml",

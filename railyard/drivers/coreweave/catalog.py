@@ -7,8 +7,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from railyard.model import yamlio
 from railyard.model.catalog import DATA_DIR
 
 INSTANCE_TYPES = DATA_DIR / "coreweave" / "instance-types.yaml"
@@ -25,7 +24,7 @@ class InstanceType:
 
 @functools.cache
 def instance_types(path: Path = INSTANCE_TYPES) -> dict[str, InstanceType]:
-    doc = yaml.safe_load(path.read_text())
+    doc = yamlio.load(path.read_text())
     out = {}
     for sku, entry in (doc.get("instanceTypes") or {}).items():
         sources = tuple(entry.get("sources") or ())

@@ -364,14 +364,14 @@ def preflight(spec: Spec) -> str | None:
     cluster's. Nothing of it is read here but whether it is set."""
     import os
 
-    import yaml
-
     from railyard import paths
+    from railyard.model.spec import read_stack_file
 
     if getattr(spec.driver_config, "api_token", None) is not None or os.environ.get(TOKEN_ENV):
         return None
     path = paths.stack_file(spec.stack)
-    config = (yaml.safe_load(path.read_text()) or {}).get("config") or {} if path.is_file() else {}
+    # The provider's own key, outside railyard:, so the spec does not hold it.
+    config = read_stack_file(path)[0] if path.is_file() else {}
     if is_secret(config.get("coreweave:token")):
         return None
     return (f"stack {spec.stack} has no CoreWeave API token; nothing was changed. Set the provider's, which "

@@ -429,3 +429,29 @@ def test_where_vms_are_the_machines_a_pool_driver_makes_the_vms_and_nothing_tune
     assert [n["name"] for n in inventory] == ["v-0-vm0", "v-0-vm1", "v-1-vm0", "v-1-vm1"]
     assert inventory[3]["management_ip"] == "10.9.1.11"
     assert "railyard:index:HostTuning" not in types and cluster.tuning is None
+
+
+def _yaml_reads(tree: ast.AST) -> list[int]:
+    """Lines that parse YAML with PyYAML's own loaders (`yaml.safe_load`, `yaml.load`, ...)."""
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"
+            and node.func.attr in ("load", "safe_load", "full_load", "unsafe_load")]
+
+
+def test_every_yaml_document_of_ours_is_read_by_the_strict_loader():
+    """One grammar for stack files and data: railyard.model.yamlio refuses a key given twice, which
+    PyYAML's loaders resolve by keeping the last one. Only yamlio itself calls them (an upstream
+    project's multi-document manifests, read with safe_load_all, are not ours to be strict about)."""
+    found = {}
+    for base in ("railyard", "components"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            lines = _yaml_reads(ast.parse(path.read_text(), rel))
+            if lines and rel != "railyard/model/yamlio.py":
+                found[rel] = lines
+    assert found == {}
+
+
+def test_the_yaml_read_check_sees_a_plain_load():
+    assert _yaml_reads(ast.parse("import yaml\nyaml.safe_load('a: 1')\nyaml.safe_load_all('')\n")) == [2]
