@@ -22,6 +22,8 @@ import yaml
 from railyard.model import pairing, pcie, yamlio
 from railyard.model.sysfs_discovery import parse_cpulist
 from railyard.model.errors import Problem
+from railyard.model.spec.reader import ConfigReader
+from railyard.model.spec.show import _did_you_mean
 from railyard.model.pcie import PcieTree
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -396,14 +398,17 @@ class _Bad(Exception):
 _MISSING = object()
 
 
-class _Reader:
+class _Reader(ConfigReader):
+    """The config reader, for a catalog file: its problems carry the file's name, and its values
+    go through converters (`get`), since a fact of the hardware may be `unknown`."""
+
     def __init__(self, rel: str, fixtures: Path):
+        super().__init__("catalog files hold no secrets")
         self.rel = rel
         self.fixtures = fixtures
-        self.problems: list[Problem] = []
 
     def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
-        self.problems.append(Problem(f"{self.rel}: {path}" if path else self.rel, found, allowed, hint))
+        super().problem(f"{self.rel}: {path}" if path else self.rel, found, allowed, hint)
 
     def load(self, path: Path) -> dict | None:
         try:
@@ -421,7 +426,8 @@ class _Reader:
             return None
         return data
 
-    def mapping(self, value: Any, path: str, what: str) -> dict | None:
+    def fields(self, value: Any, path: str, what: str) -> dict | None:
+        """An entry's mapping of fields (its keys are checked by keys())."""
         if isinstance(value, dict):
             return value
         self.problem(path, _show(value), what)
@@ -444,9 +450,8 @@ class _Reader:
                 self.problem(f"{prefix}{key}", "nothing (the field is missing)", "a value (or `unknown`)")
         for key in m:
             if key not in known:
-                close = _closest(str(key), known)
                 self.problem(f"{prefix}{key}", "an unknown field", ", ".join(sorted(known)),
-                             f"did you mean {close}?" if close else "")
+                             _did_you_mean(str(key), sorted(known)))
 
     def get(self, m: dict, key: str, path: str, conv: Callable[[Any], Any], *,
             unknown: bool = False, default: Any = _MISSING) -> Any:
@@ -468,7 +473,7 @@ class _Reader:
         out = []
         for i, item in enumerate(self.items(value, "sources", "{file, where, gives}") or ()):
             path = f"sources[{i}]"
-            m = self.mapping(item, path, "a mapping {file, where, gives}")
+            m = self.fields(item, path, "a mapping {file, where, gives}")
             if m is None:
                 continue
             self.keys(m, path, ("file", "where", "gives"))
@@ -488,7 +493,7 @@ class _Reader:
         sections = set(sections)
         for i, item in enumerate(self.items(value, "assumptions", "{fields, note}") or ()):
             path = f"assumptions[{i}]"
-            m = self.mapping(item, path, "a mapping {fields, note}")
+            m = self.fields(item, path, "a mapping {fields, note}")
             if m is None:
                 continue
             self.keys(m, path, ("fields", "note"))
@@ -506,7 +511,7 @@ class _Reader:
         out = []
         for i, item in enumerate(groups):
             p = f"{path}[{i}]"
-            m = self.mapping(item, p, "a mapping {role, count, size_tb or size_gib}")
+            m = self.fields(item, p, "a mapping {role, count, size_tb or size_gib}")
             if m is None:
                 continue
             self.keys(m, p, ("role", "count"), ("size_tb", "size_gib"))
@@ -538,7 +543,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     assumptions = r.assumptions(data.get("assumptions", []), _NODE_REQUIRED + _NODE_OPTIONAL)
 
     cpus = CpuSpec(None, None, None, None, None, None)
-    cm = r.mapping(data.get("cpus"), "cpus", "a mapping {model, sockets, cores, threads, base_ghz, boost_ghz}")
+    cm = r.fields(data.get("cpus"), "cpus", "a mapping {model, sockets, cores, threads, base_ghz, boost_ghz}")
     if cm is not None:
         r.keys(cm, "cpus", ("model", "sockets", "cores", "threads", "base_ghz", "boost_ghz"))
         cpus = CpuSpec(
@@ -553,7 +558,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     numa_nodes: list[NumaNode] = []
     for i, item in enumerate(r.items(data.get("numa_nodes"), "numa_nodes", "{id, cpulist}") or ()):
         p = f"numa_nodes[{i}]"
-        m = r.mapping(item, p, "a mapping {id, cpulist}")
+        m = r.fields(item, p, "a mapping {id, cpulist}")
         if m is None:
             continue
         r.keys(m, p, ("id", "cpulist"))
@@ -574,13 +579,13 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     memory = r.get(data, "memory_gib", "", _int_min(1), unknown=True)
 
     nvlink_class, interconnect = None, None
-    gi = r.mapping(data.get("gpu_interconnect"), "gpu_interconnect", "a mapping {nvlink_class, description}")
+    gi = r.fields(data.get("gpu_interconnect"), "gpu_interconnect", "a mapping {nvlink_class, description}")
     if gi is not None:
         r.keys(gi, "gpu_interconnect", ("nvlink_class", "description"))
         nvlink_class = r.get(gi, "nvlink_class", "gpu_interconnect", _pattern(r"NV\d+", "NV<links>, e.g. NV18"), unknown=True)
         interconnect = r.get(gi, "description", "gpu_interconnect", _text, unknown=True)
 
-    gm = r.mapping(data.get("gpu_model"), "gpu_model", "a mapping {model, memory_gib, pci_vendor, pci_device, pci_class}") or {}
+    gm = r.fields(data.get("gpu_model"), "gpu_model", "a mapping {model, memory_gib, pci_vendor, pci_device, pci_class}") or {}
     r.keys(gm, "gpu_model", ("model", "memory_gib", "pci_vendor", "pci_device", "pci_class"), ("pcie_link",))
     gpu_common = dict(
         model=r.get(gm, "model", "gpu_model", _text, unknown=True),
@@ -593,7 +598,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     gpus: list[GpuSpec] = []
     for i, item in enumerate(r.items(data.get("gpus"), "gpus", "{index, name, numa, pci_bus_id, parent}") or ()):
         p = f"gpus[{i}]"
-        m = r.mapping(item, p, "a mapping {index, name, numa, pci_bus_id, parent}")
+        m = r.fields(item, p, "a mapping {index, name, numa, pci_bus_id, parent}")
         if m is None:
             continue
         r.keys(m, p, ("index", "name", "numa", "pci_bus_id", "parent"))
@@ -613,10 +618,10 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
         r.problem("gpus", "no GPUs", "at least one GPU")
 
     nic_models: dict[str, dict] = {}
-    models_m = r.mapping(data.get("nic_models"), "nic_models", "a mapping of model id -> {model, link, ...}") or {}
+    models_m = r.fields(data.get("nic_models"), "nic_models", "a mapping of model id -> {model, link, ...}") or {}
     for mid, item in models_m.items():
         p = f"nic_models.{mid}"
-        m = r.mapping(item, p, "a mapping {model, link, pci_vendor, pci_device, pci_class, ports, speed_gbps, sriov_total_vfs}")
+        m = r.fields(item, p, "a mapping {model, link, pci_vendor, pci_device, pci_class, ports, speed_gbps, sriov_total_vfs}")
         if m is None:
             continue
         r.keys(m, p, ("model", "link", "pci_vendor", "pci_device", "pci_class", "ports", "speed_gbps", "sriov_total_vfs"),
@@ -636,7 +641,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     nic_keys = ("rdma", "netdev", "role", "nic_model", "port", "numa", "pci_bus_id", "parent")
     for i, item in enumerate(r.items(data.get("nics"), "nics", "{rdma, netdev, role, nic_model, ...}") or ()):
         p = f"nics[{i}]"
-        m = r.mapping(item, p, "a mapping {" + ", ".join(nic_keys) + "}")
+        m = r.fields(item, p, "a mapping {" + ", ".join(nic_keys) + "}")
         if m is None:
             continue
         r.keys(m, p, nic_keys, ("osfp", "connectx"))
@@ -687,7 +692,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
                               "GPUs and compute NICs need a place in the PCIe tree: pairing depends on it")
             elif d.parent not in bridge_ids:
                 r.problem(f"{p}.parent", _show(d.parent), "a bridge or host bridge id from pcie",
-                          _hint_closest(d.parent, bridge_ids))
+                          _did_you_mean(d.parent, bridge_ids))
     for b in bridges:
         if b.numa is not None and b.numa not in numa_ids:
             r.problem(f"pcie.host_bridges.{b.id}.numa", _show(b.numa), "one of numa_nodes: " + ", ".join(map(str, numa_ids)))
@@ -717,13 +722,13 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
 
 
 def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:
-    m = r.mapping(value, "pcie", "a mapping {switch_model, host_bridges, bridges}")
+    m = r.fields(value, "pcie", "a mapping {switch_model, host_bridges, bridges}")
     if m is None:
         return []
     r.keys(m, "pcie", ("host_bridges", "bridges"), ("switch_model",))
     sw = {}
     if "switch_model" in m:
-        sm = r.mapping(m["switch_model"], "pcie.switch_model", "a mapping {model, pci_vendor, pci_device}") or {}
+        sm = r.fields(m["switch_model"], "pcie.switch_model", "a mapping {model, pci_vendor, pci_device}") or {}
         r.keys(sm, "pcie.switch_model", ("model", "pci_vendor", "pci_device"))
         sw = dict(
             model=r.get(sm, "model", "pcie.switch_model", _text, unknown=True),
@@ -733,7 +738,7 @@ def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:
     out: list[PcieBridge] = []
     for i, item in enumerate(r.items(m.get("host_bridges"), "pcie.host_bridges", "{id, numa}") or ()):
         p = f"pcie.host_bridges[{i}]"
-        hm = r.mapping(item, p, "a mapping {id, numa}")
+        hm = r.fields(item, p, "a mapping {id, numa}")
         if hm is None:
             continue
         r.keys(hm, p, ("id", "numa"), ("pci_bus_id",))
@@ -743,7 +748,7 @@ def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:
                                   pci_bus_id=r.get(hm, "pci_bus_id", p, _text, unknown=True, default=None)))
     for i, item in enumerate(r.items(m.get("bridges"), "pcie.bridges", "{id, kind, parent}") or ()):
         p = f"pcie.bridges[{i}]"
-        bm = r.mapping(item, p, "a mapping {id, kind, parent}")
+        bm = r.fields(item, p, "a mapping {id, kind, parent}")
         if bm is None:
             continue
         r.keys(bm, p, ("id", "kind", "parent"), ("pci_bus_id", "model", "pci_vendor", "pci_device"))
@@ -764,21 +769,21 @@ def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:
     for i, b in enumerate(b for b in out if b.kind != pcie.HOST_BRIDGE):
         if b.parent is not None and b.parent not in ids:
             r.problem(f"pcie.bridges[{i}].parent", _show(b.parent), "a host bridge or bridge id of this entry",
-                      _hint_closest(b.parent, ids))
+                      _did_you_mean(b.parent, ids))
     return out
 
 
 def _reproduces(r: _Reader, value: Any, nic_names: list[str]) -> Reproduces | None:
     if value is None:
         return None
-    m = r.mapping(value, "reproduces", "a mapping {file, nic_labels}")
+    m = r.fields(value, "reproduces", "a mapping {file, nic_labels}")
     if m is None:
         return None
     r.keys(m, "reproduces", ("file",), ("nic_labels",))
     file = r.get(m, "file", "reproduces", _text)
     if file is not None and not (r.fixtures / file).is_file():
         r.problem("reproduces.file", _show(file), "a topology file under railyard/data/fixtures/")
-    labels = r.mapping(m.get("nic_labels", {}), "reproduces.nic_labels", "a mapping matrix label -> NIC rdma name") or {}
+    labels = r.fields(m.get("nic_labels", {}), "reproduces.nic_labels", "a mapping matrix label -> NIC rdma name") or {}
     for label, nic in labels.items():
         if nic not in nic_names:
             r.problem(f"reproduces.nic_labels.{label}", _show(nic), "an rdma name from nics")
@@ -794,7 +799,7 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
            ("aggregate_tbps", "notes", "assumptions"))
     sid = _entry_id(r, data, stem)
     ports = r.get(data, "ports", "", _int_min(1))
-    speeds_m = r.mapping(data.get("speeds"), "speeds", "a mapping speed id -> port count, e.g. {ndr: 64}") or {}
+    speeds_m = r.fields(data.get("speeds"), "speeds", "a mapping speed id -> port count, e.g. {ndr: 64}") or {}
     speeds = {}
     for k, v in speeds_m.items():
         n = r.get(speeds_m, k, "speeds", _int_min(1))
@@ -802,7 +807,7 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
             r.problem(f"speeds.{k}", _show(k), "a speed id such as ndr, hdr, 400gbe")
         elif n is not None:
             speeds[str(k)] = n
-    cm = r.mapping(data.get("cages"), "cages", "a mapping {count, type, ports_per_cage, optic}") or {}
+    cm = r.fields(data.get("cages"), "cages", "a mapping {count, type, ports_per_cage, optic}") or {}
     r.keys(cm, "cages", ("count", "type", "ports_per_cage", "optic"))
     cages = r.get(cm, "count", "cages", _int_min(1))
     per_cage = r.get(cm, "ports_per_cage", "cages", _int_min(1))
@@ -829,16 +834,16 @@ def _vm_shape(r: _Reader, data: dict, stem: str) -> VmShape | None:
     r.keys(data, "", ("id", "name", "provider", "sources", "vcpus", "cores", "cpu_model", "memory_gib", "gpus",
                       "compute_nics", "other_nics", "local_disks", "numa_nodes", "topology"), ("assumptions", "notes"))
     vid = _entry_id(r, data, stem)
-    gm = r.mapping(data.get("gpus"), "gpus", "a mapping {count, model, memory_gib}") or {}
+    gm = r.fields(data.get("gpus"), "gpus", "a mapping {count, model, memory_gib}") or {}
     r.keys(gm, "gpus", ("count", "model", "memory_gib"))
-    nm = r.mapping(data.get("compute_nics"), "compute_nics",
+    nm = r.fields(data.get("compute_nics"), "compute_nics",
                    "a mapping {count, speed_gbps, model, attach, fabric, counts_supported}") or {}
     r.keys(nm, "compute_nics", ("count", "speed_gbps", "model", "attach", "fabric"), ("counts_supported",))
     count = r.get(nm, "count", "compute_nics", _int_min(1))
     supported = r.get(nm, "counts_supported", "compute_nics", _int_list, default=None) or ((count,) if count else ())
     other = None
     if data.get("other_nics") not in (None, UNKNOWN):
-        om = r.mapping(data.get("other_nics"), "other_nics", "a mapping {count, kind, speed_gbps, note}") or {}
+        om = r.fields(data.get("other_nics"), "other_nics", "a mapping {count, kind, speed_gbps, note}") or {}
         r.keys(om, "other_nics", ("count", "kind", "speed_gbps"), ("note",))
         other = OtherNics(r.get(om, "count", "other_nics", _int_min(0), unknown=True),
                           r.get(om, "kind", "other_nics", _text, unknown=True),
@@ -952,17 +957,8 @@ def _unique(r: _Reader, path: str, what: str, values: list) -> None:
 
 
 def _show(value: Any) -> str:
+    """A catalog value as written: data files hold no secrets and their mappings and lists are
+    facts worth seeing (the config's _show, spec/show.py, hides secrets and names mappings)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
-
-def _closest(word: str, options: Iterable[str]) -> str | None:
-    import difflib
-
-    match = difflib.get_close_matches(word, sorted(options), n=1, cutoff=0.6)
-    return match[0] if match else None
-
-
-def _hint_closest(word: str, options: Iterable[str]) -> str:
-    close = _closest(word, options)
-    return f"did you mean {close}?" if close else ""

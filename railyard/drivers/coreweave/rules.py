@@ -128,7 +128,7 @@ def _cluster(r: _Reader, s: Mapping, spec: Spec) -> Cluster | None:
                        _VERSION, required=True)
     if version is not None and not version.startswith("v"):
         version = f"v{version}"
-    public = r.boolean(m, "public", f"{path}.public", False)
+    public = r.boolean(m, "public", f"{path}.public", default=False) is True
     pod = r.prefix(m.get("podCidr"), f"{path}.podCidr")
     service = r.prefix(m.get("serviceCidr"), f"{path}.serviceCidr")
     lbs_raw = r.plain(m, "internalLbCidrs", f"{path}.internalLbCidrs", "a list of {name, cidr}", required=True)
@@ -190,9 +190,9 @@ def _pools(r: _Reader, s: Mapping, spec: Spec, label_prefix: str | None) -> dict
             r.problem(f"railyard:nodePools[{i}].sku", show(pool.sku),
                       "an SKU with a CoreWeave instance type: " + ", ".join(sorted(mapping)),
                       f"{catalog.INSTANCE_TYPES.name} maps an SKU only where a source says which instance it is")
-        autoscaling = r.boolean(pm, "autoscaling", f"{pp}.autoscaling", False)
-        lo = r.integer(pm, "minNodes", f"{pp}.minNodes", 0)
-        hi = r.integer(pm, "maxNodes", f"{pp}.maxNodes", 1)
+        autoscaling = r.boolean(pm, "autoscaling", f"{pp}.autoscaling", default=False) is True
+        lo = r.integer(pm, "minNodes", f"{pp}.minNodes", minimum=0)
+        hi = r.integer(pm, "maxNodes", f"{pp}.maxNodes", minimum=1)
         if not autoscaling:
             for key, v in (("minNodes", lo), ("maxNodes", hi)):
                 if v is not None:
@@ -288,9 +288,9 @@ def _object_storage(r: _Reader, s: Mapping, spec: Spec) -> ObjectStorage:
         if status not in LIFECYCLE_STATUSES:
             r.problem(f"{rp}.status", show(status), "Enabled or Disabled", did_you_mean(status, LIFECYCLE_STATUSES))
         prefix = r.string(rm, "prefix", f"{rp}.prefix", "an object key prefix")
-        days = r.integer(rm, "expirationDays", f"{rp}.expirationDays", 1, S3_MAX_DAYS)
-        abort = r.integer(rm, "abortIncompleteMultipartUploadDays", f"{rp}.abortIncompleteMultipartUploadDays", 1,
-                          S3_MAX_DAYS)
+        days = r.integer(rm, "expirationDays", f"{rp}.expirationDays", minimum=1, maximum=S3_MAX_DAYS)
+        abort = r.integer(rm, "abortIncompleteMultipartUploadDays", f"{rp}.abortIncompleteMultipartUploadDays",
+                          minimum=1, maximum=S3_MAX_DAYS)
         if days is None and abort is None and rid is not None:
             r.problem(rp, "a rule that does nothing", "expirationDays or abortIncompleteMultipartUploadDays")
         if rid is not None:

@@ -316,7 +316,7 @@ def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConf
     r = _Reader()
     s = section if isinstance(section, dict) else {}
     user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
-    port = r.integer(s, "port", f"{P}.port", 1, 65535) or DEFAULT_PORT
+    port = r.integer(s, "port", f"{P}.port", minimum=1, maximum=65535) or DEFAULT_PORT
     jump = r.jump_host(s.get("jumpHost"), f"{P}.jumpHost")
     ssh_key = r.ssh_key(s, "hosts")
     modes = "one of " + ", ".join(HOST_KEY_MODES)
@@ -335,7 +335,8 @@ def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConf
     command = r.string(rm, "command", f"{rpath}.command", "a command line") or DEFAULT_REBOOT_COMMAND
     if "\n" in command:
         r.problem(f"{rpath}.command", _show(command), "one command line", "chain commands with && on one line")
-    timeout = r.integer(rm, "timeoutSeconds", f"{rpath}.timeoutSeconds", 1, MAX_REBOOT_TIMEOUT_SECONDS) \
+    timeout = r.integer(rm, "timeoutSeconds", f"{rpath}.timeoutSeconds", minimum=1,
+                        maximum=MAX_REBOOT_TIMEOUT_SECONDS) \
         or DEFAULT_REBOOT_TIMEOUT_SECONDS
     budget = r.budget(rm, "maxUnavailable", f"{rpath}.maxUnavailable") or Budget()
     reboot = Reboot(command=command, timeout_seconds=timeout, max_unavailable=budget)
@@ -466,7 +467,7 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults, root: 
         else:
             address = r.address(r.plain(m, "address", f"{ipath}.address", "an address"), f"{ipath}.address")
         user = r.user(m, "user", f"{ipath}.user") or d.user
-        port = r.integer(m, "port", f"{ipath}.port", 1, 65535) or d.port
+        port = r.integer(m, "port", f"{ipath}.port", minimum=1, maximum=65535) or d.port
         own_jump = m.get("jumpHost") is not None
         jump = d.pinned_jump(r.jump_host(m.get("jumpHost"), f"{ipath}.jumpHost")) if own_jump else d.jump_host
         own = r.plain(m, "hostKey", f"{ipath}.hostKey", "a host key `<type> <base64>`")
@@ -538,7 +539,7 @@ def _from_inventory(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path |
         if v.get("ansible_user") is not None:
             user = sub.user({"ansible_user": str(v["ansible_user"])}, "ansible_user", "ansible_user") or user
         if v.get("ansible_port") is not None:
-            port = sub.integer(v, "ansible_port", "ansible_port", 1, 65535) or port
+            port = sub.integer(v, "ansible_port", "ansible_port", minimum=1, maximum=65535) or port
         args = " ".join(str(v.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
         proxy, refused = proxy_jump(args)
         if refused:

@@ -103,7 +103,7 @@ class _Reader(SectionReader):
                          "give the user in user: and the port in port:" if "@" in address else "")
             address = None
         user = self.user(m, "user", f"{path}.user")
-        port = self.integer(m, "port", f"{path}.port", 1, 65535) or DEFAULT_PORT
+        port = self.integer(m, "port", f"{path}.port", minimum=1, maximum=65535) or DEFAULT_PORT
         key = self.host_key(m, f"{path}.hostKey")
         if address is None or key is None:
             return None
@@ -197,8 +197,8 @@ class _Reader(SectionReader):
         if physnet is not None and not _PHYSNET.match(physnet):
             self.problem(f"{path}.physicalNetwork", _show(physnet), pallowed)
             physnet = None
-        vlan = self.integer(m, "vlan", f"{path}.vlan", 1, VLAN_MAX)
-        vni = self.integer(m, "vni", f"{path}.vni", 1, VNI_MAX)
+        vlan = self.integer(m, "vlan", f"{path}.vlan", minimum=1, maximum=VLAN_MAX)
+        vni = self.integer(m, "vni", f"{path}.vni", minimum=1, maximum=VNI_MAX)
         given = [k for k in ("vlan", "vni") if m.get(k) is not None]
         if len(given) == 2:
             self.problem(path, "both vlan and vni", "one of vlan (a VLAN on physicalNetwork) or vni (a VXLAN)",
@@ -242,18 +242,19 @@ def parse(section: Any, spec: Spec) -> tuple[OpenStackConfig | None, list[Proble
     user = r.user(s, "user", f"{P}.user") or DEFAULT_USER
     public_key = r.public_key(s)
     ssh_key = r.ssh_key(s, "openstack")
-    disk = r.integer(s, "rootDiskGiB", f"{P}.rootDiskGiB", 1, MAX_ROOT_DISK_GIB) or DEFAULT_ROOT_DISK_GIB
+    disk = r.integer(s, "rootDiskGiB", f"{P}.rootDiskGiB", minimum=1, maximum=MAX_ROOT_DISK_GIB) \
+        or DEFAULT_ROOT_DISK_GIB
     alias = r.string(s, "gpuAlias", f"{P}.gpuAlias", "a nova PCI alias name", required=True,
                      hint="the alias of the GPUs in the operator's nova.conf [pci] alias")
     if alias is not None and not _ALIAS.match(alias):
         r.problem(f"{P}.gpuAlias", _show(alias), "a nova PCI alias name: letters, digits, '_', '.', '-'",
                   "pci_passthrough:alias is `<alias>:<count>`, so the name has no ':' or ','")
         alias = None
-    threads = r.choice(s, "cpuThreadPolicy", f"{P}.cpuThreadPolicy", THREAD_POLICIES, DEFAULT_THREAD_POLICY)
+    threads = r.choice(s, "cpuThreadPolicy", f"{P}.cpuThreadPolicy", THREAD_POLICIES, default=DEFAULT_THREAD_POLICY)
     pci_numa = r.choice(s, "pciNumaAffinityPolicy", f"{P}.pciNumaAffinityPolicy", PCI_NUMA_POLICIES,
-                        DEFAULT_PCI_NUMA_POLICY)
+                        default=DEFAULT_PCI_NUMA_POLICY)
     group = r.choice(s, "serverGroupPolicy", f"{P}.serverGroupPolicy", SERVER_GROUP_POLICIES,
-                     DEFAULT_SERVER_GROUP_POLICY)
+                     default=DEFAULT_SERVER_GROUP_POLICY)
     ssh_from = r.cidrs(s, "sshFrom", f"{P}.sshFrom", required=True)
     jump = r.jump_host(s.get("jumpHost"))
     if jump is not None and ssh_from and not any(p.path.startswith(f"{P}.sshFrom") for p in r.problems):
@@ -337,7 +338,8 @@ def _pools(r: _Reader, s: Mapping, spec: Spec) -> dict[str, str]:
         if not m:
             continue
         if m.get("serverGroupPolicy") is not None:
-            policy = r.choice(m, "serverGroupPolicy", f"{path}.{name}.serverGroupPolicy", SERVER_GROUP_POLICIES, "")
+            policy = r.choice(m, "serverGroupPolicy", f"{path}.{name}.serverGroupPolicy", SERVER_GROUP_POLICIES,
+                              default="")
             if policy:
                 out[name] = policy
     return out

@@ -23,6 +23,7 @@ from railyard.model import addressing, mount_points, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
 from railyard.model.guest_topology import default_vcpus, pinning, vm_devices
+from railyard.model.spec.reader import ConfigReader
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
@@ -135,123 +136,20 @@ def parse(config: Mapping[str, Any], stack: str, drivers: Mapping[str, DriverRul
 # The parser
 
 
-class _Parser(CrossFieldRules):
+class _Parser(ConfigReader, CrossFieldRules):
     def __init__(self, catalog: Any, drivers: Mapping[str, DriverRules | None]):
+        super().__init__(f"{_SECRETS_HINT}; set this one without --secret")
         self.catalog = catalog
         self.drivers = drivers
-        self.problems: list[Problem] = []
         self.fabric_plan: FabricPlan | None = None
 
-    # --- recording ---------------------------------------------------------------------------
+    # --- readers of the spec's own forms (the generic ones are ConfigReader's) -----------------
 
-    def problem(self, path: str, found: str, allowed: str, hint: str = "") -> None:
-        self.problems.append(Problem(path, found, allowed, hint))
-
-    # --- generic readers: each returns None (and records why) when the value cannot be used ----
-
-    def mapping(self, value: Any, path: str, section: str,
-                keys: Mapping[str, tuple[str, ...]] = KEYS) -> dict | None:
+    def keyed(self, value: Any, path: str, section: str,
+              keys: Mapping[str, tuple[str, ...]] = KEYS) -> dict | None:
         """A mapping whose keys are all known for `section` of `keys` (the model's, or a driver's
         own table); absent or empty: {}."""
-        known = keys[section]
-        if value is None or value is _ABSENT:
-            return {}
-        if _is_secret(value):
-            self.problem(path, _show(value), "a mapping", _SECRETS_HINT)
-            return None
-        if not isinstance(value, dict):
-            self.problem(path, _show(value), f"a mapping with keys {', '.join(known)}")
-            return None
-        for key in value:
-            if key not in known:
-                hint = _did_you_mean(key, known)
-                self.problem(f"{path}.{key}", "an unknown key", _one_of(known), hint)
-        return value
-
-    def raw(self, m: Mapping, key: str, path: str, *, required: bool, what: str) -> Any:
-        """The value under key, or _ABSENT (recording a problem when it was required)."""
-        value = m.get(key, _ABSENT) if m is not None else _ABSENT
-        if value is None:
-            value = _ABSENT
-        if value is _ABSENT and required:
-            self.problem(path, _show(_ABSENT), what, "this key is required")
-        if _is_secret(value):
-            self.problem(path, _show(value), what,
-                         f"{_SECRETS_HINT}; set this one without --secret")
-            return None
-        return value
-
-    def integer(self, m: Mapping, key: str, path: str, *, default: Any = _ABSENT, minimum: int = 1,
-                maximum: int | None = None, required: bool = False) -> int | None:
-        allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        value = self.raw(m, key, path, required=required, what=allowed)
-        if value is _ABSENT:
-            return None if required or default is _ABSENT else default
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            hint = ""
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                hint = "write the number without quotes"
-            # Not for a float past what the key takes: "write 1000000000" would only lead to the next refusal.
-            elif isinstance(value, float) and value.is_integer() and minimum <= value <= (maximum or 10 ** 6):
-                hint = f"write {int(value)}"
-            self.problem(path, _show(value), allowed, hint)
-            return None
-        if value < minimum or (maximum is not None and value > maximum):
-            self.problem(path, _show(value), allowed)
-            return None
-        return value
-
-    def number(self, m: Mapping, key: str, path: str, *, default: Any) -> float | None:
-        allowed = "a number > 0"
-        value = self.raw(m, key, path, required=False, what=allowed)
-        if value is _ABSENT:
-            return default
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-            self.problem(path, _show(value), allowed)
-            return None
-        return value
-
-    def boolean(self, m: Mapping, key: str, path: str, *, default: bool) -> bool | None:
-        value = self.raw(m, key, path, required=False, what="true or false")
-        if value is _ABSENT:
-            return default
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            self.problem(path, _show(value), "true or false")
-            return None
-        return value
-
-    def string(self, m: Mapping, key: str, path: str, *, default: Any = _ABSENT, required: bool = False,
-               what: str = "a string") -> str | None:
-        value = self.raw(m, key, path, required=required, what=what)
-        if value is _ABSENT:
-            return None if required or default is _ABSENT else default
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            self.problem(path, _show(value), what)
-            return None
-        return value
-
-    def choice(self, m: Mapping, key: str, path: str, choices: Sequence[str], *, default: Any = _ABSENT,
-               required: bool = False) -> str | None:
-        value = self.raw(m, key, path, required=required, what=_one_of(choices))
-        if value is _ABSENT:
-            return None if required or default is _ABSENT else default
-        if value is None:
-            return None
-        if isinstance(value, bool) and "on" in choices and "off" in choices:
-            # YAML 1.1 reads a bare on/off as a boolean; take what the user wrote.
-            value = "on" if value else "off"
-        if value not in choices:
-            self.problem(path, _show(value), _one_of(choices), _did_you_mean(value, choices))
-            return None
-        return value
+        return self.mapping(value, path, keys[section])
 
     def dns_name(self, m: Mapping, key: str, path: str) -> str | None:
         what = "a DNS label: lowercase letters, digits and '-', at most 63, starting and ending alphanumeric"
@@ -363,7 +261,7 @@ class _Parser(CrossFieldRules):
                     protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None and driver is not None:
-            section = self.mapping(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
+            section = self.keyed(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
             if section is not None or not rules.KEYS:
                 driver_config, problems = rules.parse(section or None, spec)
                 # A key the model refused already (a plain-text kubeconfig) is not the driver's to
@@ -397,7 +295,7 @@ class _Parser(CrossFieldRules):
         names: dict[str, str] = {}
         for i, item in enumerate(value):
             ipath = f"{path}[{i}]"
-            m = self.mapping(item, ipath, "nodePools[]")
+            m = self.keyed(item, ipath, "nodePools[]")
             if m is None:
                 continue
             if not m:
@@ -447,7 +345,7 @@ class _Parser(CrossFieldRules):
                          f"{sku.id} has {len(sku.gpus)} GPUs")
             vms = None
         vpath = f"{ipath}.vm"
-        vm_m = self.mapping(m.get("vm"), vpath, "nodePools[].vm")
+        vm_m = self.keyed(m.get("vm"), vpath, "nodePools[].vm")
         if vm_m is None:
             return vms, None, frozenset()
         keys = frozenset(k for k in vm_m if vm_m[k] is not None)
@@ -506,7 +404,7 @@ class _Parser(CrossFieldRules):
             self.problem(path + ".compute", _show(_ABSENT), "a mapping {kind, speed, switch, ...}",
                          "the compute fabric is required")
             return None
-        fm = self.mapping(ours.get("fabric"), path, "fabric")
+        fm = self.keyed(ours.get("fabric"), path, "fabric")
         if fm is None:
             return None
         cpath = path + ".compute"
@@ -515,12 +413,12 @@ class _Parser(CrossFieldRules):
                          "the compute fabric is required")
             cm = None
         else:
-            cm = self.mapping(fm.get("compute"), cpath, "fabric.compute")
+            cm = self.keyed(fm.get("compute"), cpath, "fabric.compute")
         compute = self.compute(cm, cpath) if cm is not None else None
 
         nets = {}
         for name in ("storage", "management"):
-            sm = self.mapping(fm.get(name), f"{path}.{name}", f"fabric.{name}")
+            sm = self.keyed(fm.get(name), f"{path}.{name}", f"fabric.{name}")
             cidr = self.cidr(sm, "cidr", f"{path}.{name}.cidr", DEFAULT_CIDRS[name]) if sm is not None else None
             nets[name] = Network(_partial(cidr), self.mtu(sm or {}, f"{path}.{name}.mtu", name))
         if compute is None:
@@ -613,7 +511,7 @@ class _Parser(CrossFieldRules):
         vlans: dict[int, str] = {}
         for i, item in enumerate(value):
             ipath = f"{path}[{i}]"
-            m = self.mapping(item, ipath, "tenants[]")
+            m = self.keyed(item, ipath, "tenants[]")
             if m is None:
                 continue
             name = self.dns_name(m, "name", ipath + ".name")
@@ -706,7 +604,7 @@ class _Parser(CrossFieldRules):
         path = f"{NAMESPACE}:kubernetes"
         if ours.get("kubernetes") is None:
             return None
-        km = self.mapping(ours["kubernetes"], path, "kubernetes")
+        km = self.keyed(ours["kubernetes"], path, "kubernetes")
         if km is None:
             return None
         prefixes = {}
@@ -738,7 +636,7 @@ class _Parser(CrossFieldRules):
         path = f"{NAMESPACE}:slurm"
         if "slurm" not in ours:
             return None
-        sm = self.mapping(ours.get("slurm"), path, "slurm")
+        sm = self.keyed(ours.get("slurm"), path, "slurm")
         if sm is None:
             return None
         if layout == "virtual":
@@ -773,7 +671,7 @@ class _Parser(CrossFieldRules):
 
     def acceptance(self, ours: Mapping, slurm: SlurmSpec | None, kubernetes: KubernetesSpec | None) -> AcceptanceSpec:
         path = f"{NAMESPACE}:acceptance"
-        am = self.mapping(ours.get("acceptance"), path, "acceptance") or {}
+        am = self.keyed(ours.get("acceptance"), path, "acceptance") or {}
         enabled = self.boolean(am, "enabled", f"{path}.enabled", default=True)
         on_failure = self.choice(am, "onFailure", f"{path}.onFailure", ACCEPTANCE_ON_FAILURE, default="fail")
         if on_failure == "cordon" and slurm is None and kubernetes is None and "slurm" not in ours:
@@ -834,26 +732,26 @@ class _Parser(CrossFieldRules):
 
     def storage(self, ours: Mapping) -> StorageSpec:
         path = f"{NAMESPACE}:storage"
-        sm = self.mapping(ours.get("storage"), path, "storage")
+        sm = self.keyed(ours.get("storage"), path, "storage")
         if sm is None:
             return StorageSpec()
         obj = None
         if "object" in sm:
             opath = path + ".object"
-            om = self.mapping(sm.get("object"), opath, "storage.object")
+            om = self.keyed(sm.get("object"), opath, "storage.object")
             if om is not None:
                 obj = self.object_tier(om, opath)
         pfs = None
         if "parallelFs" in sm:
             ppath = path + ".parallelFs"
-            pm = self.mapping(sm.get("parallelFs"), ppath, "storage.parallelFs")
+            pm = self.keyed(sm.get("parallelFs"), ppath, "storage.parallelFs")
             if pm is not None:
                 kind = self.choice(pm, "kind", ppath + ".kind", PARALLEL_FS_KINDS, default="lustre")
                 pfs = ParallelFs(kind=_partial(kind), mount=_partial(self.mount(pm, "mount", ppath + ".mount", "/mnt/pfs")),
                                  capacity_tib=_partial(self.number(pm, "capacityTiB", ppath + ".capacityTiB", default=100)),
                                  source=self.pfs_source(pm, ppath, kind), options=self.pfs_options(pm, ppath, kind))
         cpath = path + ".localCache"
-        cm = self.mapping(sm.get("localCache"), cpath, "storage.localCache")
+        cm = self.keyed(sm.get("localCache"), cpath, "storage.localCache")
         cache = LocalCache()
         if cm:
             cache = LocalCache(mount=_partial(self.mount(cm, "mount", cpath + ".mount", "/mnt/cache")),
@@ -916,20 +814,20 @@ class _Parser(CrossFieldRules):
     def tuning(self, ours: Mapping, layout: str | None, pools: list[NodePool],
                facts: list[_PoolFacts]) -> TuningSpec:
         path = f"{NAMESPACE}:tuning"
-        tm = self.mapping(ours.get("tuning"), path, "tuning")
+        tm = self.keyed(ours.get("tuning"), path, "tuning")
         if tm is None:
             tm = {}
         hugepages = self.hugepages(tm.get("hugepages"), path + ".hugepages", "tuning.hugepages", "host") \
             or Hugepages()
 
         spath = path + ".sriov"
-        sm = self.mapping(tm.get("sriov"), spath, "tuning.sriov") or {}
+        sm = self.keyed(tm.get("sriov"), spath, "tuning.sriov") or {}
         vfs_per_pf = self.integer(sm, "vfsPerPf", spath + ".vfsPerPf", default=None, minimum=0)
         if vfs_per_pf is None and "vfsPerPf" not in sm:
             vfs_per_pf = self.default_vfs_per_pf(layout, pools, facts)
 
         apath = path + ".affinity"
-        am = self.mapping(tm.get("affinity"), apath, "tuning.affinity") or {}
+        am = self.keyed(tm.get("affinity"), apath, "tuning.affinity") or {}
         affinity = Affinity(policy=_partial(self.choice(am, "policy", apath + ".policy", AFFINITY_POLICIES,
                                                         default="pcie-nearest")))
         iommu = self.choice(tm, "iommu", path + ".iommu", IOMMU_MODES, default="passthrough")
@@ -942,7 +840,7 @@ class _Parser(CrossFieldRules):
 
     def hugepages(self, value: Any, hpath: str, section: str, machine: str) -> Hugepages | None:
         """A hugepages mapping (tuning.hugepages for hosts, nodePools[].vm.hugepages for guests)."""
-        hm = self.mapping(value, hpath, section)
+        hm = self.keyed(value, hpath, section)
         if hm is None:
             return None
         size = self.choice(hm, "size", hpath + ".size", tuple(HUGEPAGE_SIZES), default="1G")
@@ -972,7 +870,7 @@ class _Parser(CrossFieldRules):
         if "ephemeral" not in ours:
             return None
         path = f"{NAMESPACE}:ephemeral"
-        em = self.mapping(ours.get("ephemeral"), path, "ephemeral")
+        em = self.keyed(ours.get("ephemeral"), path, "ephemeral")
         if em is None:
             return None
         what = "a duration: a positive whole number and m, h or d, e.g. 30m, 8h, 2d"

@@ -34,11 +34,12 @@ def test_mappings_numbers_choices_and_login_names():
     assert r.mapping({"a": 1, "bb": 2}, P, ("a", "b")) == {"a": 1, "bb": 2}
     assert r.mapping({"anything": 1}, P, None) == {"anything": 1}
     assert r.mapping("text", P, None) is None
-    assert r.integer({"n": "8"}, "n", f"{P}.n", 1, 4) is None
-    assert r.integer({"n": 3}, "n", f"{P}.n", 1, 4) == 3
-    assert r.boolean({}, "b", f"{P}.b", True) is True and r.boolean({"b": "yes"}, "b", f"{P}.b", False) is False
-    assert r.choice({}, "c", f"{P}.c", ("prefer", "isolate"), "prefer") == "prefer"
-    assert r.choice({"c": "isolated"}, "c", f"{P}.c", ("prefer", "isolate"), "prefer") is None
+    assert r.integer({"n": "8"}, "n", f"{P}.n", minimum=1, maximum=4) is None
+    assert r.integer({"n": 3}, "n", f"{P}.n", minimum=1, maximum=4) == 3
+    assert r.boolean({}, "b", f"{P}.b", default=True) is True
+    assert r.boolean({"b": "yes"}, "b", f"{P}.b", default=False) is None
+    assert r.choice({}, "c", f"{P}.c", ("prefer", "isolate"), default="prefer") == "prefer"
+    assert r.choice({"c": "isolated"}, "c", f"{P}.c", ("prefer", "isolate"), default="prefer") is None
     assert r.user({"u": "-oProxyCommand=x"}, "u", f"{P}.u") is None
     assert r.string({"z": "us-east"}, "z", f"{P}.z", "upper case", re.compile(r"^[A-Z-]+$")) is None
     assert [(p.path, p.found, p.allowed, p.hint) for p in r.problems] == [
@@ -51,3 +52,27 @@ def test_mappings_numbers_choices_and_login_names():
          ""),
         (f"{P}.z", "'us-east'", "upper case", ""),
     ]
+
+
+def test_the_spec_and_every_drivers_section_read_values_by_one_grammar():
+    """An empty key or "", a number in quotes, a bare on/off and a blank string read the same in the
+    spec's sections as in a driver's: both parsers are the one ConfigReader."""
+    from railyard.model.spec.load import _Parser
+    from railyard.model.spec.reader import ConfigReader
+
+    assert issubclass(_Parser, ConfigReader) and issubclass(SectionReader, ConfigReader)
+    spec, section = _Parser(None, {}), reader()
+    for r in (spec, section):
+        assert r.integer({"n": None}, "n", "n", default=4) == 4  # left empty in YAML: absent
+        assert r.string({"s": ""}, "s", "s", "a name", default="x") == "x"
+        assert r.integer({"n": "8"}, "n", "n") is None
+        assert r.integer({"n": 8.0}, "n", "n") is None
+        assert r.choice({"c": False}, "c", "c", ("on", "off")) == "off"
+        assert r.string({"s": "  "}, "s", "s", "a name") is None
+        assert r.string({"s": " gpu "}, "s", "s", "a name") == "gpu"
+    assert [(p.found, p.allowed, p.hint) for p in spec.problems] == \
+        [(p.found, p.allowed, p.hint) for p in section.problems] == [
+            ("'8'", "an integer >= 1", "write the number without quotes"),
+            ("8.0", "an integer >= 1", "write 8"),
+            ("'  '", "a name", ""),
+        ]
