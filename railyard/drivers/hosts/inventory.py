@@ -10,7 +10,8 @@ small enough to read here, with the line of every host so a problem can name it:
   first section are in `ungrouped`. `#` and `;` start comments.
 
 Both expand Ansible's host ranges (`dgx-[01:32]`, `node-[a:f]`, `[0:30:10]`). A host's variables
-are its groups' (`all` first, deeper groups after, as Ansible merges them) and then its own.
+are its groups' (`all` first, deeper groups after, siblings by ansible_group_priority then name,
+as Ansible merges them) and then its own.
 Dynamic inventories (scripts, plugins), `host_vars/` and `group_vars/` directories are not read.
 
 `read(path, group) -> [InventoryHost]`: the group's hosts in order (its own first, then each child
@@ -116,6 +117,15 @@ class _Inventory:
             of(name, ())
         return depth
 
+    def _priority(self, name: str) -> int:
+        """ansible_group_priority: among sibling groups at one depth, the higher merges later and
+        wins (Ansible's default is 1)."""
+        value = self.groups[name].vars.get("ansible_group_priority", 1)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise InventoryError(f"group {name!r}: ansible_group_priority {value!r} is not an integer") from None
+
     def hosts_of(self, group: str) -> list[InventoryHost]:
         if group not in self.groups:
             known = ", ".join(sorted(self.groups))
@@ -149,7 +159,7 @@ class _Inventory:
                     groups.add(name)
                     todo.extend(self.groups[name].parents or (["all"] if name != "all" else []))
             merged: dict[str, Any] = {}
-            for name in sorted(groups, key=lambda n: (depth[n], n)):
+            for name in sorted(groups, key=lambda n: (depth[n], self._priority(n), n)):
                 merged.update(self.groups[name].vars)
             merged.update(self.host_vars.get(h, {}))
             out.append(InventoryHost(h, self.host_line.get(h), merged))

@@ -612,3 +612,22 @@ def test_each_host_is_labelled_under_the_node_name_its_kubelet_registers():
     assert load_driver(spec, plan).kubernetes_node_names() == {"gpu-1": "dgx-b07.pod1.example"}
     bad = edited(lambda c: hosts_of(c)[0].update(nodeName="DGX_07"))
     assert [p.path for p in problems(bad)] == ["railyard:hosts.pools.gpu.hosts[0].nodeName"]
+
+
+def test_sibling_groups_merge_by_ansible_group_priority_as_ansible_does(tmp_path):
+    # Checked against ansible-core's InventoryManager: the higher priority merges later and wins;
+    # at equal priority the later name wins.
+    from railyard.drivers.hosts import inventory
+
+    yml = tmp_path / "pod.yml"
+    yml.write_text("all:\n  children:\n"
+                   "    a:\n      vars: {ansible_user: from_a, ansible_group_priority: 10}\n      hosts: {dgx-01: }\n"
+                   "    b:\n      vars: {ansible_user: from_b}\n      hosts: {dgx-01: }\n")
+    (host,) = inventory.read(yml)
+    assert host.vars["ansible_user"] == "from_a"
+    yml.write_text(yml.read_text().replace(", ansible_group_priority: 10", ""))
+    (host,) = inventory.read(yml)
+    assert host.vars["ansible_user"] == "from_b"
+    yml.write_text(yml.read_text().replace("{ansible_user: from_b}", "{ansible_user: from_b, ansible_group_priority: x}"))
+    with pytest.raises(inventory.InventoryError, match="ansible_group_priority 'x'"):
+        inventory.read(yml)
