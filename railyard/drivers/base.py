@@ -30,17 +30,14 @@ from typing import Any
 import pulumi
 
 from railyard import drivers
+from railyard.messages import driver_not_implemented
 from railyard.model.plan import NodePlan, Plan, VmPlan
 from railyard.model.spec import Spec
 
 
 class DriverNotImplemented(Exception):
     def __init__(self, name: str):
-        runnable = [n for n, e in drivers.DRIVERS.items() if e.implementation]
-        super().__init__(
-            f"railyard:driver {name!r} is validated but not implemented yet: `up` stops here and "
-            f"nothing was created. Drivers that run today: {', '.join(sorted(runnable))}."
-        )
+        super().__init__(driver_not_implemented(name, (n for n, e in drivers.DRIVERS.items() if e.implementation)))
 
 
 @dataclass

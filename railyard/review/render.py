@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from railyard.messages import not_implemented_driver, split_drift_line
 from railyard.review.preview import (MISSING, OP_ORDER, SECRET, UNKNOWN, Preview, Step, fan_out,
                                      format_path)
 from railyard.review.rules import Disruption, Verdict, classify_line, classify_path, classify_step, worst
@@ -32,8 +33,6 @@ KINDS = {
 PLURAL = {"HgxNode": "nodes", "VirtualMachine": "VMs"}
 SECTIONS = (("Replaced or deleted", ("replace", "delete")), ("Updated", ("update", "drift")), ("Created", ("create",)))
 DRIFT_KIND = "HostTuning"
-_DRIFT_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*): (.+)$")
-_NOT_IMPLEMENTED = re.compile(r"railyard:driver '([^']+)' is validated but not implemented yet")
 _URN = re.compile(r"urn:pulumi:[^\s'\"`]+::([^\s'\"`]+)")
 _PROTECTED = re.compile(r'resource "([^"]+)" cannot be (?:deleted|replaced)\s+because it is protected'
                         r'|unable to (?:delete|replace) resource "([^"]+)"\s+as it is currently marked for protection')
@@ -198,9 +197,9 @@ def _summary(review: StackReview) -> str:
 def not_implemented(preview: Preview) -> str | None:
     """The program's own stop for a driver that is validated but not implemented (railyard/drivers/base.py)."""
     for e in errors_of(preview):
-        m = _NOT_IMPLEMENTED.search(e)
-        if m:
-            return (f"railyard:driver `{m.group(1)}` is not implemented yet, so the program stops before declaring "
+        driver = not_implemented_driver(e)
+        if driver is not None:
+            return (f"railyard:driver `{driver}` is not implemented yet, so the program stops before declaring "
                     "anything (nothing to compare)")
     return None
 
@@ -305,8 +304,7 @@ def render_entries(unit: Unit) -> list[str]:
 def render_drift(lines: list[str]) -> list[str]:
     grouped: dict[str, list[str]] = {}
     for line in lines:
-        m = _DRIFT_LINE.match(line)
-        node, rest = (m.group(1), m.group(2)) if m else ("", line)
+        node, rest = split_drift_line(line)
         grouped.setdefault(rest, [])
         if node and node not in grouped[rest]:
             grouped[rest].append(node)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from railyard import paths, ssh_client
 from railyard.inventory import HostInput, HostInputs, MachineEntry
+from railyard.messages import drift_line
 from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR, write_key
 from railyard.templates import render
 
@@ -84,7 +85,7 @@ class Change:
     new: str
 
     def __str__(self) -> str:
-        return f"{self.host}: {self.setting} {self.old} → {self.new}"
+        return drift_line(self.host, self.setting, self.old, self.new)
 
 
 @dataclass
