@@ -67,10 +67,16 @@ def domain_xml(name: str, hypervisor: str, guest: GuestTopology, sources: dict[s
 @dataclass
 class _Pci:
     busid: str
-    cls: str | None
+    klass: str | None
     link: tuple[str, str] | None = None
     """(link_speed, link_width) as NCCL writes them: ("32.0 GT/s PCIe", "16")."""
     children: list["_Pci"] = field(default_factory=list)
+
+    def element(self) -> dict[str, Any]:
+        """The node as the NCCL topology template reads it (the role's form for the host's tree)."""
+        speed, width = self.link or ("", "")
+        return {"busid": self.busid, "klass": self.klass or "", "link_speed": speed, "link_width": width,
+                "children": [c.element() for c in self.children]}
 
 
 def _link(text: str | None) -> tuple[str, str] | None:
@@ -105,5 +111,6 @@ def nccl_topology_xml(sku: Any, guest: GuestTopology) -> str:
                 bridges[key].link = bridges[key].link or leaf.link
                 siblings = bridges[key].children
             siblings.append(leaf)
-        cpus.append({"numaid": cell.id, "affinity": cpumask(cpuset(cell.vcpus)), "children": top})
-    return templates.render("guest/nccl-topo.xml.j2", cpus=cpus)
+        cpus.append({"numaid": cell.id, "affinity": cpumask(cpuset(cell.vcpus)), "arch": "x86_64",
+                     "children": [p.element() for p in top]})
+    return templates.render(templates.ROLE_NCCL_TOPOLOGY, cpus=cpus)

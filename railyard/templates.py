@@ -1,5 +1,6 @@
 """The one Jinja2 renderer: templates/ under StrictUndefined, so a missing value is an error,
-never an empty string in a rendered file."""
+never an empty string in a rendered file. The roles' templates are on its path too, for a file
+Railyard writes in a form a role also writes (ROLE_NCCL_TOPOLOGY)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ def _to_yaml(value: Any, indent: int = 0) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
+# NCCL_TOPO_FILE's <system> from a list of <cpu> elements; the gpu_nic_affinity role writes the host's.
+ROLE_NCCL_TOPOLOGY = "gpu_nic_affinity/templates/nccl-topo-system.xml.j2"
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(PROJECT_ROOT / "templates")),
+        loader=jinja2.FileSystemLoader([str(PROJECT_ROOT / "templates"), str(PROJECT_ROOT / "playbooks" / "roles")]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -136,3 +136,29 @@ def test_a_class_the_catalog_does_not_know_is_left_for_nccl_to_read():
         assert all(len(p) == 0 for p in cpu.findall("pci"))
     gpu_addrs = {d.address for d in guest.devices if d.kind == "gpu"}
     assert all(p.get("class") is None for p in root.iter("pci") if p.get("busid") in gpu_addrs)
+
+
+def test_the_hosts_and_the_guests_nccl_topology_files_have_one_form():
+    """The role writes the host's file from sysfs and Railyard a guest's from its plan, through one
+    template: the same elements render to the same bytes under Ansible's settings and Railyard's."""
+    import jinja2
+
+    from railyard import paths, templates
+
+    host = [{"numaid": 0, "affinity": "0000ffff", "children": [
+        {"busid": "0000:15:00.0", "klass": "0x060400", "vendor": "0x10b5", "device": "0xc010", "children": [
+            {"busid": "0000:18:00.0", "klass": "0x030200", "vendor": "0x10de", "device": "0x2330",
+             "gpu": {"dev": 0}, "children": []},
+            {"busid": "0000:19:00.0", "klass": "0x020700", "vendor": "0x15b3", "device": "0x1021",
+             "net": {"name": "mlx5_0", "port": 1}, "children": []}]}]}]
+    role = paths.PROJECT_ROOT / "playbooks/roles/gpu_nic_affinity/templates"
+    ansible_like = jinja2.Environment(loader=jinja2.FileSystemLoader(str(role)), trim_blocks=True,
+                                      undefined=jinja2.StrictUndefined)
+    header, written = ansible_like.get_template("nccl-topo.xml.j2").render(
+        __gpu_nic_affinity={"nccl_cpus": host}).split("\n", 1)
+    assert header.startswith("<!-- Managed by Railyard (role gpu_nic_affinity)")
+    assert written == templates.render(templates.ROLE_NCCL_TOPOLOGY, cpus=host).rstrip("\n")
+    root = ET.fromstring(written)
+    assert [(p.get("busid"), p.get("class")) for p in root.iter("pci")] == [
+        ("0000:15:00.0", "0x060400"), ("0000:18:00.0", "0x030200"), ("0000:19:00.0", "0x020700")]
+    assert root.find(".//gpu").get("dev") == "0" and root.find(".//net").get("name") == "mlx5_0"
