@@ -455,3 +455,38 @@ def test_every_yaml_document_of_ours_is_read_by_the_strict_loader():
 
 def test_the_yaml_read_check_sees_a_plain_load():
     assert _yaml_reads(ast.parse("import yaml\nyaml.safe_load('a: 1')\nyaml.safe_load_all('')\n")) == [2]
+
+
+# The lab driver's layers (railyard/drivers/lab/__init__.py): a module imports its own layer's and
+# the ones above it, never one below.
+LAB_LAYERS = (
+    ("plumbing", ("errors", "names", "net", "proc", "mountns")),
+    ("programs", ("agent", "node_init", "hwtree", "control_plane.api", "control_plane.pki")),
+    ("objects", ("fabric", "routers", "node", "sriov", "vm", "storage", "control_plane")),
+    ("driver", ("resources", "driver", "rules", "tuning", "cli", "gc")),
+)
+
+
+def _lab_layer(module: str) -> int:
+    rest = module.removeprefix("railyard.drivers.lab.")
+    for i, (_, members) in enumerate(LAB_LAYERS):
+        if any(rest == m or rest.startswith(m + ".") for m in members):
+            return i
+    raise AssertionError(f"{module} is in no layer of LAB_LAYERS: place it there and in the package's docstring")
+
+
+def test_the_lab_drivers_layers_import_downward_only():
+    graph = _module_graph()
+    lab = {m: {d for d in deps if d.startswith("railyard.drivers.lab.")}
+           for m, deps in graph.items() if m.startswith("railyard.drivers.lab.")}
+    assert len(lab) > 30
+    upward = sorted((m, d) for m, deps in lab.items() for d in deps if _lab_layer(d) > _lab_layer(m))
+    assert upward == []
+    # The programs a node runs are loaded by path inside it: nothing of the lab comes with them.
+    programs = {m: deps for m, deps in lab.items() if _lab_layer(m) == 1}
+    assert programs and all(not deps for deps in programs.values()), programs
+    # Only the driver's layer meets the engine.
+    lab_root = ROOT / "railyard" / "drivers" / "lab"
+    with_pulumi = {".".join(p.relative_to(lab_root).with_suffix("").parts) for p in lab_root.rglob("*.py")
+                   if any(i == "pulumi" or i.startswith("pulumi.") for i in _imports(p))}
+    assert with_pulumi and all(_lab_layer(f"railyard.drivers.lab.{m}") == 3 for m in with_pulumi), with_pulumi
