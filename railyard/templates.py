@@ -20,7 +20,7 @@ def _to_yaml(value: Any, indent: int = 0) -> str:
 
 
 # NCCL_TOPO_FILE's <system> from a list of <cpu> elements; the gpu_nic_affinity role writes the host's.
-ROLE_NCCL_TOPOLOGY = "gpu_nic_affinity/templates/nccl-topo-system.xml.j2"
+ROLE_NCCL_TOPOLOGY = "gpu_nic_affinity/templates/_nccl-topo-system.xml.j2"
 
 
 @cache

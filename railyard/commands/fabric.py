@@ -1,5 +1,7 @@
 """`railyard fabric sweep [--json] [--roots auto|yes|no] [--no-pkeys] [--keep DIR] STACKFILE`:
 the stack's InfiniBand fabric simulated by ibsim and swept by OpenSM (railyard.sweep).
+`railyard fabric verify --ibnetdiscover FILE [--json] STACKFILE`: a dump of a subnet held against
+the plan (railyard.model.fabric.verify).
 
 Prints the routing engine OpenSM used (ftree, or what it fell back to and why), the sweep's
 time and the simulator's memory, then the checks against the plan: cabling, hops and partitions.
@@ -32,6 +34,17 @@ def register(sub) -> None:
     s.add_argument("--no-pkeys", action="store_true", help="skip reading every HCA's P_Key table")
     s.add_argument("--keep", metavar="DIR", help="keep the simulation's files (topology, OpenSM's files and log) in DIR")
     s.set_defaults(func=handle_sweep)
+    v = fsub.add_parser(
+        "verify", help="hold an ibnetdiscover dump of the subnet against the plan",
+        description="Compare a subnet as ibnetdiscover printed it with the stack's planned InfiniBand "
+                    "fabric, by node description: cables swapped, moved, missing or not planned, devices "
+                    "not planned, links trained below the planned width or speed. Reads no state: a "
+                    "cabling crew checks a dump with it before the cluster exists. Exit 1 on any finding.")
+    v.add_argument("stackfile", metavar="STACKFILE")
+    v.add_argument("--ibnetdiscover", metavar="FILE", required=True,
+                   help="ibnetdiscover's output (run on a host of the fabric, or with --load-cache)")
+    v.add_argument("--json", action="store_true", help="one record per finding: kind, where, planned, found")
+    v.set_defaults(func=handle_verify)
 
 
 def handle_sweep(args) -> int:
@@ -69,6 +82,65 @@ def handle_sweep(args) -> int:
     return 0 if report.ok else 1
 
 
+# How many findings of one kind the text report lists before it counts the rest.
+SHOWN_PER_KIND = 20
+
+
+def handle_verify(args) -> int:
+    from railyard.model.fabric.subnet import parse_ibnetdiscover
+    from railyard.model.fabric.verify import verify
+    from railyard.stack import load
+
+    what = f"railyard fabric verify: {args.stackfile}"
+    try:
+        _, plan = load(args.stackfile)
+    except SpecError as exc:
+        print(exc.report(what), file=sys.stderr)
+        return 1
+    if plan.fabric.kind != "infiniband":
+        print(f"{what}: the compute fabric is {plan.fabric.kind}; ibnetdiscover shows InfiniBand subnets "
+              "only", file=sys.stderr)
+        return 1
+    try:
+        text = Path(args.ibnetdiscover).read_text(encoding="utf-8", errors="replace")
+        subnet = parse_ibnetdiscover(text)
+    except OSError as exc:
+        print(f"railyard fabric verify: {args.ibnetdiscover}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"railyard fabric verify: {args.ibnetdiscover}: not ibnetdiscover's output ({exc})", file=sys.stderr)
+        return 1
+    if not subnet.devices:
+        print(f"railyard fabric verify: {args.ibnetdiscover}: no device in it; is it ibnetdiscover's output?",
+              file=sys.stderr)
+        return 1
+    findings = verify(plan.fabric, subnet)
+    if args.json:
+        print(json.dumps([f.to_json() for f in findings], indent=2))
+        return 1 if findings else 0
+    print(f"{len(subnet.devices)} devices and {len(subnet.cables)} cables read from {args.ibnetdiscover}; "
+          f"{plan.fabric.nodes} nodes planned")
+    shown: dict[str, int] = {}
+    for f in findings:
+        shown[f.kind] = shown.get(f.kind, 0) + 1
+        if shown[f.kind] <= SHOWN_PER_KIND:
+            print(f"{f.kind:<16} {f}")
+    for kind, n in shown.items():
+        if n > SHOWN_PER_KIND:
+            print(f"{kind:<16} ... and {n - SHOWN_PER_KIND} more (--json lists every one)")
+    print("as planned" if not findings else counted(findings))
+    return 1 if findings else 0
+
+
+def counted(findings) -> str:
+    """`2 findings: 1 cable-swapped, 1 link-missing`."""
+    from collections import Counter
+
+    kinds = Counter(f.kind for f in findings)
+    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + \
+        ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+
+
 def render(report) -> str:
     r = report
     rss = f"{r.ibsim_rss_kib / 1024:.0f} MiB" if r.ibsim_rss_kib else "unknown"
@@ -80,9 +152,9 @@ def render(report) -> str:
         lines.append("  ftree refused: " + "; ".join(r.refusals))
     lines += [
         f"sweep       {r.seconds:.2f} s (all steps {r.total_seconds:.2f} s), ibsim peak memory {rss}",
-        f"cabling     {'as planned' if r.cabling.ok else f'{len(r.cabling.missing)} missing, {len(r.cabling.extra)} not planned'}",
+        f"cabling     {'as planned' if not r.cabling else counted(r.cabling)}",
     ]
-    lines += [f"  {line}" for line in r.cabling.lines()[:20]]
+    lines += [f"  {f.kind}: {f}" for f in r.cabling[:20]]
     for h in r.hops:
         mark = "ok" if h.ok else "WRONG"
         traced = f"{h.traced} switches" if h.traced is not None else "not traced"

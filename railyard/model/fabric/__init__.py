@@ -25,8 +25,9 @@ cabling.py (the enumeration FabricPlan inherits: switches, links, detail, the ca
 package it imports names.py only) and roce.py (/31 links, ASNs, QoS); none of them imports
 planner.py. routing.py reads a RoCE FabricPlan as its switches' BGP routers (sessions,
 loopbacks, ECMP, a leaf's host prefixes); planner.py does not import it. subnet.py reads a FabricPlan as a subnet manager sees it (the plan in ibnetdiscover's
-format, a discovered subnet compared with it, OpenSM's partitions and roots); planner.py does not
-import it. This module only re-exports, so callers import `railyard.model.fabric.<name>`. The
+format, a discovered subnet read back, OpenSM's partitions and roots), and verify.py holds a
+discovered subnet against it (swapped, moved, missing and extra cables, width and speed);
+planner.py imports neither. This module only re-exports, so callers import `railyard.model.fabric.<name>`. The
 fabric imports addressing.py and mtu.py, never the reverse.
 """
 

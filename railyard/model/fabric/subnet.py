@@ -5,7 +5,7 @@ root switches, options).
 One file format goes both ways. `topology_text` writes every switch, every compute HCA and every
 planned cable as ibnetdiscover prints them; ibsim loads that file as a simulated fabric, and
 `ibnetdiscover` on a real subnet prints the same records. `parse_ibnetdiscover` reads either back,
-and `compare` lists the cables that differ from the plan by name. Names are the join: an HCA is
+and verify.py holds it against the plan by name. Names are the join: an HCA is
 "<host> <device>" (what rdma-ndd sets as a node description, `%h %d`), a switch is its plan name
 (docs/fabric.md says how to set it on real switches).
 
@@ -52,7 +52,8 @@ class End(NamedTuple):
         return f"{self.device} port {self.port}"
 
 
-def _cable(a: End, b: End) -> tuple[End, End]:
+def cable_of(a: End, b: End) -> tuple[End, End]:
+    """A cable as its two ends, the lower first: the one form plan and subnet are compared in."""
     return (a, b) if a <= b else (b, a)
 
 
@@ -63,7 +64,13 @@ def planned_cables(fabric: Any) -> Iterator[tuple[End, End]]:
             a = End(hca_name(link.a_device, link.a_port), 1)
         else:
             a = End(link.a_device, link.a_port)
-        yield _cable(a, End(link.b_device, link.b_port))
+        yield cable_of(a, End(link.b_device, link.b_port))
+
+
+def link_rate(fabric: Any) -> str:
+    """A planned cable's width and speed as ibnetdiscover prints them: `4xNDR`. Every port of the
+    catalog's InfiniBand switches and HCAs is a 4x port at the fabric's speed."""
+    return f"4x{fabric.speed.upper()}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -87,16 +94,17 @@ def write_topology(fabric: Any, out: Any) -> int:
     switches = list(fabric.switches())
     names = {sw.name for sw in switches}
     hcas = sorted((d for d in ports if d not in names), key=_hca_order(fabric))
+    rate = link_rate(fabric)
     w = out.write
     for name in hcas:
         w(f'Ca\t1 "{name}"\t\t# "{name}"\n')
         for port, far in sorted(ports[name].items()):
-            w(f'[{port}]\t"{far.device}"[{far.port}]\n')
+            w(f'[{port}]\t"{far.device}"[{far.port}]\t\t# lid 0 {rate}\n')
         w("\n")
     for sw in switches:
         w(f'Switch\t{sw.ports} "{sw.name}"\t\t# "{sw.name}"\n')
         for port, far in sorted(ports.get(sw.name, {}).items()):
-            w(f'[{port}]\t"{far.device}"[{far.port}]\n')
+            w(f'[{port}]\t"{far.device}"[{far.port}]\t\t# "{far.device}" lid 0 {rate}\n')
         w("\n")
     return len(hcas) + len(switches)
 
@@ -144,6 +152,8 @@ class Subnet:
 
     devices: dict[str, Device]
     cables: list[tuple[tuple[str, int], tuple[str, int]]]
+    rates: dict[tuple[tuple[str, int], tuple[str, int]], str] = field(default_factory=dict)
+    """Each cable's active width and speed where the output gives it (`4xNDR`), by cable."""
 
     def by_desc(self) -> dict[str, Device]:
         out: dict[str, Device] = {}
@@ -160,7 +170,14 @@ class Subnet:
     def named_cables(self) -> set[tuple[End, End]]:
         out = set()
         for (a, ap), (b, bp) in self.cables:
-            out.add(_cable(End(self.devices[a].desc, ap), End(self.devices[b].desc, bp)))
+            out.add(cable_of(End(self.devices[a].desc, ap), End(self.devices[b].desc, bp)))
+        return out
+
+    def named_rates(self) -> dict[tuple[End, End], str]:
+        """Each named cable's width and speed, where the output gives it."""
+        out = {}
+        for ((a, ap), (b, bp)), rate in self.rates.items():
+            out[cable_of(End(self.devices[a].desc, ap), End(self.devices[b].desc, bp))] = rate
         return out
 
     def port_guid(self, desc: str, port: int = 1) -> int:
@@ -177,6 +194,8 @@ _HEADER = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"(.*)$')
 _PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([^"]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?(.*)$')
 _COMMENT_DESC = re.compile(r'#\s*"([^"]*)"')
 _LID = re.compile(r"\blid (\d+)")
+# A port's active width and speed, last on its line: `... lid 12 4xNDR`.
+_RATE = re.compile(r"\b(\d+x(?:SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR))\s*$")
 
 
 def parse_ibnetdiscover(text: str) -> Subnet:
@@ -184,6 +203,7 @@ def parse_ibnetdiscover(text: str) -> Subnet:
     devices: dict[str, Device] = {}
     seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
     cables = []
+    rates: dict[tuple[tuple[str, int], tuple[str, int]], str] = {}
     current: Device | None = None
     guid: int | None = None
     for raw in text.splitlines():
@@ -219,35 +239,15 @@ def parse_ibnetdiscover(text: str) -> Subnet:
             if key not in seen:
                 seen.add(key)
                 cables.append(key)
+            rate = _RATE.search(rest)
+            if rate:
+                rates.setdefault(key, rate.group(1))
             continue
     for (a, _), (b, _) in cables:
         for ident in (a, b):
             if ident not in devices:
                 raise ValueError(f"ibnetdiscover output names {ident!r} on a port but has no record for it")
-    return Subnet(devices, cables)
-
-
-@dataclass(frozen=True)
-class CablingDiff:
-    """Planned cables the subnet lacks, and cables it has that the plan does not."""
-
-    missing: tuple[tuple[End, End], ...]
-    extra: tuple[tuple[End, End], ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.extra
-
-    def lines(self) -> list[str]:
-        out = [f"planned cable {a} <-> {b} is not there" for a, b in self.missing]
-        out += [f"cable {a} <-> {b} is not in the plan" for a, b in self.extra]
-        return out
-
-
-def compare(fabric: Any, subnet: Subnet) -> CablingDiff:
-    planned = set(planned_cables(fabric))
-    found = subnet.named_cables()
-    return CablingDiff(tuple(sorted(planned - found)), tuple(sorted(found - planned)))
+    return Subnet(devices, cables, rates)
 
 
 # --------------------------------------------------------------------------------------------------
