@@ -130,12 +130,11 @@ def test_swapped_cables_are_caught_and_named(tmp_path, clean):
     damaged = text.replace(f'"{a}"', "\0").replace(f'"{b}"', f'"{a}"').replace("\0", f'"{b}"')
     report = sweep(plan.fabric, spec.tenants, topology=damaged, check_pkeys=False)
     assert report.engine == "ftree"  # still a fat tree: only the rails are crossed
-    assert report.cabling.lines() == [
-        "planned cable gpu-0 mlx5_4 port 1 <-> gpu-su0-leaf2 port 1 is not there",
-        "planned cable gpu-1 mlx5_5 port 1 <-> gpu-su0-leaf3 port 2 is not there",
-        "cable gpu-0 mlx5_4 port 1 <-> gpu-su0-leaf3 port 2 is not in the plan",
-        "cable gpu-1 mlx5_5 port 1 <-> gpu-su0-leaf2 port 1 is not in the plan",
-    ]
+    assert [(f.kind, str(f)) for f in report.cabling] == [(
+        "cable-swapped",
+        "gpu-0 mlx5_4 port 1 and gpu-1 mlx5_5 port 1: gpu-0 mlx5_4 port 1 to gpu-su0-leaf3 port 2, "
+        "gpu-1 mlx5_5 port 1 to gpu-su0-leaf2 port 1, planned gpu-0 mlx5_4 port 1 to gpu-su0-leaf2 port 1, "
+        "gpu-1 mlx5_5 port 1 to gpu-su0-leaf3 port 2")]
     assert not report.ok
 
 
