@@ -13,22 +13,25 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from railyard.model import addressing as addr
-from railyard.model.acceptance import plan_acceptance
+from railyard.model.acceptance import AcceptancePlan, plan_acceptance
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
 from railyard.model.guest_sku import guest_sku
 from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
 from railyard.model.host_tuning import CpuIsolation, TuningTargets, guest_targets, tuning_targets
-from railyard.model.kubernetes import plan_kubernetes
+from railyard.model.kubernetes import KubernetesPlan, plan_kubernetes
 from railyard.model.pci_layout import netdev_name
-from railyard.model.slurm import plan_slurm
-from railyard.model.spec.types import host_reserve_threads
+from railyard.model.slurm import SlurmPlan, plan_slurm
+from railyard.model.spec.types import Spec, Tenant, host_reserve_threads
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog, NodeSku
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ class NodePlan:
 class Plan:
     """Everything Railyard will build for a spec, derived once from the spec and the catalog."""
 
-    def __init__(self, spec: Any, catalog: Any, fabric: FabricPlan, storage: StoragePlan):
+    def __init__(self, spec: Spec, catalog: Catalog, fabric: FabricPlan, storage: StoragePlan):
         self.spec = spec
         self.catalog = catalog
         self.fabric = fabric
@@ -174,7 +177,7 @@ class Plan:
         self._netdevs: dict[str, dict[str, str | None]] = {}
         self._tuning: dict[str, TuningTargets] = {}
         self._guests: dict[str, tuple[GuestTopology, ...]] = {}
-        self._guest_skus: dict[str, tuple[GuestTopology, Any]] = {}
+        self._guest_skus: dict[str, tuple[GuestTopology, NodeSku]] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -261,7 +264,7 @@ class Plan:
             self._pairings[sku_id] = _pairing(self.catalog, sku_id)
         return self._pairings[sku_id]
 
-    def _netdevs_of(self, sku: Any) -> dict[str, str | None]:
+    def _netdevs_of(self, sku: NodeSku) -> dict[str, str | None]:
         if sku.id not in self._netdevs:
             self._netdevs[sku.id] = {n.rdma: netdev_name(sku, n.rdma) for n in sku.compute_nics}
         return self._netdevs[sku.id]
@@ -295,7 +298,7 @@ class Plan:
             shown = ", ".join(list(self._vm_hosts)[:8]) + (", ..." if len(self._vm_hosts) > 8 else "")
             raise KeyError(f"no VM {name!r} in the plan; VMs: {shown or 'none'}") from None
 
-    def guest(self, vm: str) -> tuple[GuestTopology, Any]:
+    def guest(self, vm: str) -> tuple[GuestTopology, NodeSku]:
         """What VM `vm` sees: its guest topology (the same for VM j of every host of a pool), and
         that as the hardware a guest SKU describes (railyard.model.guest_sku)."""
         host, plan = self.vm_named(vm)
@@ -355,6 +358,7 @@ class Plan:
         prefix = addr.rail_prefixlen(f.compute.cidr, self._rails, kind) if self._rails else 0
         rails = tuple(Subnet(addr.rail_subnet(f.compute.cidr, r, self._rails, kind), prefix,
                              addr.rail_gateway(f.compute.cidr, r, self._rails, kind)) for r in range(self._rails))
+        assert f.compute.mtu is not None, "a validated spec's compute fabric has its MTU (railyard.model.mtu)"
         compute = ComputeNetworkPlan(str(f.compute.cidr), rails, self.fabric.spines > 0, kind, f.compute.mtu)
         return Networks(nets["management"], nets["storage"], compute)
 
@@ -375,24 +379,24 @@ class Plan:
         pool = self.spec.pool(pool_name)
         return pool.count * len(getattr(self.catalog.nodes[pool.sku], "gpus", ()))
 
-    def tenant_gpus(self, tenant: Any) -> int:
+    def tenant_gpus(self, tenant: Tenant) -> int:
         """The GPUs a tenant may hold at once: its quota, else every GPU of its pools."""
         if tenant.gpu_quota is not None:
             return tenant.gpu_quota
         return sum(self.pool_gpus(p) for p in tenant.pools)
 
     @functools.cached_property
-    def acceptance(self) -> Any:
+    def acceptance(self) -> AcceptancePlan | None:
         """What `up` checks after tuning (railyard.model.acceptance.AcceptancePlan), None when off."""
         return plan_acceptance(self)
 
     @functools.cached_property
-    def slurm(self) -> Any:
+    def slurm(self) -> SlurmPlan | None:
         """Slurm's nodes and topology (railyard.model.slurm.SlurmPlan), None without railyard:slurm."""
         return plan_slurm(self)
 
     @functools.cached_property
-    def kubernetes(self) -> Any:
+    def kubernetes(self) -> KubernetesPlan | None:
         """The Kubernetes layer (railyard.model.kubernetes.KubernetesPlan), None without railyard:kubernetes."""
         return plan_kubernetes(self)
 
@@ -442,11 +446,11 @@ class Plan:
         return out
 
 
-def _pairing(catalog: Any, sku_id: str) -> dict[str, str]:
+def _pairing(catalog: Catalog, sku_id: str) -> dict[str, str]:
     return dict(Topology.from_sku(catalog.nodes[sku_id]).pairing())
 
 
-def make_plan(spec: Any, catalog: Any = None, fabric: FabricPlan | None = None) -> Plan:
+def make_plan(spec: Spec, catalog: Catalog | None = None, fabric: FabricPlan | None = None) -> Plan:
     """The plan of a validated spec; raises SpecError when the fabric or a network cannot hold it.
 
     fabric: the FabricPlan validation already made for this spec (railyard.stack.load passes it),
