@@ -20,6 +20,7 @@ from railyard.model.spec import os_reserve_gib
 
 if TYPE_CHECKING:
     from railyard.model.catalog import NodeSku
+    from railyard.model.plan_types import PlanView
 
 # The root of the tree: what connects the scalable units (or the spine groups).
 ROOT_TWO_TIERS = "spine"
@@ -115,7 +116,7 @@ def sku_counts(sku: NodeSku) -> dict[str, int | None]:
             "threads_per_core": threads, "memory_mib": memory}
 
 
-def plan_slurm(plan: Any) -> SlurmPlan | None:
+def plan_slurm(plan: PlanView) -> SlurmPlan | None:
     """The stack's Slurm (None without railyard:slurm)."""
     spec = plan.spec.slurm
     if spec is None:
