@@ -43,6 +43,7 @@ class Acceptance(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         plan, checks = args.plan, args.plan.acceptance
+        assert checks is not None, "the cluster makes Acceptance only where the plan has its checks"
 
         extra = dict(args.extra_vars or {})
         # The stack's tolerance, else the driver's (the lab's rails are veths on shared CPUs), else the default.

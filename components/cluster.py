@@ -141,8 +141,9 @@ class Cluster(pulumi.ComponentResource):
             # into their boot settings, their VMs up.
             own = caps.runs_control_plane
             # Only under onFailure: cordon does a Node's spec wait on acceptance's verdict.
-            cordoned = self.acceptance.run.cordoned if self.acceptance is not None and \
-                args.plan.acceptance.on_failure == "cordon" else None
+            checks = args.plan.acceptance  # (not None where self.acceptance is not)
+            cordoned = self.acceptance.run.cordoned if self.acceptance is not None and checks is not None and \
+                checks.on_failure == "cordon" else None
             self.kubernetes = KubernetesLayer(
                 f"{name}-kubernetes", KubernetesLayerArgs(plan=layer, kubeconfig=self.kubeconfig, registers_nodes=own,
                                                           renders_networks=own,

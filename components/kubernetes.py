@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from railyard.model.kubernetes import HOSTNAME, KubernetesPlan
+from railyard.model.kubernetes import HOSTNAME, KubeNode, KubernetesPlan
 
 FIELD_MANAGER = "railyard"
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
@@ -119,7 +119,7 @@ class KubernetesLayer(pulumi.ComponentResource):
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after)))
 
     @staticmethod
-    def _cordon(plan: KubernetesPlan, node: Any, args: KubernetesLayerArgs) -> tuple[Any, Any]:
+    def _cordon(plan: KubernetesPlan, node: KubeNode, args: KubernetesLayerArgs) -> tuple[Any, Any]:
         """(spec, annotations) as Outputs of acceptance's verdict; (None, {}) where nothing can
         cordon the node, so that its inputs stay what they were before cordoning existed."""
         if args.cordoned is None:
@@ -127,7 +127,7 @@ class KubernetesLayer(pulumi.ComponentResource):
         both = args.cordoned.apply(lambda c: plan.cordon(node, c or {}))
         return both.apply(lambda b: b[0]), both.apply(lambda b: b[1])
 
-    def _node(self, name: str, node: Any, node_name: str, registers: bool, cordon: tuple[Any, Any],
+    def _node(self, name: str, node: KubeNode, node_name: str, registers: bool, cordon: tuple[Any, Any],
               opts: pulumi.ResourceOptions) -> pulumi.Resource:
         spec, cordon_annotations = cordon
 

@@ -11,7 +11,7 @@ adapter's last PF function, each later port's after the VFs of the ports before 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from railyard import templates
 from railyard.model import pcie
@@ -19,8 +19,11 @@ from railyard.model.guest_topology import GuestTopology
 from railyard.model.pci_layout import layout
 from railyard.model.sysfs_discovery import cpumask, format_cpulist as cpuset
 
+if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku
 
-def host_addresses(sku: Any, guest: GuestTopology) -> dict[str, str]:
+
+def host_addresses(sku: NodeSku, guest: GuestTopology) -> dict[str, str]:
     """Each of the guest's devices (by its name in the guest) -> its host PCI address."""
     bus_ids = layout(sku).bus_ids
     out = {}
@@ -87,7 +90,7 @@ def _link(text: str | None) -> tuple[str, str] | None:
     return speed, width
 
 
-def nccl_topology_xml(sku: Any, guest: GuestTopology) -> str:
+def nccl_topology_xml(sku: NodeSku, guest: GuestTopology) -> str:
     """The guest's NCCL topology: under each guest cell, the host switches above its devices (so a
     GPU and its VF are as far apart as on the host), and each device at its guest address."""
     tree = sku.pcie_tree

@@ -8,21 +8,24 @@ validation, and the plan takes that very FabricPlan.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from railyard import drivers
 from railyard.model import spec as spec_module
 from railyard.model.plan import Plan, make_plan
 from railyard.model.spec import Spec
 
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog
 
-def load(path: str | Path, catalog: Any = None) -> tuple[Spec, Plan]:
+
+def load(path: str | Path, catalog: Catalog | None = None) -> tuple[Spec, Plan]:
     """The validated spec and the plan of a stack file; raises SpecError with every problem."""
     config, stack = spec_module.read_stack_file(path)
     return from_config(config, stack, catalog)
 
 
-def from_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = None) -> tuple[Spec, Plan]:
+def from_config(config: Mapping[str, Any], stack: str = "dev", catalog: Catalog | None = None) -> tuple[Spec, Plan]:
     """As load, for a stack's `config:` mapping already in hand."""
     if catalog is None:
         from railyard.model.catalog import load_catalog
@@ -32,12 +35,12 @@ def from_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = No
     return spec, make_plan(spec, catalog, fabric=fabric)
 
 
-def parse_config(config: Mapping[str, Any], stack: str = "dev", catalog: Any = None) -> Spec:
+def parse_config(config: Mapping[str, Any], stack: str = "dev", catalog: Catalog | None = None) -> Spec:
     """Only the validated spec (what `railyard validate` and the spec's tests need)."""
     return spec_module.parse(config, stack, drivers.rules(), catalog)[0]
 
 
-def load_stack_file(path: str | Path, catalog: Any = None) -> Spec:
+def load_stack_file(path: str | Path, catalog: Catalog | None = None) -> Spec:
     """Only the validated spec of a stack file."""
     config, stack = spec_module.read_stack_file(path)
     return parse_config(config, stack, catalog)

@@ -14,11 +14,14 @@ The lab's routers (railyard.drivers.lab) run the very frr.conf this renders.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from railyard.model.fabric.roce import qos_defaults
 from railyard.model.fabric.routing import HOST_SIDE, Router
 from railyard.templates import render
+
+if TYPE_CHECKING:
+    from railyard.model.plan import Plan
 
 # The FRR release the configurations are written for (Debian 12's, which the lab runs).
 FRR_VERSION = "8.4.4"
@@ -30,12 +33,12 @@ def frr_config(router: Router, stack: str, log_file: str | None = None) -> str:
                   log_file=log_file)
 
 
-def qos_config(plan: Any) -> str:
+def qos_config(plan: Plan) -> str:
     return render("fabric/roce-qos.nvue.j2", q=qos_defaults(), stack=plan.spec.stack, switch=plan.fabric.switch.model,
                   switches=plan.fabric.leaves + plan.fabric.spines + plan.fabric.cores)
 
 
-def write_switch_configs(plan: Any, out: Path) -> int:
+def write_switch_configs(plan: Plan, out: Path) -> int:
     """<out>/<switch>/frr.conf for every switch, and <out>/roce-qos.nvue; returns the switches
     written. ValueError for a fabric without BGP (InfiniBand)."""
     routers = plan.routers()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from railyard.model.errors import Problem
-    from railyard.model.plan import NodePlan, Plan, VmPlan
+    from railyard.model.plan import NodePlan, Plan
     from railyard.model.spec import Spec
 
 Machines = Literal["node", "pool"]
@@ -138,9 +138,9 @@ class TuningHooks:
     """Role variables for every node on top of the plan's (the lab's sysfs and procfs)."""
     acceptance_vars: Callable[[], dict[str, Any]] | None = None
     """Variables of the acceptance playbook its machines need."""
-    node_vars: Callable[["Spec", "Plan", "NodePlan | VmPlan | str"], dict[str, Any]] | None = None
+    node_vars: Callable[["Spec", "Plan", "NodePlan | str"], dict[str, Any]] | None = None
     """Role and connection variables of one machine, by its plan or name (a host's user, port,
-    jump host; a VM's jump host where VMs are the machines)."""
+    jump host; a VM's jump host, by its name, where VMs are the machines)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class _Rules:
         self.hooks = hooks(entry.rules, RuleHooks) if entry.rules else None
         self.KEYS = self.hooks.keys if self.hooks is not None else {}
 
-    def parse(self, section: Any, spec: Any) -> tuple[Any, list]:
+    def parse(self, section: Any, spec: "Spec") -> tuple[Any, list]:
         from railyard.model.errors import Problem
 
         problems = []
@@ -266,7 +266,7 @@ def acceptance_vars(driver: str) -> dict[str, Any]:
     return hook() if hook is not None else {}
 
 
-def node_vars(spec: "Spec", plan: "Plan", node: "NodePlan | VmPlan | str") -> dict[str, Any]:
+def node_vars(spec: "Spec", plan: "Plan", node: "NodePlan | str") -> dict[str, Any]:
     """Role and connection variables of one node that its driver adds (Pulumi-free, for `railyard
     tune` and the Pulumi program alike); most drivers add none."""
     hook = _tuning(spec.driver).node_vars

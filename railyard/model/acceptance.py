@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from railyard.model.plan_types import PlanView
 
 # Bounds of each probe (the nodes' module enforces them): a rail ping sends PING_COUNT packets,
 # PING_INTERVAL_S apart, and waits PING_WAIT_S for the last; a bandwidth probe runs IPERF_SECONDS
@@ -111,7 +114,7 @@ def _routers(path: str) -> int:
     return {"leaf": 0, "spine": 3, "core": 5}[path]
 
 
-def plan_acceptance(plan: Any) -> AcceptancePlan | None:
+def plan_acceptance(plan: PlanView) -> AcceptancePlan | None:
     """The stack's acceptance checks; None when railyard:acceptance.enabled is false."""
     spec = plan.spec
     if not spec.acceptance.enabled:

@@ -16,9 +16,13 @@ import functools
 import ipaddress
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from railyard.model.errors import Problem
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog
+    from railyard.model.spec.types import Spec
 
 # Every network is cut into this many equal pool blocks, pool p (in declared order) owning block
 # p. Eight covers a GPU pool, a second GPU generation and service pools with room to spare; more
@@ -431,7 +435,16 @@ class AddressNeed:
         return self.cidr is not None and _net(self.cidr)[1] >= self.needed
 
 
-def pools_for_addressing(spec: Any, catalog: Any = None) -> list[PoolAddressing]:
+class FabricSizes(Protocol):
+    """What the sizing reads of the spec's FabricPlan (railyard.model.fabric, which imports this
+    module, so it is not named here)."""
+
+    def p2p_links_per_pool(self) -> list[tuple[int, int]]: ...
+    def asns_needed_per_pool(self) -> int: ...
+    def loopbacks_needed(self) -> tuple[int, int]: ...
+
+
+def pools_for_addressing(spec: Spec, catalog: Catalog | None = None) -> list[PoolAddressing]:
     """The spec's pools as addressing sees them (unknown SKUs count zero rails)."""
     if catalog is None:
         from railyard.model.catalog import load_catalog
@@ -448,7 +461,8 @@ def pools_for_addressing(spec: Any, catalog: Any = None) -> list[PoolAddressing]
     return out
 
 
-def address_needs(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> list[AddressNeed]:
+def address_needs(spec: Spec, catalog: Catalog | None = None, fabric_plan: FabricSizes | None = None
+                  ) -> list[AddressNeed]:
     """The size each of the spec's networks must have, with the reason (a RoCE fabric's switch
     loopbacks too, once its fabric is planned).
 
@@ -497,7 +511,7 @@ def address_needs(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> li
     return out
 
 
-def asn_need(spec: Any, fabric_plan: Any) -> tuple[int, int] | None:
+def asn_need(spec: Spec, fabric_plan: FabricSizes | None) -> tuple[int, int] | None:
     """(ASNs the largest pool needs, ASNs each pool block holds) for a RoCE fabric, else None."""
     compute = spec.fabric.compute
     if compute.kind != "roce" or compute.asn_base is None or fabric_plan is None:
@@ -505,7 +519,8 @@ def asn_need(spec: Any, fabric_plan: Any) -> tuple[int, int] | None:
     return fabric_plan.asns_needed_per_pool(), asn_pool_block(compute.asn_base)
 
 
-def address_problems(spec: Any, catalog: Any = None, fabric_plan: Any = None) -> list[Problem]:
+def address_problems(spec: Spec, catalog: Catalog | None = None, fabric_plan: FabricSizes | None = None
+                     ) -> list[Problem]:
     """Every network too small for the spec, and too many pools, as Problems for SpecError.
 
     fabric_plan: as for address_needs; the caller plans the fabric once and hands it to both.

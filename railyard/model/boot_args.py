@@ -8,9 +8,15 @@ tests/unit/model/test_boot_args.py renders the roles' own variables and checks b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from railyard.model.sysfs_discovery import format_cpulist
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku
+    from railyard.model.host_tuning import CpuIsolation
+    from railyard.model.plan import NodePlan, Plan
+    from railyard.model.spec.types import Spec
 
 # What the iommu role writes for each vendor and mode (kernel-parameters.txt: intel_iommu=,
 # amd_iommu=, iommu=pt); "off" adds nothing.
@@ -20,7 +26,7 @@ IOMMU_ARGS = {
 }
 
 
-def cpu_vendor(sku: Any) -> str:
+def cpu_vendor(sku: NodeSku) -> str:
     """intel or amd from the catalog's CPU model; "auto" where it does not say (the iommu role
     then reads the host's /proc/cpuinfo)."""
     model = (sku.cpus.model or "").lower()
@@ -41,7 +47,7 @@ def hugepage_args(size: str, per_numa: dict[int, int], total: int) -> tuple[str,
     return (f"default_hugepagesz={size}", f"hugepagesz={size}", f"hugepages={count}")
 
 
-def isolation_args(isolation: Any) -> tuple[str, ...]:
+def isolation_args(isolation: CpuIsolation | None) -> tuple[str, ...]:
     """isolcpus (off the scheduler's load balancing, and managed interrupts off them), nohz_full and
     rcu_nocbs for the CPUs pinned to VMs, and irqaffinity for the host's own, under cpuIsolation:
     kernel (kernel-parameters.txt)."""
@@ -53,7 +59,7 @@ def isolation_args(isolation: Any) -> tuple[str, ...]:
             f"irqaffinity={format_cpulist(isolation.housekeeping)}")
 
 
-def kernel_args(spec: Any, plan: Any, node: Any) -> tuple[str, ...]:
+def kernel_args(spec: Spec, plan: Plan, node: NodePlan | str) -> tuple[str, ...]:
     """What `node`'s next boot must have on its command line: the hugepage reservation, then the
     IOMMU mode (none for a vendor the catalog does not name: the role decides that on the host),
     then the CPU isolation of a hypervisor."""

@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 from railyard.model import addressing, pcie
 from railyard.model.fabric import nic_name
 from railyard.model.numa_split import cell_weights, split_pages
 from railyard.model.sysfs_discovery import format_cpulist as _ranges
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku, NumaNode
 
 EXPANDER = "pcie-expander-bus"
 ROOT_PORT = "pcie-root-port"
@@ -177,7 +180,7 @@ def cores(cpulist: Iterable[int], threads_per_core: int) -> list[tuple[int, ...]
     return [tuple(cpus[t * per + j] for t in range(threads_per_core)) for j in range(per)]
 
 
-def pinning(sku: Any) -> int | None:
+def pinning(sku: NodeSku) -> int | None:
     """Threads per core where vCPUs can be pinned on the SKU (the catalog gives every NUMA node's
     CPU list and the threads of a core); None where they cannot, and nothing is pinned."""
     tpc = sku.threads_per_core
@@ -187,7 +190,7 @@ def pinning(sku: Any) -> int | None:
     return tpc
 
 
-def housekeeping(sku: Any, reserve_threads: int) -> dict[int, tuple[int, ...]] | None:
+def housekeeping(sku: NodeSku, reserve_threads: int) -> dict[int, tuple[int, ...]] | None:
     """Host NUMA node -> the CPUs the host keeps (its first cores), or None where nothing is pinned
     (pinning). reserve_threads: the hypervisor's reserve, spread evenly over the nodes and rounded
     up to whole cores."""
@@ -195,7 +198,13 @@ def housekeeping(sku: Any, reserve_threads: int) -> dict[int, tuple[int, ...]] |
     if tpc is None:
         return None
     keep = math.ceil(reserve_threads / (len(sku.numa_nodes) * tpc))
-    return {n.id: tuple(sorted(c for core in cores(n.cpus(), tpc)[:keep] for c in core)) for n in sku.numa_nodes}
+    return {n.id: tuple(sorted(c for core in cores(_cpus(n), tpc)[:keep] for c in core)) for n in sku.numa_nodes}
+
+
+def _cpus(node: NumaNode) -> list[int]:
+    cpus = node.cpus()
+    assert cpus is not None, "pinning() is None unless the catalog gives every NUMA node's CPU list"
+    return cpus
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,7 +227,28 @@ class VmDevices:
     vfs: tuple[VfSlot, ...]
 
 
-def vm_devices(sku: Any, vms_per_host: int, gpus_per_vm: int, vfs_per_vm: int) -> tuple[VmDevices, ...]:
+class VfView(Protocol):
+    """A VF as the layout reads it: a VfSlot, or the plan's VfPlan (railyard.model.plan imports
+    this module, so it is not named here)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pf(self) -> str: ...
+    @property
+    def slot(self) -> int: ...
+
+
+class VmView(Protocol):
+    """A VM's devices as the layout reads them: a VmDevices, or the plan's VmPlan."""
+
+    @property
+    def gpus(self) -> tuple[str, ...]: ...
+    @property
+    def vfs(self) -> Sequence[VfView]: ...
+
+
+def vm_devices(sku: NodeSku, vms_per_host: int, gpus_per_vm: int, vfs_per_vm: int) -> tuple[VmDevices, ...]:
     """Which GPUs and VFs each VM of a host gets: the GPUs in order, gpus_per_vm each, and the
     VFs dealt over the rails (addressing.vf_placement)."""
     nics = sku.compute_nics
@@ -233,7 +263,7 @@ def vm_devices(sku: Any, vms_per_host: int, gpus_per_vm: int, vfs_per_vm: int) -
     return tuple(out)
 
 
-def default_vcpus(sku: Any, vms: Iterable[Any], most: int, reserve_threads: int) -> int:
+def default_vcpus(sku: NodeSku, vms: Iterable[VmView], most: int, reserve_threads: int) -> int:
     """The most vCPUs, at most `most`, that every VM of a host can have pinned beside its devices
     (whole cores); `most` itself where nothing is pinned."""
     tpc = pinning(sku)
@@ -254,7 +284,7 @@ def default_vcpus(sku: Any, vms: Iterable[Any], most: int, reserve_threads: int)
 # The plan of a host's VMs
 
 
-def plan_guests(sku: Any, vms: Iterable[Any], pairing: dict[str, str], *, vcpus: int, memory_gib: int,
+def plan_guests(sku: NodeSku, vms: Iterable[VmView], pairing: dict[str, str], *, vcpus: int, memory_gib: int,
                 reserve_threads: int, hugepage_kib: int | None, key: str) -> tuple[GuestTopology, ...]:
     """The guest topology of each of a host's VMs, in order; GuestTopologyError naming the key
     (under `key`, the pool's `vm`) of what cannot be laid out.
@@ -272,7 +302,7 @@ def plan_guests(sku: Any, vms: Iterable[Any], pairing: dict[str, str], *, vcpus:
         cell_of = {n: i for i, n in enumerate(numas)}
         controllers, placed = _tree(tree, order, cell_of, key)
         devices = tuple(
-            GuestDevice(kind, name, host, placed[i][0], f"0000:{placed[i][1]:02x}:00.0", cell_of[tree.numa(host)],
+            GuestDevice(kind, name, host, placed[i][0], f"0000:{placed[i][1]:02x}:00.0", cell_of[_numa(tree, host)],
                         placed[i][2], pair_of.get(name), vf.slot if vf is not None else None)
             for i, (kind, name, host, vf) in enumerate(order))
         mem = _memory(sku, tree, vm, numas, memory_gib, hugepage_kib, key)
@@ -287,11 +317,11 @@ def plan_guests(sku: Any, vms: Iterable[Any], pairing: dict[str, str], *, vcpus:
     return tuple(out)
 
 
-def _order(vm: Any, pairing: dict[str, str]) -> tuple[list[tuple[str, str, str, Any]], dict[str, str]]:
+def _order(vm: VmView, pairing: dict[str, str]) -> tuple[list[tuple[str, str, str, VfView | None]], dict[str, str]]:
     """The VM's devices in guest order, (kind, name, host device, vf): each GPU, then the VF of its
     own NIC; then the VFs no GPU of the VM pairs with. And each paired device's pair."""
     vfs = list(vm.vfs)
-    order: list[tuple[str, str, str, Any]] = []
+    order: list[tuple[str, str, str, VfView | None]] = []
     taken: set[str] = set()
     pair_of: dict[str, str] = {}
     for g in vm.gpus:
@@ -305,7 +335,7 @@ def _order(vm: Any, pairing: dict[str, str]) -> tuple[list[tuple[str, str, str, 
     return order, pair_of
 
 
-def _numas(sku: Any, tree: pcie.PcieTree, vm: Any, key: str) -> list[int]:
+def _numas(sku: NodeSku, tree: pcie.PcieTree, vm: VmView, key: str) -> list[int]:
     """The host NUMA nodes of the VM's devices, in host order: its guest cells."""
     out = set()
     for dev in [*vm.gpus, *(v.pf for v in vm.vfs)]:
@@ -320,11 +350,17 @@ def _numas(sku: Any, tree: pcie.PcieTree, vm: Any, key: str) -> list[int]:
     return sorted(out)
 
 
-def _weights(tree: pcie.PcieTree, vm: Any, numas: list[int]) -> dict[int, int]:
+def _numa(tree: pcie.PcieTree, dev: str) -> int:
+    numa = tree.numa(dev)
+    assert numa is not None, "_numas() refuses a VM with a device on no known NUMA node"
+    return numa
+
+
+def _weights(tree: pcie.PcieTree, vm: VmView, numas: list[int]) -> dict[int, int]:
     return cell_weights({i: sum(1 for g in vm.gpus if tree.numa(g) == n) for i, n in enumerate(numas)})
 
 
-def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ...]] | None,
+def _pin_all(sku: NodeSku, vms: list[VmView], vcpus: int, keep: dict[int, tuple[int, ...]] | None,
              key: str) -> list[list[tuple[int, tuple[int, ...] | None]]]:
     """Each VM's cells as (vCPUs, the host CPUs they are pinned to, or None): split by the cells'
     weights, in whole cores where pinned; each cell on the next free cores of its node, after the
@@ -333,7 +369,7 @@ def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ..
     tpc = pinning(sku)
     free = None
     if tpc is not None and keep is not None:
-        free = {n.id: [c for c in cores(n.cpus(), tpc) if c[0] not in keep[n.id]] for n in sku.numa_nodes}
+        free = {n.id: [c for c in cores(_cpus(n), tpc) if c[0] not in keep[n.id]] for n in sku.numa_nodes}
         if vcpus % tpc:
             raise GuestTopologyError(f"{key}.vcpus", str(vcpus), f"a multiple of {tpc}",
                                      f"vCPUs are pinned in whole cores of {tpc} threads, so that no two VMs and no "
@@ -368,7 +404,7 @@ def _pin_all(sku: Any, vms: list[Any], vcpus: int, keep: dict[int, tuple[int, ..
     return out
 
 
-def _memory(sku: Any, tree: pcie.PcieTree, vm: Any, numas: list[int], memory_gib: int, hugepage_kib: int | None,
+def _memory(sku: NodeSku, tree: pcie.PcieTree, vm: VmView, numas: list[int], memory_gib: int, hugepage_kib: int | None,
             key: str) -> list[int]:
     """Each cell's memory in MiB, split as the host's hugepages are over its nodes (host_tuning:
     by the GPUs each serves, largest remainder), in whole pages where hugepages back it."""
@@ -381,7 +417,7 @@ def _memory(sku: Any, tree: pcie.PcieTree, vm: Any, numas: list[int], memory_gib
     return [pages[i] * page_mib for i in range(len(numas))]
 
 
-def _tree(tree: pcie.PcieTree, order: list[tuple[str, str, str, Any]], cell_of: dict[int, int],
+def _tree(tree: pcie.PcieTree, order: list[tuple[str, str, str, VfView | None]], cell_of: dict[int, int],
           key: str) -> tuple[list[GuestController], dict[int, tuple[int, int, int | None]]]:
     """The guest's controllers, and each device's (port index, guest bus, switch upstream index)."""
     groups: dict[str, dict[str, list[int]]] = {}  # host bridge -> switch (or a lone device) -> positions

@@ -12,158 +12,34 @@ address, derives a prefix or a netdev name, or counts hugepages again.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from railyard.model import addressing as addr
-from railyard.model.acceptance import plan_acceptance
+from railyard.model.acceptance import AcceptancePlan, plan_acceptance
 from railyard.model.errors import SpecError
 from railyard.model.fabric import FabricPlan, nic_name, plan_fabric, routing
 from railyard.model.fabric.routing import Router
 from railyard.model.guest_sku import guest_sku
 from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
 from railyard.model.host_tuning import CpuIsolation, TuningTargets, guest_targets, tuning_targets
-from railyard.model.kubernetes import plan_kubernetes
+from railyard.model.kubernetes import KubernetesPlan, plan_kubernetes
 from railyard.model.pci_layout import netdev_name
-from railyard.model.slurm import plan_slurm
-from railyard.model.spec.types import host_reserve_threads
+from railyard.model.plan_types import (  # and re-exported: callers import the records from here
+    ComputeNetworkPlan, NetworkPlan, Networks, NicPlan, NodePlan, Subnet, VfPlan, VmPlan,
+)
+from railyard.model.slurm import SlurmPlan, plan_slurm
+from railyard.model.spec.types import Spec, Tenant, host_reserve_threads
 from railyard.model.storage import StoragePlan, plan_storage
 from railyard.model.topology import Topology
 
-
-@dataclass(frozen=True)
-class NicPlan:
-    """A compute NIC (PF) of a host: its rail, its address on the rail, the leaf port it plugs into."""
-
-    name: str
-    """The RDMA device name (mlx5_0): the catalog's, and the pairing's."""
-    rail: int
-    ip: str
-    prefixlen: int
-    leaf: str
-    leaf_port: int
-    netdev: str | None = None
-    """Its network interface: the catalog's name, else the predictable name of its PCI address
-    (model.pci_layout); None where the catalog cannot tell its link layer."""
-    gateway: str | None = None
-    """The rail's gateway on a RoCE fabric, where the leaves route between rails; None on
-    InfiniBand, whose rails have no IP router."""
-
-
-@dataclass(frozen=True)
-class VfPlan:
-    """An SR-IOV VF given to a VM: the PF (rail) it comes from, its slot on that PF, its address."""
-
-    name: str
-    rail: int
-    pf: str
-    slot: int
-    ip: str
-    prefixlen: int
-    gateway: str | None = None
-    """As NicPlan.gateway."""
-
-
-@dataclass(frozen=True)
-class Subnet:
-    """A rail's subnet and its first host address, reserved in pool block 0 for the rail's router:
-    the leaves of a RoCE rail answer there. An InfiniBand fabric has no IP router, so on real IB
-    the address stays unused (the lab's spine namespace answers there, routing IPoIB rails)."""
-
-    cidr: str
-    prefixlen: int
-    gateway: str
-
-
-@dataclass(frozen=True)
-class NetworkPlan:
-    """The management or storage network: every host has an address on it (NodePlan)."""
-
-    name: str
-    cidr: str
-    prefixlen: int
-    pools: dict[str, str]
-    """Pool name -> the block of this network the pool owns (addressing.py)."""
-    gateway: str
-    """Its first host address, reserved in pool block 0: the controller's side of the network
-    (the lab's host end of the management bridge)."""
-    services: dict[str, str]
-    """Service -> its address; on the storage network, `object_store` where the stack has an
-    object tier, on the management network `kubernetes` where it has railyard:kubernetes (the
-    last host address: node addresses count up from the bottom of their blocks, so the top is
-    never a node's)."""
-    mtu: int
-    """Every host interface on it (railyard.model.mtu)."""
-
-
-@dataclass(frozen=True)
-class ComputeNetworkPlan:
-    cidr: str
-    rails: tuple[Subnet, ...]
-    routed: bool
-    """Whether the fabric has a tier above its leaves, through which traffic between rails can
-    pass; without one, each rail is a leaf of its own."""
-    kind: str
-    mtu: int
-    """The rails' netdev MTU: IPoIB's on InfiniBand, Ethernet's on RoCE (railyard.model.mtu)."""
-
-
-@dataclass(frozen=True)
-class Networks:
-    management: NetworkPlan
-    storage: NetworkPlan
-    compute: ComputeNetworkPlan
-
-    def to_json(self) -> dict[str, Any]:
-        """The `networks` of `railyard plan --json` and of the stack's outputs."""
-        out: dict[str, Any] = {n.name: {"cidr": n.cidr, "pools": dict(n.pools), "mtu": n.mtu}
-                               for n in (self.management, self.storage)}
-        out["compute"] = {"cidr": self.compute.cidr, "rails": [r.cidr for r in self.compute.rails],
-                          "mtu": self.compute.mtu}
-        if self.compute.kind == "roce":
-            out["compute"]["gateways"] = [r.gateway for r in self.compute.rails]
-        return out
-
-
-@dataclass(frozen=True)
-class VmPlan:
-    name: str
-    index: int
-    management_ip: str
-    storage_ip: str
-    gpus: tuple[str, ...]
-    vfs: tuple[VfPlan, ...]
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    name: str
-    pool: str
-    index: int
-    sku: str
-    management_ip: str
-    storage_ip: str
-    nics: tuple[NicPlan, ...]
-    vms: tuple[VmPlan, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        # By hand: dataclasses.asdict deep-copies every field and is the slow part of --detail.
-        return {
-            "name": self.name, "pool": self.pool, "index": self.index, "sku": self.sku,
-            "management_ip": self.management_ip, "storage_ip": self.storage_ip,
-            "nics": [{"name": n.name, "rail": n.rail, "ip": n.ip, "prefixlen": n.prefixlen, "leaf": n.leaf,
-                      "leaf_port": n.leaf_port, "netdev": n.netdev, "gateway": n.gateway} for n in self.nics],
-            "vms": [{"name": v.name, "index": v.index, "management_ip": v.management_ip, "storage_ip": v.storage_ip,
-                     "gpus": list(v.gpus),
-                     "vfs": [{"name": f.name, "rail": f.rail, "pf": f.pf, "slot": f.slot, "ip": f.ip,
-                              "prefixlen": f.prefixlen, "gateway": f.gateway} for f in v.vfs]} for v in self.vms],
-        }
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog, NodeSku
 
 
 class Plan:
     """Everything Railyard will build for a spec, derived once from the spec and the catalog."""
 
-    def __init__(self, spec: Any, catalog: Any, fabric: FabricPlan, storage: StoragePlan):
+    def __init__(self, spec: Spec, catalog: Catalog, fabric: FabricPlan, storage: StoragePlan):
         self.spec = spec
         self.catalog = catalog
         self.fabric = fabric
@@ -174,7 +50,7 @@ class Plan:
         self._netdevs: dict[str, dict[str, str | None]] = {}
         self._tuning: dict[str, TuningTargets] = {}
         self._guests: dict[str, tuple[GuestTopology, ...]] = {}
-        self._guest_skus: dict[str, tuple[GuestTopology, Any]] = {}
+        self._guest_skus: dict[str, tuple[GuestTopology, NodeSku]] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -261,7 +137,7 @@ class Plan:
             self._pairings[sku_id] = _pairing(self.catalog, sku_id)
         return self._pairings[sku_id]
 
-    def _netdevs_of(self, sku: Any) -> dict[str, str | None]:
+    def _netdevs_of(self, sku: NodeSku) -> dict[str, str | None]:
         if sku.id not in self._netdevs:
             self._netdevs[sku.id] = {n.rdma: netdev_name(sku, n.rdma) for n in sku.compute_nics}
         return self._netdevs[sku.id]
@@ -295,7 +171,7 @@ class Plan:
             shown = ", ".join(list(self._vm_hosts)[:8]) + (", ..." if len(self._vm_hosts) > 8 else "")
             raise KeyError(f"no VM {name!r} in the plan; VMs: {shown or 'none'}") from None
 
-    def guest(self, vm: str) -> tuple[GuestTopology, Any]:
+    def guest(self, vm: str) -> tuple[GuestTopology, NodeSku]:
         """What VM `vm` sees: its guest topology (the same for VM j of every host of a pool), and
         that as the hardware a guest SKU describes (railyard.model.guest_sku)."""
         host, plan = self.vm_named(vm)
@@ -355,6 +231,7 @@ class Plan:
         prefix = addr.rail_prefixlen(f.compute.cidr, self._rails, kind) if self._rails else 0
         rails = tuple(Subnet(addr.rail_subnet(f.compute.cidr, r, self._rails, kind), prefix,
                              addr.rail_gateway(f.compute.cidr, r, self._rails, kind)) for r in range(self._rails))
+        assert f.compute.mtu is not None, "a validated spec's compute fabric has its MTU (railyard.model.mtu)"
         compute = ComputeNetworkPlan(str(f.compute.cidr), rails, self.fabric.spines > 0, kind, f.compute.mtu)
         return Networks(nets["management"], nets["storage"], compute)
 
@@ -375,24 +252,24 @@ class Plan:
         pool = self.spec.pool(pool_name)
         return pool.count * len(getattr(self.catalog.nodes[pool.sku], "gpus", ()))
 
-    def tenant_gpus(self, tenant: Any) -> int:
+    def tenant_gpus(self, tenant: Tenant) -> int:
         """The GPUs a tenant may hold at once: its quota, else every GPU of its pools."""
         if tenant.gpu_quota is not None:
             return tenant.gpu_quota
         return sum(self.pool_gpus(p) for p in tenant.pools)
 
     @functools.cached_property
-    def acceptance(self) -> Any:
+    def acceptance(self) -> AcceptancePlan | None:
         """What `up` checks after tuning (railyard.model.acceptance.AcceptancePlan), None when off."""
         return plan_acceptance(self)
 
     @functools.cached_property
-    def slurm(self) -> Any:
+    def slurm(self) -> SlurmPlan | None:
         """Slurm's nodes and topology (railyard.model.slurm.SlurmPlan), None without railyard:slurm."""
         return plan_slurm(self)
 
     @functools.cached_property
-    def kubernetes(self) -> Any:
+    def kubernetes(self) -> KubernetesPlan | None:
         """The Kubernetes layer (railyard.model.kubernetes.KubernetesPlan), None without railyard:kubernetes."""
         return plan_kubernetes(self)
 
@@ -442,11 +319,11 @@ class Plan:
         return out
 
 
-def _pairing(catalog: Any, sku_id: str) -> dict[str, str]:
+def _pairing(catalog: Catalog, sku_id: str) -> dict[str, str]:
     return dict(Topology.from_sku(catalog.nodes[sku_id]).pairing())
 
 
-def make_plan(spec: Any, catalog: Any = None, fabric: FabricPlan | None = None) -> Plan:
+def make_plan(spec: Spec, catalog: Catalog | None = None, fabric: FabricPlan | None = None) -> Plan:
     """The plan of a validated spec; raises SpecError when the fabric or a network cannot hold it.
 
     fabric: the FabricPlan validation already made for this spec (railyard.stack.load passes it),

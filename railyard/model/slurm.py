@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from railyard.model.fabric.names import group_name, unit_name
 from railyard.model.spec import os_reserve_gib
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku
+    from railyard.model.plan_types import PlanView
 
 # The root of the tree: what connects the scalable units (or the spine groups).
 ROOT_TWO_TIERS = "spine"
@@ -97,7 +101,7 @@ def gpu_type(model: str | None) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def sku_counts(sku: Any) -> dict[str, int | None]:
+def sku_counts(sku: NodeSku) -> dict[str, int | None]:
     """What slurm.conf says of a node of the SKU: CPUs, and sockets x cores x threads when the
     catalog knows all three (Slurm wants all of them or none), RealMemory in MiB."""
     cpu = sku.cpus
@@ -112,7 +116,7 @@ def sku_counts(sku: Any) -> dict[str, int | None]:
             "threads_per_core": threads, "memory_mib": memory}
 
 
-def plan_slurm(plan: Any) -> SlurmPlan | None:
+def plan_slurm(plan: PlanView) -> SlurmPlan | None:
     """The stack's Slurm (None without railyard:slurm)."""
     spec = plan.spec.slurm
     if spec is None:

@@ -11,7 +11,11 @@ storage is read in; network speeds in Gb/s are divided by 8.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog, NodeSku
+    from railyard.model.spec.types import Spec
 
 TIB_IN_TB = 1.099511627776
 
@@ -103,12 +107,12 @@ def _r(x: float | None, nd: int = 3) -> float | int | None:
     return int(r) if float(r).is_integer() else r
 
 
-def _gpus(sku: Any) -> int:
+def _gpus(sku: NodeSku | None) -> int:
     g = getattr(sku, "gpus", None)
     return g if isinstance(g, int) else len(g or ())
 
 
-def _data_drives(sku: Any) -> tuple[int | None, float | None]:
+def _data_drives(sku: NodeSku | None) -> tuple[int | None, float | None]:
     groups = getattr(sku, "nvme", None)
     if not groups:
         return None, None
@@ -119,7 +123,7 @@ def _data_drives(sku: Any) -> tuple[int | None, float | None]:
     return sum(g.count for g in data), min(g.size_tb for g in data)
 
 
-def plan_storage(spec: Any, catalog: Any = None) -> StoragePlan:
+def plan_storage(spec: Spec, catalog: Catalog | None = None) -> StoragePlan:
     """Capacity and read bandwidth of each storage tier for a validated spec."""
     if catalog is None:
         from railyard.model.catalog import load_catalog

@@ -23,11 +23,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from railyard.model.fabric import subnet as sn
 from railyard.model.fabric.verify import Finding, verify
 from railyard.sweep.simulator import Simulator, SimulatorError, tools
+
+if TYPE_CHECKING:
+    from railyard.model.fabric import FabricPlan
+    from railyard.model.spec.types import Tenant
 
 __all__ = ["SweepReport", "Simulator", "SimulatorError", "sweep", "tools", "write_opensm_files"]
 
@@ -123,7 +127,7 @@ def pkey_table(smpquery_output: str) -> set[int]:
     return keys
 
 
-def write_opensm_files(fabric: Any, tenants: Sequence[Any], subnet: sn.Subnet | None, out: Path, *,
+def write_opensm_files(fabric: FabricPlan, tenants: Sequence[Tenant], subnet: sn.Subnet | None, out: Path, *,
                        roots: bool | None = None, installed_in: str | None = None,
                        extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write OpenSM's files for this fabric into `out` and return the options chosen:
@@ -150,7 +154,7 @@ def write_opensm_files(fabric: Any, tenants: Sequence[Any], subnet: sn.Subnet | 
     return options
 
 
-def sweep(fabric: Any, tenants: Sequence[Any], *, workdir: Path | None = None, topology: str | None = None,
+def sweep(fabric: FabricPlan, tenants: Sequence[Tenant], *, workdir: Path | None = None, topology: str | None = None,
           roots: bool | None = None, check_pkeys: bool = True, progress: Callable[[str], None] | None = None
           ) -> SweepReport:
     """Simulate `fabric` (or the `topology` text given instead: a damaged copy, say), sweep it with

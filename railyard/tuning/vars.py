@@ -9,14 +9,19 @@ from the caller's own no_log variables).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard import guests
 from railyard.model.boot_args import cpu_vendor
 from railyard.model.sysfs_discovery import format_cpulist
 
+if TYPE_CHECKING:
+    from railyard.model.host_tuning import TuningTargets
+    from railyard.model.plan import NodePlan, Plan
+    from railyard.model.spec.types import Spec
 
-def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = None,
+
+def host_vars(spec: Spec, plan: Plan, node: NodePlan | str, *, object_endpoint: str | None = None,
               dataset_prefix: str = "") -> dict[str, Any]:
     """Role variables for `node` (a NodePlan or a host name from plan.nodes): the plan's tuning
     targets (Plan.tuning) as the roles' variables, formatted, never computed here.
@@ -94,7 +99,7 @@ def host_vars(spec: Any, plan: Any, node: Any, *, object_endpoint: str | None = 
     return out
 
 
-def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
+def guest_vars(spec: Spec, plan: Plan, vm: str) -> dict[str, Any]:
     """Role variables inside VM `vm` (guest tuning, playbooks/guest.yml): the plan's guest targets
     (Plan.guest_tuning) for the same roles a host runs, read against the guest's own hardware."""
     host, _ = plan.vm_named(vm)
@@ -103,7 +108,9 @@ def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
     out: dict[str, Any] = {"railyard_node": vm, "railyard_sku": sku.id, "railyard_stack": spec.stack}
     # Only where the stack asks for guest hugepages: the role would otherwise release what the
     # guest's image reserves (guest.yml runs it only when these are given).
-    if spec.pool(host.pool).vm.hugepages is not None:
+    vm_spec = spec.pool(host.pool).vm
+    assert vm_spec is not None, "a pool whose hosts run VMs has its vm"
+    if vm_spec.hugepages is not None:
         out.update(_hugepage_vars(targets))
     out["gpu_nic_affinity_compute_nics"] = list(targets.compute_pfs)
     out["gpu_nic_affinity_nvlink_class"] = sku.nvlink_class or ""
@@ -115,7 +122,7 @@ def guest_vars(spec: Any, plan: Any, vm: str) -> dict[str, Any]:
     return out
 
 
-def _hugepage_vars(targets: Any) -> dict[str, Any]:
+def _hugepage_vars(targets: TuningTargets) -> dict[str, Any]:
     """The hugepages role's variables from a host's or a guest's tuning targets."""
     return {"hugepages_size": targets.hugepage_size,
             "hugepages_per_node": {str(n): c for n, c in targets.hugepages_per_numa.items()},

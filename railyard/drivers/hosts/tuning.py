@@ -13,7 +13,7 @@ from railyard.ssh_client import JUMP_VAR
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
-    from railyard.model.plan import Plan
+    from railyard.model.plan import NodePlan, Plan
 
 
 def jump(host: Host) -> dict | None:
@@ -22,7 +22,7 @@ def jump(host: Host) -> dict | None:
     return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
 
 
-def node_vars(spec: Spec, plan: Plan, node: Any) -> dict[str, Any]:
+def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
     config: HostsConfig = spec.driver_config
     if isinstance(node, str):
         node = plan.node_named(node)

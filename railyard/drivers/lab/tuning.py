@@ -9,7 +9,7 @@ from railyard.drivers.lab.node import HW_TREE
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
-    from railyard.model.plan import Plan
+    from railyard.model.plan import NodePlan, Plan
 
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
@@ -36,7 +36,7 @@ def tuning_vars() -> dict[str, Any]:
     return out
 
 
-def node_vars(spec: Spec, plan: Plan, node: Any) -> dict[str, Any]:
+def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
     # Only where Slurm runs, or the hypervisor isolates CPUs (the kernel mode, the lab's only one,
     # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
     out = dict(SLURM_VARS) if spec.slurm is not None else {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -16,6 +16,7 @@ from railyard.model.guest_topology import GuestTopology
 from railyard.model.spec.types import host_reserve_threads
 
 if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku
     from railyard.model.spec import Spec
 
 
@@ -126,7 +127,7 @@ class FitProblem:
     why: str
 
 
-def _cell_limit(sku: Any, thread_policy: str) -> tuple[int, str, int, int] | None:
+def _cell_limit(sku: NodeSku, thread_policy: str) -> tuple[int, str, int, int] | None:
     """(vCPUs nova can pin for one guest NUMA node on one host NUMA node of the SKU, what they
     count, the node's threads, the threads the hypervisor keeps there); None where the catalog does
     not say (vela-a100's threads are unknown)."""
@@ -141,11 +142,12 @@ def _cell_limit(sku: Any, thread_policy: str) -> tuple[int, str, int, int] | Non
     keep = math.ceil(host_reserve_threads(threads) / (nodes * (tpc or 1))) * (tpc or 1)
     free = max(0, per - keep)
     if thread_policy == "isolate":
+        assert tpc, "isolate without threads per core returned None above"
         return free // tpc, "cores", per, keep
     return free, "threads", per, keep
 
 
-def fit_problem(sku: Any, flavor: Flavor, thread_policy: str) -> FitProblem | None:
+def fit_problem(sku: NodeSku, flavor: Flavor, thread_policy: str) -> FitProblem | None:
     """Why nova cannot boot `flavor` on a host of `sku`, or None. With hw:cpu_policy=dedicated and
     hw:numa_nodes=N, nova splits the vCPUs and the memory evenly over N guest NUMA nodes (an
     uneven split is refused), and pins each on one host NUMA node: its share must fit there, in

@@ -16,7 +16,7 @@ from railyard.ssh_client import JUMP_VAR
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
-    from railyard.model.plan import Plan
+    from railyard.model.plan import Plan, VmPlan
 
 
 def jump(config: OpenStackConfig) -> dict | None:
@@ -25,7 +25,7 @@ def jump(config: OpenStackConfig) -> dict | None:
     return {"address": j.address, "user": j.user, "port": j.port, "host_keys": list(j.host_keys)} if j else None
 
 
-def node_vars(spec: Spec, plan: Plan, node: Any) -> dict[str, Any]:
+def node_vars(spec: Spec, plan: Plan, node: NodePlan | VmPlan | str) -> dict[str, Any]:
     """`node`: a VM of the plan (its VmPlan or its name); a hypervisor (NodePlan, or a host's name)
     gets nothing."""
     config: OpenStackConfig | None = spec.driver_config

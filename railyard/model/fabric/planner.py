@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from railyard.model.fabric.cabling import Cabling
 from railyard.model.fabric.geometry import SwitchGeometry, _fail, _get, switch_geometry
 from railyard.model.fabric.names import SWITCH_TIERS, group_spine_name, leaf_name, spine_name
 from railyard.model.fabric.roce import roce_summary
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog
+    from railyard.model.spec.types import Spec
 
 
 @dataclass(frozen=True)
@@ -466,7 +470,7 @@ def nic_name(nic: Any) -> str:
     return "nic"
 
 
-def fabric_pools(spec: Any, catalog: Any) -> list[FabricPool]:
+def fabric_pools(spec: Spec, catalog: Catalog) -> list[FabricPool]:
     out = []
     for ordinal, pool in enumerate(spec.node_pools):
         sku = catalog.nodes.get(pool.sku)
@@ -475,7 +479,7 @@ def fabric_pools(spec: Any, catalog: Any) -> list[FabricPool]:
     return out
 
 
-def plan_fabric(spec: Any, catalog: Any = None) -> FabricPlan:
+def plan_fabric(spec: Spec, catalog: Catalog | None = None) -> FabricPlan:
     """The compute fabric of a validated spec."""
     if catalog is None:
         from railyard.model.catalog import load_catalog

@@ -15,9 +15,13 @@ and `railyard plan --frr` render the same routers. Cost grows with the links, li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from railyard.model import addressing as addr
+
+if TYPE_CHECKING:
+    from railyard.model.fabric.geometry import SwitchGeometry
+    from railyard.model.fabric.planner import FabricPlan
 
 # FRR's limit on equal-cost paths as Debian builds it (bgpd refuses `maximum-paths` above it).
 MAX_ECMP = 256
@@ -51,7 +55,7 @@ class Router:
     rail: int | None = None
 
 
-def port_netdev(geometry: Any, port: int) -> str:
+def port_netdev(geometry: SwitchGeometry, port: int) -> str:
     """A switch port's Linux interface name, Cumulus style: swp<cage>, or swp<cage>s<lane> for a
     cage split into several ports (breakout); at most 15 characters, as Linux requires."""
     if geometry.ports_per_cage == 1:
@@ -60,7 +64,7 @@ def port_netdev(geometry: Any, port: int) -> str:
     return f"swp{cage + 1}s{lane}"
 
 
-def routers(fabric: Any, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:
+def routers(fabric: FabricPlan, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:
     """Every switch of a RoCE fabric as a router, in switches() order.
 
     rail_stride: a pool's rail addresses per host (the PF's, then its VFs'); gateways: each rail's
@@ -76,15 +80,21 @@ def routers(fabric: Any, rail_stride: Callable[[str], int], gateways: Mapping[in
         if link.tier == "node_leaf":
             continue
         a_if, b_if = port_netdev(label, link.a_port), port_netdev(label, link.b_port)
-        sessions[link.a_device].append(Session(a_if, link.a_ip, link.b_device, b_if, link.b_ip, asn[link.b_device]))
-        sessions[link.b_device].append(Session(b_if, link.b_ip, link.a_device, a_if, link.a_ip, asn[link.a_device]))
+        a_ip, b_ip, a_asn, b_asn = link.a_ip, link.b_ip, asn[link.a_device], asn[link.b_device]
+        assert a_ip is not None and b_ip is not None and a_asn is not None and b_asn is not None, \
+            "a roce fabric with a cidr and an asnBase (checked above) numbers every switch link and switch"
+        sessions[link.a_device].append(Session(a_if, a_ip, link.b_device, b_if, b_ip, b_asn))
+        sessions[link.b_device].append(Session(b_if, b_ip, link.a_device, a_if, a_ip, a_asn))
     layouts = {pl.pool.name: pl for pl in fabric.layouts}
     for s in switches:
         own = tuple(sessions[s.name])
         paths = min(MAX_ECMP, max(len(own), 1))
+        assert s.asn is not None and s.loopback is not None, \
+            "asnBase and loopbackCidr (checked above) give every switch its ASN and loopback"
         if s.tier != "leaf":
             yield Router(s.name, s.tier, s.asn, s.loopback, own, paths)
             continue
+        assert s.pool is not None and s.unit is not None and s.rail is not None, "a leaf has its pool, unit and rail"
         pl = layouts[s.pool]
         first = s.unit * fabric.su_nodes
         count = min(fabric.su_nodes, pl.pool.nodes - first)

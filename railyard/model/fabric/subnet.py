@@ -17,10 +17,14 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from railyard.model import addressing as addr
 from railyard.model import mtu
+
+if TYPE_CHECKING:
+    from railyard.model.fabric.planner import FabricPlan, FabricPool
+    from railyard.model.spec.types import Tenant
 
 DEFAULT_PKEY = 0x7FFF
 ROUTING_ENGINE = "ftree"
@@ -31,7 +35,7 @@ def hca_name(node: str, nic: str) -> str:
     return f"{node} {nic}"
 
 
-def compute_hcas(fabric: Any) -> Iterator[tuple[str, Any, int, int]]:
+def compute_hcas(fabric: FabricPlan) -> Iterator[tuple[str, FabricPool, int, int]]:
     """Every compute HCA as (its name, pool, node index, rail), in pool, node and rail order: the
     order of the topology file, whose first HCA the simulated SM runs on."""
     for pl in fabric.layouts:
@@ -57,7 +61,7 @@ def cable_of(a: End, b: End) -> tuple[End, End]:
     return (a, b) if a <= b else (b, a)
 
 
-def planned_cables(fabric: Any) -> Iterator[tuple[End, End]]:
+def planned_cables(fabric: FabricPlan) -> Iterator[tuple[End, End]]:
     """Every planned cable as two named ends, lower end first."""
     for link in fabric.links():
         if link.tier == "node_leaf":
@@ -67,7 +71,7 @@ def planned_cables(fabric: Any) -> Iterator[tuple[End, End]]:
         yield cable_of(a, End(link.b_device, link.b_port))
 
 
-def link_rate(fabric: Any) -> str:
+def link_rate(fabric: FabricPlan) -> str:
     """A planned cable's width and speed as ibnetdiscover prints them: `4xNDR`. Every port of the
     catalog's InfiniBand switches and HCAs is a 4x port at the fabric's speed."""
     return f"4x{fabric.speed.upper()}"
@@ -77,7 +81,7 @@ def link_rate(fabric: Any) -> str:
 # The plan in ibnetdiscover's format
 
 
-def write_topology(fabric: Any, out: Any) -> int:
+def write_topology(fabric: FabricPlan, out: IO[str]) -> int:
     """Write the fabric as an ibnetdiscover topology file; returns the number of devices.
 
     HCAs come first, in node and rail order: ibsim attaches the first port of the file to the
@@ -109,18 +113,18 @@ def write_topology(fabric: Any, out: Any) -> int:
     return len(hcas) + len(switches)
 
 
-def _hca_order(fabric: Any):
+def _hca_order(fabric: FabricPlan) -> Callable[[str], int]:
     rank = {name: i for i, (name, *_) in enumerate(compute_hcas(fabric))}
     return lambda name: rank.get(name, len(rank))
 
 
-def topology_text(fabric: Any) -> str:
+def topology_text(fabric: FabricPlan) -> str:
     buf = io.StringIO()
     write_topology(fabric, buf)
     return buf.getvalue()
 
 
-def simulator_limits(fabric: Any) -> dict[str, int]:
+def simulator_limits(fabric: FabricPlan) -> dict[str, int]:
     """Nodes, switches and ports ibsim must hold for this fabric (its -N, -S and -P), with room:
     ibsim 0.10 stops at 2,048 nodes, 256 switches and 13,312 ports by default."""
     switches = sum(1 for _ in fabric.switches())
@@ -254,13 +258,13 @@ def parse_ibnetdiscover(text: str) -> Subnet:
 # What OpenSM is given
 
 
-def root_switches(fabric: Any) -> list[str]:
+def root_switches(fabric: FabricPlan) -> list[str]:
     """The top tier: the switches ftree must rank as roots (spines of two tiers, cores of three)."""
     top = {2: "spine", 3: "core"}.get(fabric.tiers)
     return [sw.name for sw in fabric.switches() if sw.tier == top]
 
 
-def _members(tenant: Any, fabric: Any, subnet: Subnet) -> list[int]:
+def _members(tenant: Tenant, fabric: FabricPlan, subnet: Subnet) -> list[int]:
     by_desc = subnet.by_desc()
     guids = []
     for name, pool, _, _ in compute_hcas(fabric):
@@ -272,7 +276,7 @@ def _members(tenant: Any, fabric: Any, subnet: Subnet) -> list[int]:
     return guids
 
 
-def partitions_conf(tenants: Sequence[Any], fabric: Any, subnet: Subnet | None) -> str:
+def partitions_conf(tenants: Sequence[Tenant], fabric: FabricPlan, subnet: Subnet | None) -> str:
     """OpenSM's partitions.conf: the default partition, then one partition per tenant over the
     compute ports of its pools, full or limited members from the pkey's high bit. A tenant of
     every pool is ALL_CAS; one of some pools lists its ports' GUIDs, read from `subnet`.
@@ -308,12 +312,12 @@ def ipoib_flags() -> str:
     return f"ipoib, mtu={mtu.IB_MTU_CODES[mtu.ib_link_mtu()]}"
 
 
-def sm_port(fabric: Any) -> str:
+def sm_port(fabric: FabricPlan) -> str:
     """The HCA the simulated subnet manager runs on: the first of the topology file."""
     return next(compute_hcas(fabric))[0]
 
 
-def expected_pkeys(tenants: Sequence[Any], fabric: Any, sm: str | None = None) -> dict[str, set[int]]:
+def expected_pkeys(tenants: Sequence[Tenant], fabric: FabricPlan, sm: str | None = None) -> dict[str, set[int]]:
     """Per compute HCA: the pkeys its P_Key table must hold once OpenSM has swept (membership bit
     included: 0xffff is full default membership, 0x7fff limited). `sm`, the SM's own port, is a
     full member of the default partition (SELF=full)."""
@@ -350,7 +354,7 @@ def opensm_conf(options: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def root_guids(fabric: Any, subnet: Subnet) -> list[int]:
+def root_guids(fabric: FabricPlan, subnet: Subnet) -> list[int]:
     by_desc = subnet.by_desc()
     out = []
     for name in root_switches(fabric):
@@ -376,11 +380,11 @@ class Nic(NamedTuple):
     key: tuple[str, int, int]
 
 
-def _nic(pool: Any, index: int, rail: int) -> Nic:
+def _nic(pool: FabricPool, index: int, rail: int) -> Nic:
     return Nic(hca_name(addr.node_name(pool.name, index), pool.nic(rail)), (pool.name, index, rail))
 
 
-def probe_pairs(fabric: Any) -> list[tuple[str, Nic, Nic]]:
+def probe_pairs(fabric: FabricPlan) -> list[tuple[str, Nic, Nic]]:
     """Pairs of compute HCAs whose routes show each kind of path the fabric has: through one leaf,
     to another rail, to the same rail in another scalable unit, and to another spine group."""
     if not fabric.layouts:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from railyard.model.fabric.subnet import End, Subnet, cable_of, link_rate, planned_cables
+
+if TYPE_CHECKING:
+    from railyard.model.fabric.planner import FabricPlan
 
 KINDS = ("cable-swapped", "cable-misplaced", "link-missing", "link-extra", "link-width", "link-speed",
          "unknown-device")
@@ -55,7 +58,7 @@ def _peers(cables: Iterable[tuple[End, End]]) -> dict[End, End]:
     return out
 
 
-def verify(fabric: Any, subnet: Subnet) -> list[Finding]:
+def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
     """Every way `subnet` differs from the plan of `fabric`, cabling first, then rates."""
     planned = set(planned_cables(fabric))
     found = subnet.named_cables()

@@ -13,13 +13,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.model.kubernetes import kueue, sriov
 from railyard.model.kubernetes.nodes import (
     GPU_RESOURCE, HOSTNAME, KubeNode, cordon, kube_nodes, label_keys, pool_labels, rail_resource,
 )
 
+if TYPE_CHECKING:
+    from railyard.model.plan_types import PlanView
 
 
 def object_prefix(stack: str) -> str:
@@ -46,8 +48,9 @@ class QueueTenant:
 
 
 class KubernetesPlan:
-    def __init__(self, plan: Any):
+    def __init__(self, plan: PlanView):
         k8s = plan.spec.kubernetes
+        assert k8s is not None, "plan_kubernetes makes one only for a stack with railyard:kubernetes"
         self.plan = plan
         self.label_prefix: str = k8s.label_prefix
         self.resource_prefix: str = k8s.resource_prefix
@@ -192,7 +195,7 @@ class KubernetesPlan:
         }
 
 
-def plan_kubernetes(plan: Any) -> KubernetesPlan | None:
+def plan_kubernetes(plan: PlanView) -> KubernetesPlan | None:
     return KubernetesPlan(plan) if plan.spec.kubernetes is not None else None
 
 

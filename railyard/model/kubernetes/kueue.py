@@ -8,9 +8,12 @@ then gets nodes under the same leaves on every rail.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.model.kubernetes.nodes import GPU_RESOURCE, HOSTNAME, KubeNode, binary_quantity, label_keys
+
+if TYPE_CHECKING:
+    from railyard.model.plan_types import PlanView
 
 API = "kueue.x-k8s.io/v1beta2"
 LOCAL_QUEUE = "gpu"
@@ -19,7 +22,7 @@ Kueue's LocalQueue defaulting would hand jobs that name no queue."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def topology_levels(plan: Any, label_prefix: str) -> list[str]:
+def topology_levels(plan: PlanView, label_prefix: str) -> list[str]:
     """Node labels from the widest tier to a single node."""
     keys = label_keys(label_prefix)
     levels = [keys["su"], HOSTNAME]

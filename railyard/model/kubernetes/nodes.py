@@ -11,10 +11,14 @@ hypervisor itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railyard.model.fabric import group_name, unit_name
 from railyard.model.spec import os_reserve_gib
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import NodeSku
+    from railyard.model.plan_types import NodePlan, PlanView
 
 HOSTNAME = "kubernetes.io/hostname"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -74,7 +78,7 @@ def rail_resource(resource_prefix: str, rail: int, sriov: bool) -> str:
     return f"{resource_prefix}/rail{rail}" if sriov else f"{RDMA_PREFIX}/rail{rail}"
 
 
-def pool_labels(plan: Any, label_prefix: str, pool: str) -> dict[str, str]:
+def pool_labels(plan: PlanView, label_prefix: str, pool: str) -> dict[str, str]:
     """The labels every node of `pool` carries, whatever its place in the fabric."""
     keys = label_keys(label_prefix)
     compute = plan.spec.fabric.compute
@@ -82,7 +86,7 @@ def pool_labels(plan: Any, label_prefix: str, pool: str) -> dict[str, str]:
             keys["fabric-speed"]: compute.speed}
 
 
-def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[KubeNode, ...]:
+def kube_nodes(plan: PlanView, label_prefix: str, resource_prefix: str) -> tuple[KubeNode, ...]:
     """Every node of the cluster, pool by pool: hosts in bare metal, VMs in the virtual layout."""
     spec, fabric = plan.spec, plan.fabric
     keys = label_keys(label_prefix)
@@ -101,6 +105,7 @@ def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[Kube
         for vm in host.vms:
             vm_labels = {**labels, keys["host"]: host.name, HOSTNAME: vm.name}
             pool = spec.pool(host.pool)
+            assert pool.vm is not None, "a pool whose hosts run VMs has its vm"
             resources = {GPU_RESOURCE: len(vm.gpus)}
             for vf in vm.vfs:
                 name = rail_resource(resource_prefix, vf.rail, True)
@@ -111,7 +116,7 @@ def kube_nodes(plan: Any, label_prefix: str, resource_prefix: str) -> tuple[Kube
     return tuple(out)
 
 
-def _host_node(plan: Any, host: Any, sku: Any, labels: dict[str, str], resource_prefix: str) -> KubeNode:
+def _host_node(plan: PlanView, host: NodePlan, sku: NodeSku, labels: dict[str, str], resource_prefix: str) -> KubeNode:
     tuning = plan.tuning(host)
     pages = tuning.hugepages_total + sum(tuning.hugepages_per_numa.values())
     page_gib = 1 if tuning.hugepage_size == "1G" else None

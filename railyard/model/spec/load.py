@@ -15,7 +15,7 @@ import ipaddress
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, TypeVar, cast, overload
 
 import yaml
 
@@ -33,6 +33,9 @@ from railyard.model.spec.types import (
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog, NodeSku, SwitchModel, VmShape
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -117,7 +120,7 @@ def read_stack_file(path: str | Path) -> tuple[Mapping[str, Any], str]:
 
 
 def parse(config: Mapping[str, Any], stack: str, drivers: Mapping[str, DriverRules | None],
-          catalog: Any = None) -> tuple[Spec, FabricPlan | None]:
+          catalog: Catalog | None = None) -> tuple[Spec, FabricPlan | None]:
     """The Spec of a stack's `config:` mapping and the compute fabric validation planned for it
     (None for a spec without pools), so nobody plans it again; raises SpecError with every problem.
 
@@ -137,7 +140,7 @@ def parse(config: Mapping[str, Any], stack: str, drivers: Mapping[str, DriverRul
 
 
 class _Parser(ConfigReader, CrossFieldRules):
-    def __init__(self, catalog: Any, drivers: Mapping[str, DriverRules | None]):
+    def __init__(self, catalog: Catalog, drivers: Mapping[str, DriverRules | None]):
         super().__init__(f"{_SECRETS_HINT}; set this one without --secret")
         self.catalog = catalog
         self.drivers = drivers
@@ -186,7 +189,14 @@ class _Parser(ConfigReader, CrossFieldRules):
             return None
         return net
 
-    def catalog_entry(self, table: str, key: str, path: str, kind: str) -> Any:
+    @overload
+    def catalog_entry(self, table: Literal["nodes"], key: str, path: str, kind: str) -> NodeSku | None: ...
+    @overload
+    def catalog_entry(self, table: Literal["vm_shapes"], key: str, path: str, kind: str) -> VmShape | None: ...
+    @overload
+    def catalog_entry(self, table: Literal["switches"], key: str, path: str, kind: str) -> SwitchModel | None: ...
+
+    def catalog_entry(self, table: str, key: str, path: str, kind: str) -> NodeSku | VmShape | SwitchModel | None:
         entries = getattr(self.catalog, table)
         if key not in entries:
             ids = sorted(entries)
@@ -337,7 +347,7 @@ class _Parser(ConfigReader, CrossFieldRules):
             facts.append(fact)
         return pools, facts
 
-    def vm(self, m: Mapping, ipath: str, sku: Any) -> tuple[int | None, VmSpec | None, frozenset]:
+    def vm(self, m: Mapping, ipath: str, sku: NodeSku | None) -> tuple[int | None, VmSpec | None, frozenset]:
         vms = self.integer(m, "vmsPerHost", f"{ipath}.vmsPerHost", default=1)
         if vms is not None and sku is not None and sku.gpus and vms > len(sku.gpus):
             # Every VM has a GPU of its host (vm.gpus >= 1), so no host runs more VMs than it has GPUs.
@@ -352,6 +362,9 @@ class _Parser(ConfigReader, CrossFieldRules):
         derive_vcpus = False
         vfs = self.integer(vm_m, "vfs", f"{vpath}.vfs", default=None, maximum=SRIOV_MAX_VFS)
         shape_id = self.string(vm_m, "shape", f"{vpath}.shape", what="a VM shape id from the catalog")
+        vcpus: int | None
+        memory: int | None
+        gpus: int | None
         if "shape" in keys:
             for key in ("vcpus", "memoryGiB", "gpus"):
                 if key in keys:
@@ -389,12 +402,13 @@ class _Parser(ConfigReader, CrossFieldRules):
         if derive_vcpus and gpus and vfs is not None and vms and vms > 0:
             # The most every VM can have pinned beside its devices (guest_topology), once the
             # hypervisor's reserve is kept.
+            assert sku is not None and sku.threads is not None, "derive_vcpus is set where the catalog gives the threads"
             reserve = host_reserve_threads(sku.threads)
             vcpus = default_vcpus(sku, vm_devices(sku, vms, gpus, vfs), (sku.threads - reserve) // vms, reserve)
         hugepages = (self.hugepages(vm_m["hugepages"], f"{vpath}.hugepages", "nodePools[].vm.hugepages", "VM")
                      if "hugepages" in keys else None)
-        return vms, VmSpec(vcpus=vcpus, memory_gib=memory, gpus=gpus, vfs=_partial(vfs), shape=shape_id,
-                           hugepages=hugepages), keys
+        return vms, VmSpec(vcpus=_partial(vcpus), memory_gib=_partial(memory), gpus=_partial(gpus), vfs=_partial(vfs),
+                           shape=shape_id, hugepages=hugepages), keys
 
     # --- fabric ---------------------------------------------------------------------------------
 

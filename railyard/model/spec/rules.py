@@ -13,7 +13,7 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
@@ -24,6 +24,9 @@ from railyard.model.spec.types import (
     NAMESPACE, ComputeFabric, Fabric, Hugepages, NodePool, Spec, Sriov, TuningSpec, host_reserve_threads,
     os_reserve_gib,
 )
+
+if TYPE_CHECKING:
+    from railyard.model.catalog import Catalog, NodeSku
 
 # Reading the catalog (railyard/model/catalog.py). A fact the catalog marks unknown (None) skips the
 # rule that needs it: the rule cannot be decided, and the entry's `assumptions` say what is missing.
@@ -48,15 +51,21 @@ class _PoolFacts:
     """What the cross-field checks need to know about a pool beyond its NodePool."""
 
     path: str
-    sku: Any = None
+    sku: NodeSku | None = None
     vm_keys: frozenset = frozenset()
+
+    @property
+    def known_sku(self) -> NodeSku:
+        """The SKU, for the checks check_pools runs only on pools whose SKU the catalog has."""
+        assert self.sku is not None, "check_pools checks only the pools whose SKU the catalog has"
+        return self.sku
 
 
 class CrossFieldRules(abc.ABC):
     """The rules that read several sections at once, mixed into the parser (load._Parser), which
     provides problem() and these attributes."""
 
-    catalog: Any
+    catalog: Catalog
     problems: list[Problem]
     fabric_plan: FabricPlan | None
 
@@ -86,7 +95,7 @@ class CrossFieldRules(abc.ABC):
                 self.check_nics(pool, fact, compute)
 
     def check_hugepages(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages, layout: str | None) -> None:
-        mem = fact.sku.memory_gib
+        mem = fact.known_sku.memory_gib
         if mem is None or hp.size is None or (hp.count is None and hp.percent_of_memory is None):
             return
         reserve = os_reserve_gib(mem)
@@ -113,17 +122,17 @@ class CrossFieldRules(abc.ABC):
         if n is None:
             return
         spath = f"{NAMESPACE}:tuning.sriov.vfsPerPf"
-        nics = fact.sku.compute_nics
+        nics = fact.known_sku.compute_nics
         if layout == "virtual" and n == 0:
             self.problem(spath, "0 (SR-IOV off)", "at least 1 in the virtual layout",
                          "VMs reach the compute fabric through SR-IOV VFs")
             return
-        known = [nic for nic in nics if nic.sriov_total_vfs is not None]
+        known = [(nic, nic.sriov_total_vfs) for nic in nics if nic.sriov_total_vfs is not None]
         if known:
-            nic = min(known, key=lambda x: x.sriov_total_vfs)
-            if n > nic.sriov_total_vfs:
-                self.problem(spath, _show(n), f"0..{nic.sriov_total_vfs} on {pool.sku} (pool {pool.name})",
-                             f"{nic.name} on {pool.sku} supports at most {nic.sriov_total_vfs} VFs (sriov_total_vfs)")
+            nic, total = min(known, key=lambda k: k[1])
+            if n > total:
+                self.problem(spath, _show(n), f"0..{total} on {pool.sku} (pool {pool.name})",
+                             f"{nic.name} on {pool.sku} supports at most {total} VFs (sriov_total_vfs)")
                 return
         if layout == "virtual" and pool.vm is not None and pool.vm.vfs and pool.vms_per_host:
             need = addressing.vf_slots_per_pf(pool.vms_per_host, pool.vm.vfs, len(nics))
@@ -134,7 +143,7 @@ class CrossFieldRules(abc.ABC):
                              f"{need} VFs per PF on {pool.sku}; raise {NAMESPACE}:tuning.sriov.vfsPerPf")
 
     def check_vm(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric | None, hp: Hugepages) -> None:
-        vm, sku, vms = pool.vm, fact.sku, pool.vms_per_host
+        vm, sku, vms = pool.vm, fact.known_sku, pool.vms_per_host
         assert vm is not None, "check_pools checks the VMs of a pool that has them"
         if vms is None:
             return
@@ -164,10 +173,10 @@ class CrossFieldRules(abc.ABC):
                              f"{vms} x {vm.vcpus} vCPUs ({what}) = {vm.vcpus * vms}")
         mem = sku.memory_gib
         if vm.memory_gib is not None and mem is not None:
-            most = mem - os_reserve_gib(mem)
-            if vm.memory_gib * vms > most:
+            most_gib = mem - os_reserve_gib(mem)
+            if vm.memory_gib * vms > most_gib:
                 self.problem(where("memoryGiB"), _show(vm.shape or vm.memory_gib),
-                             f"vmsPerHost x vm.memoryGiB <= {math.floor(most)}",
+                             f"vmsPerHost x vm.memoryGiB <= {math.floor(most_gib)}",
                              f"{pool.sku} has {_fmt(mem)} GiB and keeps {_fmt(os_reserve_gib(mem))} GiB for the "
                              f"hypervisor; {vms} x {vm.memory_gib} GiB ({what}) = {vm.memory_gib * vms} GiB")
         guest_hp = vm.hugepages
@@ -201,7 +210,7 @@ class CrossFieldRules(abc.ABC):
         """The VMs laid out on their host (railyard.model.guest_topology): vCPUs pinned beside their
         devices, a cell's memory, the guest's PCIe tree."""
         try:
-            pool_guests(pool, fact.sku, hp, key=f"{fact.path}.vm")
+            pool_guests(pool, fact.known_sku, hp, key=f"{fact.path}.vm")
         except guest_topology.GuestTopologyError as exc:
             key = exc.key
             if "shape" in fact.vm_keys and key.rsplit(".", 1)[-1] in ("vcpus", "memoryGiB"):
@@ -211,8 +220,8 @@ class CrossFieldRules(abc.ABC):
     def check_nics(self, pool: NodePool, fact: _PoolFacts, compute: ComputeFabric) -> None:
         # The catalog refuses a SKU without compute NICs, so every pool here has at least one.
         cpath = f"{NAMESPACE}:fabric.compute"
-        for nic in fact.sku.compute_nics:
-            kinds = _NIC_KINDS.get(nic.link)
+        for nic in fact.known_sku.compute_nics:
+            kinds = _NIC_KINDS.get(nic.link or "")
             if kinds is not None and compute.kind not in kinds:
                 self.problem(cpath + ".kind", _show(compute.kind), _one_of(sorted(kinds)) + f" for {pool.sku}",
                              f"{nic.name} on {pool.sku} is an {nic.link} NIC")
@@ -286,11 +295,12 @@ def _most_hugepages(hp: Hugepages, key: str, memory_gib: float, reserve_gib: flo
     return math.floor((memory_gib - reserve_gib) / memory_gib * 100)
 
 
-def pool_guests(pool: Any, sku: Any, hugepages: Any, key: str = "") -> tuple[guest_topology.GuestTopology, ...]:
+def pool_guests(pool: NodePool, sku: NodeSku, hugepages: Hugepages, key: str = "") -> tuple[guest_topology.GuestTopology, ...]:
     """The VMs of one of a pool's hosts laid out on it (railyard.model.guest_topology) from the
     pool's spec alone, as validation and a driver checking its own shapes need them before there
     is a plan; GuestTopologyError naming `key` where they do not fit."""
     vm = pool.vm
+    assert vm is not None, "a pool whose hosts run VMs has its vm"
     return guest_topology.plan_guests(
         sku, guest_topology.vm_devices(sku, pool.vms_per_host, vm.gpus, vm.vfs), Topology.from_sku(sku).pairing(),
         vcpus=vm.vcpus, memory_gib=vm.memory_gib,

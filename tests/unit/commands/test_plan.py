@@ -76,6 +76,7 @@ def test_plan_opensm_writes_what_a_subnet_manager_is_given(tmp_path, capsys):
     assert "research=0x0001, ipoib, mtu=5 : ALL_CAS=full ;" in (out / "partitions.conf").read_text()
     assert (out / "root-switches.txt").read_text().split() == ["spine0", "spine1", "spine2", "spine3"]
     from railyard.model.fabric import subnet as sn
+    from railyard.model.fabric.verify import verify
     from railyard.stack import load
 
     _, plan = load(LAB)
@@ -92,6 +93,7 @@ def test_plan_opensm_without_the_subnet_refuses_a_tree_that_needs_root_guids(tmp
 
 def test_plan_opensm_with_the_subnet_names_the_root_guids(tmp_path, capsys):
     from railyard.model.fabric import subnet as sn
+    from railyard.model.fabric.verify import verify
     from railyard.stack import load
 
     _, plan = load("stacks/Pulumi.us-east-bm.yaml")
