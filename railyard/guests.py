@@ -11,7 +11,7 @@ adapter's last PF function, each later port's after the VFs of the ports before 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from railyard import templates
 from railyard.model import pcie
