@@ -692,7 +692,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
                               "GPUs and compute NICs need a place in the PCIe tree: pairing depends on it")
             elif d.parent not in bridge_ids:
                 r.problem(f"{p}.parent", _show(d.parent), "a bridge or host bridge id from pcie",
-                          _did_you_mean(d.parent, bridge_ids))
+                          _did_you_mean(d.parent, sorted(bridge_ids)))
     for b in bridges:
         if b.numa is not None and b.numa not in numa_ids:
             r.problem(f"pcie.host_bridges.{b.id}.numa", _show(b.numa), "one of numa_nodes: " + ", ".join(map(str, numa_ids)))
@@ -769,7 +769,7 @@ def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:
     for i, b in enumerate(b for b in out if b.kind != pcie.HOST_BRIDGE):
         if b.parent is not None and b.parent not in ids:
             r.problem(f"pcie.bridges[{i}].parent", _show(b.parent), "a host bridge or bridge id of this entry",
-                      _did_you_mean(b.parent, ids))
+                      _did_you_mean(b.parent, sorted(ids)))
     return out
 
 

@@ -64,32 +64,38 @@ def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
     found = subnet.named_cables()
     plan_peer, found_peer = _peers(planned), _peers(found)
     missing = sorted(planned - found)
-    extra = found - planned
+    extra = found - planned  # found cables no finding has explained yet
     out: list[Finding] = []
     settled: set[tuple[End, End]] = set()
+
+    def unexplained(end: End, other: End) -> End | None:
+        """Where `end` is found instead of on `other`, if its cable there is not explained yet."""
+        at = found_peer.get(end)
+        return at if at is not None and at != other and cable_of(end, at) in extra else None
+
     for cable in missing:
         if cable in settled:
             continue
-        moved = next(((end, other, found_peer[end]) for end, other in (cable, cable[::-1])
-                      if end in found_peer and found_peer[end] != other), None)
+        settled.add(cable)
+        moved = next(((end, other, at) for end, other in (cable, cable[::-1])
+                      if (at := unexplained(end, other)) is not None), None)
         if moved is None:
-            settled.add(cable)
             out.append(Finding("link-missing", f"{cable[0]} <-> {cable[1]}", "a cable", "no cable"))
             continue
         end, other, at = moved
+        extra.discard(cable_of(end, at))
         partner = plan_peer.get(at)
         # Exchanged: `end` sits where `partner` belongs and `partner` where `end` does.
-        if partner is not None and found_peer.get(partner) == other:
-            settled |= {cable, cable_of(partner, at)}
-            extra -= {cable_of(end, at), cable_of(partner, other)}
+        if partner is not None and found_peer.get(partner) == other and cable_of(partner, other) in extra:
+            settled.add(cable_of(partner, at))
+            extra.discard(cable_of(partner, other))
             out.append(Finding("cable-swapped", f"{end} and {partner}",
                                f"{end} to {other}, {partner} to {at}", f"{end} to {at}, {partner} to {other}"))
             continue
-        settled.add(cable)
-        extra.discard(cable_of(end, at))
         out.append(Finding("cable-misplaced", str(end), f"cabled to {other}", f"cabled to {at}"))
     known = {end.device for cable in planned for end in cable}
-    unknown = sorted({end.device for cable in extra for end in cable if end.device not in known})
+    # Every device the plan lacks, whether or not a finding above names its cable.
+    unknown = sorted({end.device for cable in found for end in cable if end.device not in known})
     for device in unknown:
         out.append(Finding("unknown-device", device, "no such device", "a device on the fabric"))
     for a, b in sorted(extra):

@@ -51,10 +51,12 @@ class ConfigReader:
         return value
 
     def raw(self, m: Mapping | None, key: str, path: str, *, required: bool, what: str, hint: str = "") -> Any:
-        """The value under key, or _ABSENT: a key that is missing, left empty in YAML or given "" is
-        absent. A required key that is absent is told (with `hint`); a secret is refused unshown."""
+        """The value under key, or _ABSENT: a key that is missing or left empty in YAML (null) is
+        absent. A required key that is absent is told (with `hint`); a secret is refused unshown.
+        An empty string is a value, which string() refuses: callers tell a key given from one left
+        out by `key in m`, so "" must not pass as absent and unchecked."""
         value = m.get(key, _ABSENT) if m is not None else _ABSENT
-        if value is None or value == "":
+        if value is None:
             value = _ABSENT
         if value is _ABSENT and required:
             self.missing(path, what, hint)
@@ -117,14 +119,17 @@ class ConfigReader:
     def string(self, m: Mapping | None, key: str, path: str, what: str = "a string",
                pattern: re.Pattern | None = None, *, default: str | None = None, required: bool = False,
                hint: str = "") -> str | None:
-        """A string, stripped (matching `pattern` where there is one); one of only whitespace is
-        refused, as no key takes one (an empty one is absent)."""
+        """A string, stripped (matching `pattern` where there is one); an empty one, or one of only
+        whitespace, is refused, as no key takes one (leaving the key out gives its default)."""
         value = self.raw(m, key, path, required=required, what=what, hint=hint)
         if value is _ABSENT:
             return None if required else default
         if value is None:
             return None
-        if not isinstance(value, str) or not value.strip() or (pattern is not None and not pattern.match(value.strip())):
+        if isinstance(value, str) and not value.strip():
+            self.problem(path, _show(value), what, "leave the key out for its default" if default is not None else "")
+            return None
+        if not isinstance(value, str) or (pattern is not None and not pattern.match(value.strip())):
             self.problem(path, _show(value), what)
             return None
         return value.strip()

@@ -55,7 +55,7 @@ def test_mappings_numbers_choices_and_login_names():
 
 
 def test_the_spec_and_every_drivers_section_read_values_by_one_grammar():
-    """An empty key or "", a number in quotes, a bare on/off and a blank string read the same in the
+    """An empty key, a number in quotes, a bare on/off and a blank string read the same in the
     spec's sections as in a driver's: both parsers are the one ConfigReader."""
     from railyard.model.spec.load import _Parser
     from railyard.model.spec.reader import ConfigReader
@@ -64,7 +64,7 @@ def test_the_spec_and_every_drivers_section_read_values_by_one_grammar():
     spec, section = _Parser(None, {}), reader()
     for r in (spec, section):
         assert r.integer({"n": None}, "n", "n", default=4) == 4  # left empty in YAML: absent
-        assert r.string({"s": ""}, "s", "s", "a name", default="x") == "x"
+        assert r.string({"s": ""}, "s", "s", "a name", default="x") is None
         assert r.integer({"n": "8"}, "n", "n") is None
         assert r.integer({"n": 8.0}, "n", "n") is None
         assert r.choice({"c": False}, "c", "c", ("on", "off")) == "off"
@@ -72,6 +72,7 @@ def test_the_spec_and_every_drivers_section_read_values_by_one_grammar():
         assert r.string({"s": " gpu "}, "s", "s", "a name") == "gpu"
     assert [(p.found, p.allowed, p.hint) for p in spec.problems] == \
         [(p.found, p.allowed, p.hint) for p in section.problems] == [
+            ("''", "a name", "leave the key out for its default"),
             ("'8'", "an integer >= 1", "write the number without quotes"),
             ("8.0", "an integer >= 1", "write 8"),
             ("'  '", "a name", ""),

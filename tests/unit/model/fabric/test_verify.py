@@ -130,3 +130,25 @@ def test_the_448_node_pods_planned_fabric_verifies_clean():
     subnet = planned(plan.fabric)
     assert len(subnet.cables) >= 10_752
     assert verify(plan.fabric, subnet) == []
+
+
+def test_a_cable_moved_onto_a_pulled_cables_port_is_one_move_and_one_missing_link():
+    # gpu-0's rail-0 cable now sits on leaf port 2, where gpu-1's rail-0 cable was, which is gone:
+    # one move and one missing link, and the moved cable is not reported again from its other end.
+    subnet = planned(dgx(2))
+    a, b = hca(0, "mlx5_0"), hca(1, "mlx5_0")
+    rewire(subnet, (b, End(LEAF0, 2)), None)
+    rewire(subnet, (a, End(LEAF0, 1)), (a, End(LEAF0, 2)))
+    assert [(f.kind, f.where) for f in verify(dgx(2), subnet)] == [
+        ("cable-misplaced", "gpu-0 mlx5_0 port 1"),
+        ("link-missing", "gpu-1 mlx5_0 port 1 <-> gpu-su0-leaf0 port 2"),
+    ]
+
+
+def test_an_unknown_device_on_a_planned_port_is_named_beside_the_cable_it_displaced():
+    subnet = planned(dgx(2))
+    subnet.devices["intruder"] = sn.Device("intruder", "Ca", 1, "login-0 mlx5_0")
+    rewire(subnet, (hca(0, "mlx5_0"), End(LEAF0, 1)), None)
+    subnet.cables.append((("gpu-su0-leaf0", 1), ("intruder", 1)))
+    assert sorted((f.kind, f.where) for f in verify(dgx(2), subnet)) == [
+        ("cable-misplaced", "gpu-su0-leaf0 port 1"), ("unknown-device", "login-0 mlx5_0")]
