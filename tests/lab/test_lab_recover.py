@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,16 +46,22 @@ def project(tmp_path_factory):
         p.cleanup()
 
 
+def tail(log: Path) -> str:
+    """The end of a killed up's output, for a failure's message."""
+    return " | ".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else "(no output)"
+
+
 def test_killed_up_recovers_with_the_documented_steps_and_leaves_no_plugin_running(project):
     project.config["railyard:nodePools"][0]["count"] = 4
     project.write_stack(STACK, project.config)
+    log = project.dir / "killed-up.log"
     proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "railyard"), "up", "--stack", STACK], cwd=project.dir,
-                            env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=project.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline and not net.netns_exists(names.node_ns(STACK, "gpu-2")):
         time.sleep(0.05)
-    assert net.netns_exists(names.node_ns(STACK, "gpu-2")), "the up never reached the new nodes"
+    assert net.netns_exists(names.node_ns(STACK, "gpu-2")), f"the up never reached the new nodes: {tail(log)}"
     # The crash: railyard and the engine (one process group), then each plugin (groups of their own).
     plugins = [shim for shim in proctree.tree(proc.pid)[1:] if any("pulumi-" in a for a in cmdline(shim)[:2])]
     survivors = {pid for shim in plugins for pid in proctree.tree(shim)[1:]}
@@ -65,7 +72,8 @@ def test_killed_up_recovers_with_the_documented_steps_and_leaves_no_plugin_runni
             os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)  # let init adopt them
     assert survivors & {o.pid for o in orphans.find(project.dir)}, \
-        "the killed up's plugins left no orphan, so this test would prove nothing"
+        f"the killed up's plugins left no orphan, so this test would prove nothing (plugins {plugins}, " \
+        f"their children {survivors}, orphans {orphans.find(project.dir)}): {tail(log)}"
 
     recover = project.railyard("recover", "--stack", STACK)
     assert "outlived their engine" in recover.stderr, recover.stderr
@@ -85,14 +93,15 @@ def test_an_up_killed_while_the_control_plane_starts_converges_after_recover(pro
     binaries.ensure()
     project.config["railyard:kubernetes"] = {}
     project.write_stack(STACK, project.config)
+    log = project.dir / "killed-up.log"
     proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "railyard"), "up", "--stack", STACK], cwd=project.dir,
-                            env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=project.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.time() + 300
     cp_ns = names.control_plane_ns(STACK)
     while time.time() < deadline and not net.netns_exists(cp_ns):
         time.sleep(0.05)
-    assert net.netns_exists(cp_ns), "the up never reached the control plane"
+    assert net.netns_exists(cp_ns), f"the up never reached the control plane: {tail(log)}"
     time.sleep(1.5)  # some components up, the layer not yet applied
     plugins = [shim for shim in proctree.tree(proc.pid)[1:] if any("pulumi-" in a for a in cmdline(shim)[:2])]
     os.killpg(proc.pid, signal.SIGKILL)
