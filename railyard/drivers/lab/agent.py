@@ -395,9 +395,11 @@ class Agent:
         if refuse is None and want and pf.netdev not in links():
             refuse = ("ENODEV", f"the PF netdev {pf.netdev} does not exist in this node")
         if refuse is not None:
+            # The kernel's value stays: put it back before the refusal is logged, so whoever sees
+            # the refusal reads the count in force, not the write the node's shell just made.
+            self.write_numvfs(pf, current)
             log({"pf": pf.bdf, "file": "sriov_numvfs", "wrote": raw, "error": refuse[0],
                  "errno": getattr(errno, refuse[0]), "message": refuse[1]})
-            self.write_numvfs(pf, current)  # the kernel's value stays
             return
         self.set_count(pf, want)
         log({"pf": pf.bdf, "file": "sriov_numvfs", "wrote": raw, "num_vfs": want})
@@ -602,6 +604,7 @@ class Agent:
         elif attr == "link_state":
             new = value if value in ("Up", "Down", "Follow") else None
         changed = False
+        write(path, USAGE[attr])  # as the kernel's file reads, before the write is logged (on_numvfs)
         if new is None:
             log({"pf": pf.bdf, "vf": index, "file": f"sriov/{index}/{attr}", "wrote": raw, "error": "EINVAL",
                  "errno": errno.EINVAL, "message": f"{value!r} is not a valid {attr}"})
@@ -610,7 +613,6 @@ class Agent:
             cfg[attr] = new
             self._save_state()
             log({"pf": pf.bdf, "vf": index, "file": f"sriov/{index}/{attr}", "wrote": raw, attr: new})
-        write(path, USAGE[attr])
         return changed
 
 
