@@ -199,7 +199,13 @@ _PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([^"]+)"\[(\d+)\](?:\(
 _COMMENT_DESC = re.compile(r'#\s*"([^"]*)"')
 _LID = re.compile(r"\blid (\d+)")
 # A port's active width and speed, last on its line: `... lid 12 4xNDR`.
-_RATE = re.compile(r"\b(\d+x(?:SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR))\s*$")
+_RATE = re.compile(r"\b((\d+x)(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR))\s*$")
+
+
+def rate_parts(rate: str) -> tuple[str, str]:
+    """A rate as ibnetdiscover prints it, split: `4xNDR` -> ("4x", "NDR")."""
+    m = _RATE.search(rate)
+    return (m.group(2), m.group(3)) if m else (rate, rate)
 
 
 def parse_ibnetdiscover(text: str) -> Subnet:

@@ -14,20 +14,16 @@ Pure: the subnet is read elsewhere (railyard/sweep runs ibsim and ibnetdiscover;
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from railyard.model.fabric.subnet import End, Subnet, cable_of, link_rate, planned_cables
+from railyard.model.fabric.subnet import End, Subnet, cable_of, link_rate, planned_cables, rate_parts
 
 if TYPE_CHECKING:
     from railyard.model.fabric.planner import FabricPlan
 
 KINDS = ("cable-swapped", "cable-misplaced", "link-missing", "link-extra", "link-width", "link-speed",
          "unknown-device")
-
-_RATE = re.compile(r"^(\d+)x(\w+)$")
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -43,11 +39,6 @@ class Finding:
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
-
-
-def _rate(text: str) -> tuple[str, str]:
-    m = _RATE.match(text)
-    return (m.group(1) + "x", m.group(2)) if m else (text, text)
 
 
 def _peers(cables: Iterable[tuple[End, End]]) -> dict[End, End]:
@@ -101,11 +92,11 @@ def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
     for a, b in sorted(extra):
         if a.device in known and b.device in known:
             out.append(Finding("link-extra", f"{a} <-> {b}", "no cable", "a cable"))
-    want_width, want_speed = _rate(link_rate(fabric))
+    want_width, want_speed = rate_parts(link_rate(fabric))
     for (a, b), rate in sorted(subnet.named_rates().items()):
         if (a, b) not in planned:
             continue
-        width, speed = _rate(rate)
+        width, speed = rate_parts(rate)
         if width != want_width:
             out.append(Finding("link-width", f"{a} <-> {b}", want_width, f"trained at {width}"))
         if speed != want_speed:

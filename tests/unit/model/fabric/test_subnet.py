@@ -175,3 +175,12 @@ def test_roce_fabrics_have_no_ibnetdiscover_topology():
     roce = FabricPlan(kind="roce", speed="400g", switch=QM9700, pools=[FabricPool("gpu", 0, 2, 8, NICS)])
     with pytest.raises(ValueError, match="InfiniBand"):
         sn.topology_text(roce)
+
+
+def test_real_ibnetdiscover_output_gives_each_links_active_width_and_speed():
+    subnet = sn.parse_ibnetdiscover((DATA / "ibnetdiscover-lab-hdr-degraded.txt").read_text())
+    rates = {f"{a.device} <-> {b.device}": rate for (a, b), rate in subnet.named_rates().items()
+             if rate != "4xHDR"}
+    assert rates == {"gpu-0 mlx5_0 <-> gpu-su0-leaf0": "2xHDR", "gpu-1 mlx5_0 <-> gpu-su0-leaf0": "4xEDR"}
+    assert len(subnet.rates) == len(subnet.cables) == 272
+    assert sn.rate_parts("2xHDR") == ("2x", "HDR") and sn.rate_parts("4xFDR10") == ("4x", "FDR10")
