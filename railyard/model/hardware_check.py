@@ -30,7 +30,7 @@ from typing import Iterable, Literal
 
 from railyard.model import pcie
 from railyard.model.catalog import NodeSku
-from railyard.model.sysfs_discovery import natural_key as _natural, parse_cpulist
+from railyard.model.sysfs_discovery import link_gts, natural_key as _natural, parse_cpulist
 
 # MemTotal is below the installed memory by what firmware reserves and the kernel keeps for itself
 # (its image, the page structures: about 1.6% of memory alone, crash kernel): some 2% on large
@@ -47,20 +47,45 @@ SWITCH, HOST_BRIDGE = "switch", "host bridge"
 UNKNOWN_HERE = "unknown on the host"
 
 
+# A mismatch's kind by the last part of its path (`what`), for the paths whose kind it alone gives;
+# the others are given where they are found. Kinds are stable: `railyard verify --json` prints them.
+KIND_BY_FIELD = {
+    "pci_bus_id": "pci-address", "pci_id": "pci-id", "numa": "numa", "link_layer": "link-layer",
+    "netdev": "netdev-name", "state": "nic-down", "speed": "nic-speed", "pcie_link": "pcie-degraded",
+    "fw_ver": "firmware", "nvidia_driver": "driver-version", "release": "kernel-version",
+    "numa_nodes": "numa", "cpulist": "numa", "count": "cpus", "model": "cpus", "memory": "memory",
+}
+KINDS = ("gpu-missing", "gpu-placement", "nic-missing", "unknown-device", "nvme", *dict.fromkeys(KIND_BY_FIELD.values()))
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Versions a stack pins (railyard:verify.pins); None: not pinned, not compared."""
+
+    nic_firmware: str | None = None
+    nvidia_driver: str | None = None
+    kernel: str | None = None
+
+
 @dataclass(frozen=True)
 class Mismatch:
-    """One difference between a host and its SKU. `what` is a path (gpus, nics.mlx5_4.state)."""
+    """One difference between a host and its SKU (or its stack's pins). `what` is a path (gpus,
+    nics.mlx5_4.state); `kind` one of KINDS; planned and found, where one value says each."""
 
     host: str
     what: str
     message: str
+    kind: str = ""
+    planned: str | None = None
+    found: str | None = None
 
     def __str__(self) -> str:
         return f"{self.host}: {self.message}"
 
 
 def check(host: str, facts: dict, sku: NodeSku, *, fabric: str | None = None,
-          speed_gbps: int | None = None, links_up: Iterable[str] | None = None) -> list[Mismatch]:
+          speed_gbps: int | None = None, links_up: Iterable[str] | None = None,
+          pins: Pins = Pins()) -> list[Mismatch]:
     """Every difference between the facts a host gave and the SKU, in a fixed order.
 
     fabric      the pool's compute fabric kind (infiniband | roce), when it has one: the link layer
@@ -68,14 +93,16 @@ def check(host: str, facts: dict, sku: NodeSku, *, fabric: str | None = None,
     speed_gbps  the compute fabric's speed, when the stack sets one below the NICs' own
     links_up    the NICs whose link must be up (default: the SKU's compute NICs); a storage port
                 left uncabled is no mismatch unless named here
+    pins        the firmware, driver and kernel versions the stack pins
     """
-    return _Check(host, facts, sku, fabric, speed_gbps, links_up).run().mismatches
+    return _Check(host, facts, sku, fabric, speed_gbps, links_up, pins).run().mismatches
 
 
 def not_checked(host: str, facts: dict, sku: NodeSku, *, fabric: str | None = None,
-                speed_gbps: int | None = None, links_up: Iterable[str] | None = None) -> list[str]:
+                speed_gbps: int | None = None, links_up: Iterable[str] | None = None,
+                pins: Pins = Pins()) -> list[str]:
     """What check() could not compare, one line per kind of fact: unknown on the host, or not in the SKU."""
-    return _Check(host, facts, sku, fabric, speed_gbps, links_up).run().unchecked_lines()
+    return _Check(host, facts, sku, fabric, speed_gbps, links_up, pins).run().unchecked_lines()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -93,6 +120,17 @@ def _and(names: Iterable[str]) -> str:
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
+
+
+def _split_link(text: str) -> tuple[str | None, int | None]:
+    """The catalog's "32.0 GT/s PCIe x16" as the kernel's two files give it: ("32.0 GT/s PCIe", 16)."""
+    speed, _, width = text.rpartition(" x")
+    return (speed or None), (int(width) if width.isdigit() else None)
+
+
+def _show_link(speed: str | None, width: int | None) -> str:
+    gts = link_gts(speed)
+    return " ".join(p for p in ((f"{gts:g} GT/s" if gts is not None else None), (f"x{width}" if width else None)) if p)
 
 
 def _tree(facts: dict) -> pcie.PcieTree | None:
@@ -130,17 +168,20 @@ def _place(distance, nics: list[str], numa: int | None) -> _Place:
 
 class _Check:
     def __init__(self, host: str, facts: dict, sku: NodeSku, fabric: str | None, speed_gbps: int | None,
-                 links_up: Iterable[str] | None):
+                 links_up: Iterable[str] | None, pins: Pins = Pins()):
         if fabric is not None and fabric not in FABRIC_LINK:
             raise ValueError(f"fabric {fabric!r} is not one of {', '.join(FABRIC_LINK)}")
         self.host, self.facts, self.sku = host, facts, sku
         self.fabric, self.speed_gbps = fabric, speed_gbps
         self.links_up = set(links_up) if links_up is not None else {n.rdma for n in sku.compute_nics}
+        self.pins = pins
         self.mismatches: list[Mismatch] = []
         self.unchecked: dict[tuple[str, str], list[str]] = {}
 
-    def bad(self, what: str, message: str) -> None:
-        self.mismatches.append(Mismatch(self.host, what, message))
+    def bad(self, what: str, message: str, kind: str | None = None, planned: str | None = None,
+            found: str | None = None) -> None:
+        kind = kind or KIND_BY_FIELD.get(what.rsplit(".", 1)[-1]) or what.split(".", 1)[0]
+        self.mismatches.append(Mismatch(self.host, what, message, kind, planned, found))
 
     def skip(self, topic: str, reason: str, subject: str | None = None) -> None:
         names = self.unchecked.setdefault((topic, reason), [])
@@ -162,10 +203,12 @@ class _Check:
     def run(self) -> "_Check":
         self.gpus()
         self.nics()
+        self.pcie_links()
         self.numa()
         self.cpus()
         self.memory()
         self.nvme()
+        self.versions()
         return self
 
     # GPUs ----------------------------------------------------------------------------------------
@@ -209,7 +252,9 @@ class _Check:
         if details:
             head = (f"{_plural(len(found), 'GPU')} found, {sku.id} has {len(sku.gpus)}" if len(found) != len(sku.gpus)
                     else f"{_plural(len(found), 'GPU')} found as {sku.id} has, placed differently")
-            self.bad("gpus", head + "; " + ", ".join(details))
+            self.bad("gpus", head + "; " + ", ".join(details),
+                     "gpu-missing" if len(found) < len(sku.gpus) else "gpu-placement",
+                     planned=f"{len(sku.gpus)} GPUs", found=f"{len(found)} GPUs")
         else:
             # Same places: GPUs of one place pair up in bus order (the order nvidia-smi numbers them).
             by_place: dict[_Place, list[dict]] = {}
@@ -257,7 +302,7 @@ class _Check:
             f = by_name.get(name)
             if f is None:
                 where = f", NUMA {spec.numa}" if spec.numa is not None else ""
-                self.bad(f"nics.{name}", f"{name} not found, {sku.id} has it ({spec.role}{where})")
+                self.bad(f"nics.{name}", f"{name} not found, {sku.id} has it ({spec.role}{where})", "nic-missing")
                 continue
             if spec.pci_bus_id and f.get("bdf") and spec.pci_bus_id.lower() != f["bdf"].lower():
                 self.bad(f"nics.{name}.pci_bus_id", f"{name} is at {f['bdf']}, {sku.id}'s at {spec.pci_bus_id}")
@@ -269,7 +314,8 @@ class _Check:
         for f in found:
             if f["name"] not in known:
                 numa = f", NUMA {f['numa']}" if f.get("numa") is not None else ""
-                self.bad(f"nics.{f['name']}", f"{f['name']} found ({f.get('bdf')}{numa}), {sku.id} has no such NIC")
+                self.bad(f"nics.{f['name']}", f"{f['name']} found ({f.get('bdf')}{numa}), {sku.id} has no such NIC",
+                         "unknown-device")
 
     def link(self, spec, f: dict) -> None:
         name = spec.rdma
@@ -303,7 +349,8 @@ class _Check:
         elif want_speed is None:
             self.skip("link speed", self.sku_silent(), name)
         elif got != want_speed:
-            self.bad(f"nics.{name}.speed", f"{name} runs at {_fmt(got)} Gb/s, {whose} at {want_speed}")
+            self.bad(f"nics.{name}.speed", f"{name} runs at {_fmt(got)} Gb/s, {whose} at {want_speed}",
+                     planned=f"{want_speed} Gb/s", found=f"{_fmt(got)} Gb/s")
 
     def link_up(self, f: dict) -> Literal[True] | str | None:
         """True when up, None when unknown, else the message saying how it is not."""
@@ -328,6 +375,63 @@ class _Check:
         if oper == "up" or carrier == 1:
             return True
         return None
+
+    # PCIe links and versions -----------------------------------------------------------------------
+
+    def pcie_links(self) -> None:
+        """Each GPU's and NIC's PCIe link as trained against what it should train at: the SKU's
+        link where the catalog gives it, else the device's own maximum.
+
+        A GPU's link speed is left alone: NVIDIA GPUs lower it when idle to save power (nvidia-smi
+        shows "PCIe Generation Current" below "Max" on an idle healthy GPU), so only its width
+        tells a bad slot or riser. A NIC trains at full speed whenever its link is up.
+        """
+        sku = self.sku
+        gpu_link = sku.gpus[0].pcie_link if sku.gpus else None
+        nic_links = {n.rdma: n.pcie_link for n in sku.nics}
+        for kind, found, judge_speed in (("gpus", self.facts.get("gpus") or [], False),
+                                         ("nics", self.facts.get("nics") or [], True)):
+            for f in found:
+                link = f.get("pcie_link")
+                if not link:
+                    self.skip("PCIe links", self.unknown_here(), f["name"])
+                    continue
+                planned = gpu_link if kind == "gpus" else nic_links.get(f["name"])
+                want_speed, want_width = _split_link(planned) if planned else (link.get("max_speed"), link.get("max_width"))
+                whose = f"{sku.id}'s" if planned else "its maximum"
+                short = []
+                if want_width and link.get("width") and link["width"] < want_width:
+                    short.append("width")
+                gts, want_gts = link_gts(link.get("speed")), link_gts(want_speed)
+                if judge_speed and gts is not None and want_gts is not None and gts < want_gts:
+                    short.append("speed")
+                if not short:
+                    continue
+                got = _show_link(link.get("speed") if judge_speed else None, link.get("width"))
+                want = _show_link(want_speed if judge_speed else None, want_width)
+                self.bad(f"{kind}.{f['name']}.pcie_link",
+                         f"{f['name']} ({f.get('bdf')}) PCIe link at {got}, {whose} {want}", planned=want, found=got)
+
+    def versions(self) -> None:
+        """Firmware, driver and kernel against the versions the stack pins."""
+        pins = self.pins
+        if pins.nic_firmware:
+            for f in self.facts.get("nics") or []:
+                got = f.get("fw_ver")
+                if got is None:
+                    self.skip("NIC firmware", self.unknown_here(), f["name"])
+                elif got != pins.nic_firmware:
+                    self.bad(f"nics.{f['name']}.fw_ver", f"{f['name']} runs firmware {got}, the stack pins "
+                             f"{pins.nic_firmware}", planned=pins.nic_firmware, found=got)
+        for what, pin, got, label in (
+                ("nvidia_driver", pins.nvidia_driver, self.facts.get("nvidia_driver"), "NVIDIA driver"),
+                ("kernel.release", pins.kernel, (self.facts.get("kernel") or {}).get("release"), "kernel")):
+            if not pin:
+                continue
+            if got is None:
+                self.skip(label, self.unknown_here())
+            elif got != pin:
+                self.bad(what, f"{label} {got}, the stack pins {pin}", planned=pin, found=got)
 
     # NUMA, CPUs, memory --------------------------------------------------------------------------
 

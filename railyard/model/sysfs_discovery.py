@@ -67,6 +67,11 @@ class PciFunction:
     sriov_numvfs: int | None = None
     is_vf: bool = False
     port_type: int | None = None
+    link_speed: str | None = None
+    """current_link_speed as the kernel writes it (`32.0 GT/s PCIe`); None where not shown."""
+    link_width: int | None = None
+    max_link_speed: str | None = None
+    max_link_width: int | None = None
 
     @property
     def is_bridge(self) -> bool:
@@ -232,8 +237,29 @@ def read_functions(sysfs_root: str) -> dict[str, PciFunction]:
             sriov_numvfs=_int(read_attr(os.path.join(d, "sriov_numvfs"))),
             is_vf=os.path.lexists(os.path.join(d, "physfn")),
             port_type=_port_type(d),
+            link_speed=_link_speed(read_attr(os.path.join(d, "current_link_speed"))),
+            link_width=_link_width(read_attr(os.path.join(d, "current_link_width"))),
+            max_link_speed=_link_speed(read_attr(os.path.join(d, "max_link_speed"))),
+            max_link_width=_link_width(read_attr(os.path.join(d, "max_link_width"))),
         )
     return out
+
+
+def _link_speed(text: str | None) -> str | None:
+    # The kernel writes "Unknown" for a link it cannot read (a function with no PCIe capability).
+    return None if not text or text.lower().startswith("unknown") else text
+
+
+def _link_width(text: str | None) -> int | None:
+    width = _int(text)
+    return width if width else None  # 0: no link trained, as unknown as a missing file
+
+
+def link_gts(speed: str | None) -> float | None:
+    """The transfer rate of a link speed as the kernel writes it: "32.0 GT/s PCIe" (and "8 GT/s"
+    of kernels before 5.4) -> 32.0; None when unknown."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", speed or "")
+    return float(m.group(1)) if m else None
 
 
 def natural_key(name: str) -> list:
@@ -429,16 +455,20 @@ def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: s
 
     pci          {"functions": {bdf: {class, vendor, device, numa, driver, parent}}, "tree": [PcieNode
                  as {id, kind, parent, numa}]}, the tree over the GPUs and NICs as discover() builds it
-    gpus         [{name, index, bdf, numa, local_cpulist, vendor, device, class, driver}]
+    gpus         [{name, index, bdf, numa, local_cpulist, vendor, device, class, driver, pcie_link}]
     nics         [{name, index, bdf, numa, local_cpulist, netdev, vendor, device, class, driver,
                    port, link_layer, state, phys_state, rate, speed_gbps, operstate, carrier, mtu,
-                   net_speed_mbps, sriov_totalvfs, sriov_numvfs}]
+                   net_speed_mbps, sriov_totalvfs, sriov_numvfs, pcie_link, fw_ver}]
+                 pcie_link: {speed, width, max_speed, max_width} of current_link_* and max_link_*
+                 (speed as the kernel writes it, "32.0 GT/s PCIe"), or None; fw_ver: the RDMA
+                 device's firmware (/sys/class/infiniband/<dev>/fw_ver)
     numa_nodes   [{id, cpulist, memory_kb, hugepages}]
     cpus         {count, model, online}       /proc/cpuinfo, /sys/devices/system/cpu/online
     memory_kb    MemTotal of /proc/meminfo
     hugepages    {"2048kB": {counter: int}}   /sys/kernel/mm/hugepages
     nvme         [{name, size_bytes, model, numa, bdf}]   /sys/block/nvme*n*
     kernel       {release, cmdline}
+    nvidia_driver  /sys/module/nvidia/version: the loaded driver's version, or None
     dev          {nvidia: [...], infiniband: [...]}  device nodes under dev_root
     notes        what could not be read as a whole
 
@@ -473,6 +503,8 @@ def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: s
         "release": read_attr(os.path.join(procfs_root, "sys", "kernel", "osrelease")),
         "cmdline": read_attr(os.path.join(procfs_root, "cmdline")),
     }
+    # The loaded module's version, as `nvidia-smi` reports the driver version; None without it.
+    facts["nvidia_driver"] = read_attr(os.path.join(sysfs_root, "module", "nvidia", "version")) or None
     facts["dev"] = _dev_facts(dev_root)
     facts["notes"] = notes
     return facts
@@ -483,9 +515,16 @@ def _function_facts(f: PciFunction) -> dict:
             "parent": f.ancestors[-1] if f.ancestors else f.host_bridge}
 
 
+def _pcie_link(f: PciFunction) -> dict | None:
+    """The function's PCIe link as trained and at most; None where the kernel shows neither."""
+    if f.link_speed is None and f.link_width is None and f.max_link_speed is None and f.max_link_width is None:
+        return None
+    return {"speed": f.link_speed, "width": f.link_width, "max_speed": f.max_link_speed, "max_width": f.max_link_width}
+
+
 def _gpu_facts(g: Gpu, f: PciFunction) -> dict:
     return {"name": g.name, "index": g.index, "bdf": g.bdf, "numa": g.numa, "local_cpulist": g.local_cpulist,
-            "vendor": f.vendor, "device": f.device, "class": f.klass, "driver": f.driver}
+            "vendor": f.vendor, "device": f.device, "class": f.klass, "driver": f.driver, "pcie_link": _pcie_link(f)}
 
 
 def _after_colon(text: str | None) -> str | None:
@@ -541,6 +580,8 @@ def _nic_facts(sysfs_root: str, n: Nic, f: PciFunction) -> dict:
         "mtu": _int(read_attr(os.path.join(ndir, "mtu"))) if ndir else None,
         "net_speed_mbps": net_speed,
         "sriov_totalvfs": n.sriov_totalvfs, "sriov_numvfs": n.sriov_numvfs,
+        "pcie_link": _pcie_link(f),
+        "fw_ver": read_attr(os.path.join(sysfs_root, "class", "infiniband", n.name, "fw_ver")) or None,
     }
 
 

@@ -7,8 +7,10 @@ reads and writes exactly what it would on the machine:
 
     sys/devices/pci0000:BB/<root port>/<switch up>/<switch down>/.../<bdf>/   one dir per PCI function
         vendor device class numa_node local_cpulist driver@ msi_irqs/<n>
+        {current,max}_link_{speed,width}   GPUs and NICs, at the catalog's PCIe link
         sriov_totalvfs sriov_numvfs (writable)
         net/<netdev>/{operstate,carrier,speed,mtu}
+        infiniband/<mlx5_N>/fw_ver          only with a pinned version (build_hwtree's nic_firmware)
         infiniband/<mlx5_N>/ports/1/{link_layer,state,phys_state,rate}
     sys/bus/pci/devices/<bdf>@          -> the device dir, as on a real machine
     sys/class/net/<netdev>@, sys/class/infiniband/<mlx5_N>@
@@ -80,11 +82,14 @@ IB_LANE_SPEEDS = {2.5: "", 5: " DDR", 10: " QDR", 14: " FDR", 25: " EDR", 50: " 
 ETH_DEFAULT_MTU = 1500
 
 
-def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> dict[str, Any]:
+def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
+                 nic_firmware: str | None = None) -> dict[str, Any]:
     """Write the SKU's sysfs/procfs tree under `root`; returns the manifest (also written there).
 
     `root` must be empty or missing unless `replace` is true, in which case the tree's own parts
     (sys/, proc/, the manifest) are removed first: counters the tuning roles wrote are reset.
+    nic_firmware: the version every RDMA device shows in fw_ver (the stack's pin: a lab node is
+    the server as planned); None leaves fw_ver out, as unknown.
     """
     root = Path(root)
     if root.exists():
@@ -115,6 +120,8 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         # The kernel shows -1 when firmware gives no proximity domain for the device's root complex.
         w.file(f"{d}/numa_node", str(f.numa) if f.numa is not None else "-1")
         w.file(f"{d}/local_cpulist", _local_cpulist(sku, f.numa, all_cpus))
+        if f.kind in ("gpu", "nic"):
+            _pcie_link(w, d, sku.gpu(f.id).pcie_link if f.kind == "gpu" else sku.nic(f.id).pcie_link)
         if f.kind == "gpu":
             # The GPU's class may be unknown to the catalog; the bound driver is how a reader tells a
             # GPU then, and nvidia is what the kernel shows on a GPU node with its driver loaded.
@@ -132,6 +139,7 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         w.dir(f"{d}/infiniband/{nic.rdma}")
         w.symlink(f"{d}/infiniband/{nic.rdma}/device", d)
         w.symlink(f"sys/class/infiniband/{nic.rdma}", f"{d}/infiniband/{nic.rdma}")
+        w.file(f"{d}/infiniband/{nic.rdma}/fw_ver", nic_firmware)
         rate = _ib_port(w, f"{d}/infiniband/{nic.rdma}/ports/1", nic)
         links_up.append(nic.rdma)
         if rate:
@@ -167,6 +175,7 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False) -> di
         "links_up": sorted(links_up, key=_natural),
         "ib_rates": dict(sorted(rates.items())),
         "nvme": nvme,
+        "nic_firmware": nic_firmware,
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
@@ -180,6 +189,18 @@ def _vectors(w: "_Writer", d: str, first: int, all_cpus: str | None) -> list[int
         # A new IRQ may run on any online CPU; unknown CPUs: the file is left out.
         w.file(f"proc/irq/{n}/smp_affinity_list", all_cpus, writable=True)
     return out
+
+
+def _pcie_link(w: "_Writer", d: str, link: str | None) -> None:
+    """The device's PCIe link as the kernel shows it, trained at the catalog's speed and width
+    (current_link_* equal to max_link_*: a server as planned); unknown to the catalog: left out.
+    Bridges get none: nothing here reads theirs."""
+    if link is None:
+        return
+    speed, _, width = link.rpartition(" x")
+    for which in ("current", "max"):
+        w.file(f"{d}/{which}_link_speed", speed)
+        w.file(f"{d}/{which}_link_width", width)
 
 
 def _ids(sku: NodeSku, f: Function) -> tuple[str | None, str | None, str | None]:

@@ -303,3 +303,80 @@ def test_an_unknown_fabric_kind_is_refused(tmp_path):
     _tree(tmp_path)
     with pytest.raises(ValueError, match="fabric 'ib' is not one of infiniband, roce"):
         hardware_check.check("gpu-01", _facts(tmp_path), DGX, fabric="ib")
+
+
+# PCIe links, firmware and pinned versions (issue 40, section 4). The kernel's formats are those of
+# a real host's sysfs (railyard/data/fixtures/topologies/lenovo_sd665n_v3_nic_numa.txt: pcilnkspd
+# "32.0 GT/s PCIe", pcilnkwdth 16, ConnectX-7 firmware 28.37.1014).
+
+def _bdf(root: Path, device: str) -> str:
+    return json.loads((root / hwtree.MANIFEST).read_text())["bus_ids"][device]
+
+
+def _link(root: Path, device: str, speed: str | None = None, width: str | None = None) -> None:
+    d = f"sys/bus/pci/devices/{_bdf(root, device)}"
+    if speed is not None:
+        _write(root, f"{d}/current_link_speed", speed)
+    if width is not None:
+        _write(root, f"{d}/current_link_width", width)
+
+
+def test_a_nic_trained_at_a_lower_pcie_speed_or_width_is_degraded_and_named_with_its_address(tmp_path):
+    _tree(tmp_path)
+    _link(tmp_path, "mlx5_6", speed="16.0 GT/s PCIe")
+    _link(tmp_path, "mlx5_9", width="8")
+    got = hardware_check.check("gpu-3", _facts(tmp_path), DGX)
+    assert [(m.kind, str(m), m.planned, m.found) for m in got] == [
+        ("pcie-degraded", "gpu-3: mlx5_6 (0000:9a:00.0) PCIe link at 16 GT/s x16, dgx-h100's 32 GT/s x16",
+         "32 GT/s x16", "16 GT/s x16"),
+        ("pcie-degraded", "gpu-3: mlx5_9 (0000:c0:00.0) PCIe link at 32 GT/s x8, dgx-h100's 32 GT/s x16",
+         "32 GT/s x16", "32 GT/s x8")]
+
+
+def test_a_gpu_is_judged_on_its_pcie_width_only_because_an_idle_gpu_lowers_its_speed(tmp_path):
+    _tree(tmp_path)
+    _link(tmp_path, "GPU2", speed="2.5 GT/s PCIe")  # an idle H100: Gen1, healthy
+    assert hardware_check.check("gpu-0", _facts(tmp_path), DGX) == []
+    _link(tmp_path, "GPU2", width="8")
+    [m] = hardware_check.check("gpu-0", _facts(tmp_path), DGX)
+    assert (m.kind, m.what, m.found, m.planned) == ("pcie-degraded", "gpus.GPU2.pcie_link", "x8", "x16")
+
+
+def test_without_the_skus_link_a_device_is_held_to_its_own_maximum(tmp_path):
+    _tree(tmp_path, "hgx-h100")  # no PCIe link in the catalog: the tree shows none
+    bdf = _bdf(tmp_path, "mlx5_0")
+    for name, text in (("max_link_speed", "32.0 GT/s PCIe"), ("max_link_width", "16"),
+                       ("current_link_speed", "32.0 GT/s PCIe"), ("current_link_width", "4")):
+        _write(tmp_path, f"sys/bus/pci/devices/{bdf}/{name}", text)
+    got = [m for m in hardware_check.check("n", _facts(tmp_path), CATALOG.nodes["hgx-h100"]) if m.kind == "pcie-degraded"]
+    assert [str(m) for m in got] == [f"n: mlx5_0 ({bdf}) PCIe link at 32 GT/s x4, its maximum 32 GT/s x16"]
+
+
+def test_firmware_driver_and_kernel_are_held_to_the_stacks_pins_and_unknown_ones_are_not_checked(tmp_path):
+    hwtree.build_hwtree(DGX, tmp_path, nic_firmware="28.37.1014")
+    _write(tmp_path, "sys/class/infiniband/mlx5_4/fw_ver", "28.39.1002")
+    facts = _facts(tmp_path)
+    facts["kernel"]["release"] = "6.1.0-18-amd64"
+    pins = hardware_check.Pins(nic_firmware="28.37.1014", nvidia_driver="550.54.15", kernel="6.1.0-18-amd64")
+    got = hardware_check.check("gpu-1", facts, DGX, pins=pins)
+    assert [(m.kind, str(m)) for m in got] == [
+        ("firmware", "gpu-1: mlx5_4 runs firmware 28.39.1002, the stack pins 28.37.1014")]
+    # The tree has no nvidia module: the driver pin is not checked, and says so.
+    assert "gpu-1: NVIDIA driver not checked (unknown on the host)" in hardware_check.not_checked(
+        "gpu-1", facts, DGX, pins=pins)
+    facts["nvidia_driver"] = "535.104.05"
+    facts["kernel"]["release"] = "6.1.0-17-amd64"
+    assert [(m.kind, m.found, m.planned) for m in hardware_check.check("gpu-1", facts, DGX, pins=pins)][1:] == [
+        ("driver-version", "535.104.05", "550.54.15"), ("kernel-version", "6.1.0-17-amd64", "6.1.0-18-amd64")]
+    # Nothing pinned: nothing compared.
+    assert hardware_check.check("gpu-1", facts, DGX) == []
+
+
+def test_every_mismatch_has_a_stable_kind(tmp_path):
+    _tree(tmp_path)
+    shutil.rmtree(os.path.realpath(tmp_path / f"sys/bus/pci/devices/{_bdf(tmp_path, 'GPU5')}"))
+    (tmp_path / f"sys/bus/pci/devices/{_bdf(tmp_path, 'GPU5')}").unlink()
+    _port(tmp_path, "mlx5_0", state="1: DOWN", phys_state="3: Disabled")
+    got = hardware_check.check("gpu-2", _facts(tmp_path), DGX)
+    assert [m.kind for m in got] == ["gpu-missing", "nic-down"]
+    assert all(m.kind in hardware_check.KINDS for m in got)

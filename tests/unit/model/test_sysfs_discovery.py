@@ -228,7 +228,7 @@ def test_host_facts_of_an_empty_tree_are_unknowns_not_errors(tmp_path):
     facts = _hw_facts(tmp_path)
     assert {k: v for k, v in facts.items() if k not in ("version", "notes", "cpus", "kernel")} == {
         "pci": None, "gpus": None, "nics": None, "numa_nodes": None, "memory_kb": None,
-        "hugepages": None, "nvme": None, "dev": None}
+        "hugepages": None, "nvme": None, "dev": None, "nvidia_driver": None}
     assert facts["cpus"] == {"count": None, "model": None, "online": None}
     assert "not a sysfs tree" in facts["notes"][0]
 

@@ -131,19 +131,30 @@ UNAVOIDABLE = {
 }
 # What the check cannot compare on a tree: each line a fact the catalog does not give (the tree
 # leaves the file out, so check() calls it unknown on the host).
+_GPUS = [f"GPU{i}" for i in range(8)]
+
+
+def _pcie(devices: list[str]) -> str:
+    # The tree shows a PCIe link only where the catalog gives one (dgx-h100's GPUs and OSFP NICs).
+    return "lab-0: PCIe links not checked (unknown on the host): " + ", ".join(devices)
+
+
 NOT_CHECKED = {
-    "dgx-a100": [],
+    "dgx-a100": [_pcie(_GPUS + [f"mlx5_{i}" for i in range(10)])],
     # The dual-port QSFP112 storage adapters: VPI with no PCI class (so no link mode) and no speed.
     "dgx-h100": ["lab-0: link layer not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
-                 "lab-0: link speed not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8"],
+                 "lab-0: link speed not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
+                 _pcie(["mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"])],
     # No NIC model, CPU model, memory size or NVMe drives in the catalog.
     "hgx-h100": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
                  "lab-0: link speed not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
+                 _pcie(_GPUS + [f"mlx5_{i}" for i in range(12)]),
                  "lab-0: CPU model not checked (unknown on the host)",
                  "lab-0: memory not checked (unknown on the host)",
                  "lab-0: NVMe drives not checked (unknown on the host)"],
     # No CPU lists and no thread count (so no cpuinfo); the CPU is named by generation only.
-    "vela-a100": ["lab-0: NUMA CPU lists not checked (unknown on the host): NUMA 0, NUMA 1",
+    "vela-a100": [_pcie(_GPUS + ["mlx5_0", "mlx5_1"]),
+                  "lab-0: NUMA CPU lists not checked (unknown on the host): NUMA 0, NUMA 1",
                   "lab-0: CPU count not checked (unknown on the host)",
                   "lab-0: CPU model not checked (unknown on the host)"],
 }
