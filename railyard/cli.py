@@ -7,7 +7,7 @@ import sys
 from typing import Any, Protocol
 
 from railyard import drivers
-from railyard.commands import bench, env, fabric, plan, plugins, reap, review, stack, topology, tune, validate
+from railyard.commands import bench, env, fabric, plan, plugins, reap, review, stack, topology, tune, validate, verify
 
 # Each module exposes register(subparsers); the order is the order of `railyard --help`. The
 # drivers' own commands (`railyard lab ...`) live with their drivers and follow `topology`.
@@ -15,7 +15,7 @@ class _Command(Protocol):
     def register(self, sub: Any) -> None: ...
 
 
-COMMANDS: tuple[_Command, ...] = (env, stack, validate, plan, fabric, topology, *drivers.cli_modules(), tune, review, reap, plugins, bench)
+COMMANDS: tuple[_Command, ...] = (env, stack, validate, plan, fabric, topology, *drivers.cli_modules(), tune, verify, review, reap, plugins, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from railyard.model.errors import Problem
     from railyard.model.plan import NodePlan, Plan
     from railyard.model.spec import Spec
+    from railyard.verify import SubnetReading
 
 Machines = Literal["node", "pool"]
 Addresses = Literal["plan", "provider"]
@@ -54,6 +55,8 @@ class Capabilities:
     keeps_machines: bool = False
     """The machines outlive the stack (servers someone already has): destroy runs the teardown
     playbook, removing what tuning put on them, instead of deleting machines."""
+    unverifiable: str = ""
+    """Why `railyard verify` cannot read this driver's machines; empty where it can."""
 
     @property
     def railyard_tunes(self) -> bool:
@@ -141,6 +144,10 @@ class TuningHooks:
     node_vars: Callable[["Spec", "Plan", "NodePlan | str"], dict[str, Any]] | None = None
     """Role and connection variables of one machine, by its plan or name (a host's user, port,
     jump host; a VM's jump host, by its name, where VMs are the machines)."""
+    read_subnet: Callable[["Spec", "Plan", Callable[[], "SubnetReading"]], "SubnetReading"] | None = None
+    """The InfiniBand subnet as ibnetdiscover prints it, and where it was read (or None and why
+    not), given the default reading (ibnetdiscover over SSH on the stack's nodes); without the
+    hook, the default is used (the lab serves its simulated subnet instead)."""
 
 
 @dataclass(frozen=True)
@@ -182,11 +189,18 @@ DRIVERS: dict[str, DriverEntry] = {
     # custom resources applied to the cluster; CoreWeave tunes its own nodes.
     "coreweave": DriverEntry(
         "coreweave", Capabilities(machines="pool", addresses="provider", tuned_by="platform", vms="none",
-                                  kubernetes="platform"),
+                                  kubernetes="platform",
+                                  unverifiable="CoreWeave's nodes are reached through its Kubernetes API, not over "
+                                  "SSH, so Railyard cannot read their sysfs or their subnet; CoreWeave verifies its "
+                                  "own nodes and takes failed ones out of service"),
         implementation="railyard.drivers.coreweave.driver:CoreWeaveDriver", rules="railyard.drivers.coreweave.rules",
         plugins=("pulumi_coreweave", "pulumi_kubernetes")),
     "openstack": DriverEntry(
-        "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes"),
+        "openstack", Capabilities(machines="pool", addresses="provider", tuned_by="railyard", vms="are-nodes",
+                                  unverifiable="the stack's machines are OpenStack VMs: the PCIe tree they show is "
+                                  "the hypervisor's presentation and their fabric the cloud's, and Railyard plans "
+                                  "neither the hosts under them nor their cabling, so there is nothing physical to "
+                                  "hold them to"),
         implementation="railyard.drivers.openstack.driver:OpenStackDriver", rules="railyard.drivers.openstack.rules",
         tuning="railyard.drivers.openstack.tuning", plugins=("pulumi_openstack",)),
 }
@@ -271,6 +285,13 @@ def node_vars(spec: "Spec", plan: "Plan", node: "NodePlan | str") -> dict[str, A
     tune` and the Pulumi program alike); most drivers add none."""
     hook = _tuning(spec.driver).node_vars
     return hook(spec, plan, node) if hook is not None else {}
+
+
+def read_subnet(spec: "Spec", plan: "Plan", default: Callable[[], "SubnetReading"]) -> "SubnetReading":
+    """The stack's InfiniBand subnet as ibnetdiscover prints it and where it was read, or (None,
+    why not): the driver's own reading where it has one, else `default`."""
+    hook = _tuning(spec.driver).read_subnet
+    return hook(spec, plan, default) if hook is not None else default()
 
 
 def cli_modules() -> list[CliHooks]:

@@ -30,6 +30,7 @@ from typing import Iterable, Literal
 
 from railyard.model import pcie
 from railyard.model.catalog import NodeSku
+from railyard.model.spec.types import Pins
 from railyard.model.sysfs_discovery import link_gts, natural_key as _natural, parse_cpulist
 
 # MemTotal is below the installed memory by what firmware reserves and the kernel keeps for itself
@@ -56,15 +57,6 @@ KIND_BY_FIELD = {
     "numa_nodes": "numa", "cpulist": "numa", "count": "cpus", "model": "cpus", "memory": "memory",
 }
 KINDS = ("gpu-missing", "gpu-placement", "nic-missing", "unknown-device", "nvme", *dict.fromkeys(KIND_BY_FIELD.values()))
-
-
-@dataclass(frozen=True)
-class Pins:
-    """Versions a stack pins (railyard:verify.pins); None: not pinned, not compared."""
-
-    nic_firmware: str | None = None
-    nvidia_driver: str | None = None
-    kernel: str | None = None
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,36 @@ def test_a_rail_link_that_went_down_is_refused_at_the_next_up(servers, project):
     project.pulumi("up", "--yes", "--skip-preview")
 
 
+def verify(project, *args: str) -> subprocess.CompletedProcess[str]:
+    """`railyard verify` of the stack, as a user runs it in the project."""
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "verify", "--stack", STACK, *args],
+                          cwd=project.dir, env={**project.env, "RAILYARD_ROOT": str(project.dir)}, text=True,
+                          capture_output=True, timeout=300, check=False)
+
+
+def test_verify_reads_each_server_over_ssh_and_names_a_pulled_rail(servers, project):
+    """The hosts driver's servers, read as `up` reads them: a pulled rail is the one finding, on the
+    server the plan calls gpu-1; a subnet no server can read is refused, never passed."""
+    import json
+
+    from railyard.drivers.lab import names, net
+
+    proc = verify(project, "--only", "hardware")
+    assert proc.returncode == 0 and "4 node(s) of stack thosts verified" in proc.stdout, proc.stdout + proc.stderr
+    fab, port = names.fabric_ns(servers.stack), names.node_port("srv-1", 3)
+    net.run(["ip", "-n", fab, "link", "set", port, "down"], obj=port)
+    try:
+        proc = verify(project, "--only", "hardware", "--json")
+    finally:
+        net.run(["ip", "-n", fab, "link", "set", port, "up"], obj=port)
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["kind"], f["node"], f["where"]) for f in json.loads(proc.stdout)] == [
+        ("nic-down", "gpu-1", "nics.mlx5_5.state")]
+    # The stand-in servers have no HCA: ibnetdiscover fails on each, and verify says so.
+    proc = verify(project, "--only", "fabric")
+    assert proc.returncode == 2 and "ibnetdiscover exited" in proc.stderr, proc.stderr
+
+
 def test_a_host_that_does_not_come_back_stops_the_rollout(servers, project):
     before = {i: len(power.events(servers.stack, f"srv-{i}")) for i in range(NODES)}
     config = copy.deepcopy(project.config)

@@ -23,6 +23,8 @@ Its modules come in four layers, each importing only its own and the ones above 
        vm       VMs on hypervisor nodes, given the hypervisor's VFs
        storage  the S3 object store (SeaweedFS), local cache on loop devices, shared parallel FS
        control_plane  etcd, kube-apiserver, kwok and Kueue for a lab stack with Kubernetes
+       subnet   the stack's InfiniBand subnet as ibsim serves it, and a technician's edits of it
+       faults   faults made on purpose (`railyard lab fault`) and their journal, undone by --clear
 4. the driver: what the engine and the CLI call.
        resources  the Pulumi dynamic resources wrapping layer 3 (their module paths are in state)
        driver, rules, tuning, cli  the driver contract's halves (railyard.drivers)

@@ -41,6 +41,17 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p.set_defaults(func=gc)
 
+    from railyard.drivers.lab.faults import ARGS, KINDS
+
+    p = labsub.add_parser("fault", help="break a running lab on purpose (for `railyard verify`), list its "
+                                        "faults, or --clear them",
+                          epilog="kinds: " + "; ".join(f"{k} {' '.join(a)}" for k, a in ARGS.items()))
+    p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
+    p.add_argument("--clear", action="store_true", help="undo the faults (of NODE, if given), newest first")
+    p.add_argument("kind", nargs="?", metavar="KIND", help=", ".join(KINDS))
+    p.add_argument("target", nargs="*", metavar="TARGET")
+    p.set_defaults(func=fault)
+
 
 def default_stack(explicit: str | None) -> str:
     if explicit:
@@ -199,6 +210,36 @@ def gc(args) -> int:
     total = sum(len(v) for v in removed.values())
     print(f"railyard lab gc: stack {stack}: {verb} {total} object(s) no state knows about")
     _print_objects(removed, verb)
+    return 0
+
+
+def fault(args) -> int:
+    from railyard.drivers.lab import faults
+    from railyard.drivers.lab.errors import LabError
+    from railyard.model.errors import SpecError
+    from railyard.stack import load
+
+    stack = default_stack(args.stack)
+    try:
+        _, plan = load(paths.stack_file(stack))
+    except SpecError as exc:
+        print(exc.report(f"railyard lab fault: {paths.stack_file(stack).name}"), file=sys.stderr)
+        return 1
+    try:
+        if args.clear:
+            node = args.kind  # `--clear [NODE]`
+            if args.target:
+                return _fail("fault --clear takes at most one NODE")
+            for line in faults.clear(stack, plan, node):
+                print(f"cleared: {line}")
+            return 0
+        if args.kind is None:
+            for e in faults.faults(stack):
+                print(e["said"])
+            return 0
+        print(faults.inject(stack, plan, args.kind, list(args.target)))
+    except LabError as exc:
+        return _fail(str(exc))
     return 0
 
 

@@ -150,6 +150,15 @@ class LabDriver(Driver):
         nets = self.plan.networks.compute
         return {"gateway": nets.rails[rail].gateway} if nets.routed else {}
 
+    def _trained_gbps(self, sku_id: str) -> int | None:
+        """The compute fabric's speed where the SKU's compute NICs are faster: their ports train at
+        the switch's speed, and the node's sysfs shows that (None: they train at their own)."""
+        from railyard.model.catalog import load_catalog
+
+        fabric = self.spec.fabric.compute.speed_gbps
+        speeds = {n.speed_gbps for n in load_catalog().nodes[sku_id].compute_nics if n.speed_gbps}
+        return fabric if speeds and fabric < max(speeds) else None
+
     def node(self, name: str, node: NodePlan, access: Access, parent: pulumi.Resource,
              depends_on: list[pulumi.Resource]) -> NodeHandle:
         mtu = self.plan.networks.compute.mtu
@@ -169,6 +178,7 @@ class LabDriver(Driver):
             name, stack=self.spec.stack, node=node.name, sku=node.sku, rails=rails,
             **self._links(node.management_ip, node.storage_ip),
             authorized_key=access.public_key, cache=local, pfs_mount=pfs.mount if pfs is not None else None,
+            nic_firmware=self.spec.verify.pins.nic_firmware, link_gbps=self._trained_gbps(node.sku),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
         self._host_keys[node.name] = res.host_key

@@ -139,7 +139,6 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
         w.dir(f"{d}/infiniband/{nic.rdma}")
         w.symlink(f"{d}/infiniband/{nic.rdma}/device", d)
         w.symlink(f"sys/class/infiniband/{nic.rdma}", f"{d}/infiniband/{nic.rdma}")
-        w.file(f"{d}/infiniband/{nic.rdma}/fw_ver", nic_firmware)
         rate = _ib_port(w, f"{d}/infiniband/{nic.rdma}/ports/1", nic)
         links_up.append(nic.rdma)
         if rate:
@@ -178,7 +177,53 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
         "nic_firmware": nic_firmware,
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+    if nic_firmware is not None:
+        set_nic_firmware(root, nic_firmware)
     return manifest
+
+
+def set_link_speed(root: str | Path, sku: NodeSku, gbps: int) -> list[str]:
+    """Show the SKU's compute NICs' ports trained at `gbps` where that is below the NIC's own speed
+    (a 400 Gb/s ConnectX-7 on an HDR switch trains at 200): the port's rate and its netdev's speed,
+    as the kernel shows them. Returns the devices changed."""
+    changed = []
+    w = _Writer(Path(root))
+    for nic in sku.compute_nics:
+        if nic.speed_gbps is None or gbps >= nic.speed_gbps:
+            continue
+        dev = Path(root) / "sys" / "class" / "infiniband" / nic.rdma
+        if not dev.exists():
+            continue
+        port = Path(os.path.realpath(dev)) / "ports" / "1"
+        rate = _ib_rate(gbps)
+        for path, value in ((port / "rate", rate),
+                            *((Path(os.path.realpath(d)) / "speed", str(gbps * 1000))
+                              for d in (Path(os.path.realpath(dev)).parent.parent / "net").glob("*"))):
+            if path.exists():
+                os.chmod(path, 0o644)
+            w.file(os.path.relpath(path, root), value)
+        changed.append(nic.rdma)
+    return changed
+
+
+def set_nic_firmware(root: str | Path, version: str, devices: Iterable[str] | None = None) -> list[str]:
+    """Show `version` as the firmware of the tree's RDMA devices (all, or `devices`), in fw_ver as
+    the kernel shows it (read-only); returns the devices changed. A firmware update, as the lab
+    can have one: what the node's own sysfs shows, nothing else."""
+    ib = Path(root) / "sys" / "class" / "infiniband"
+    names = sorted((p.name for p in ib.iterdir()), key=_natural) if ib.is_dir() else []
+    wanted = set(devices) if devices is not None else set(names)
+    unknown = wanted - set(names)
+    if unknown:
+        raise KeyError(f"no RDMA device {', '.join(sorted(unknown, key=_natural))} in {root}")
+    w = _Writer(Path(root))
+    for name in names:
+        if name in wanted:
+            path = Path(os.path.realpath(ib / name)) / "fw_ver"
+            if path.exists():
+                os.chmod(path, 0o644)
+            w.file(os.path.relpath(path, root), version)
+    return [n for n in names if n in wanted]
 
 
 def _vectors(w: "_Writer", d: str, first: int, all_cpus: str | None) -> list[int]:

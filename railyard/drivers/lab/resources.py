@@ -245,7 +245,8 @@ class NodeProvider(_LabProvider):
     (`spec.cache.fs` and the like)."""
 
     REPLACE = ("stack", "node")
-    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key", "cache", "pfs_mount")
+    INPUTS = ("stack", "node", "sku", "mgmt", "rails", "storage", "compute_cidr", "authorized_key", "cache", "pfs_mount",
+              "nic_firmware", "link_gbps")
 
     def object_id(self, props):
         from railyard.drivers.lab import names
@@ -324,25 +325,36 @@ def _hw_tree(props: dict) -> str | None:
     dest = node.node_dir(props["stack"], props["node"]) / "hwtree"
     if not (dest / "sys").is_dir():
         hwtree.build_hwtree(load_catalog().nodes[props["sku"]], dest, replace=True)
+    if props.get("nic_firmware"):
+        # A pinned version is the planned one: the node is flashed to it, as a fleet update would.
+        hwtree.set_nic_firmware(dest, props["nic_firmware"])
+    if props.get("link_gbps"):
+        hwtree.set_link_speed(dest, load_catalog().nodes[props["sku"]], int(props["link_gbps"]))
     return str(dest)
 
 
 class LabNode(TypedResource, module="lab", name="Node"):
     """`cache`: {mount, fs, raid, drives, size_gib} for the node's local cache, or None;
-    `pfs_mount`: where the stack's parallel FS is mounted in the node, or None."""
+    `pfs_mount`: where the stack's parallel FS is mounted in the node, or None; `nic_firmware`:
+    the stack's pinned NIC firmware, which the node's RDMA devices show, or None; `link_gbps`: the
+    compute fabric's speed where it is below the SKU's compute NICs' (their ports train at it), or None."""
 
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, node: str, sku: str, mgmt: dict, rails: list[dict],
                  storage: dict | None, compute_cidr: str | None, authorized_key: Any, cache: dict | None = None,
-                 pfs_mount: str | None = None, opts: pulumi.ResourceOptions | None = None):
+                 pfs_mount: str | None = None, nic_firmware: str | None = None, link_gbps: int | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         # Three top-level inputs: the SDK tracks an Output per top-level input, and the stack and
         # node names are settings like the rest (the providers read them through `_flat`). The
         # authorized key stays apart: it is an Output, unknown until the access key exists.
         super().__init__(NodeProvider(), name, {
             "spec": encode_spec({"stack": stack, "node": node, "sku": sku, "mgmt": mgmt, "rails": rails,
                                  "storage": storage, "compute_cidr": compute_cidr, "cache": cache,
-                                 "pfs_mount": pfs_mount}),
+                                 "pfs_mount": pfs_mount,
+                                 # Only where set: other stacks keep their inputs as before.
+                                 **({"nic_firmware": nic_firmware} if nic_firmware else {}),
+                                 **({"link_gbps": link_gbps} if link_gbps else {})}),
             "authorized_key": authorized_key, "host_key": None,
         }, opts)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from railyard.drivers import TuningHooks
 from railyard.drivers.lab.node import HW_TREE
@@ -10,6 +10,7 @@ from railyard.drivers.lab.node import HW_TREE
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
     from railyard.model.plan import NodePlan, Plan
+    from railyard.verify import SubnetReading
 
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
@@ -59,4 +60,22 @@ def acceptance_vars() -> dict[str, Any]:
 
 
 # The contract's hooks this module provides (railyard.drivers.TuningHooks).
-HOOKS = TuningHooks(tuning_vars=tuning_vars, acceptance_vars=acceptance_vars, node_vars=node_vars)
+def read_subnet(spec: Spec, plan: Plan, default: Callable[[], SubnetReading]) -> SubnetReading:
+    """The lab's subnet is the simulator's (railyard.drivers.lab.subnet): its nodes have no HCA for
+    ibnetdiscover to run on, so it runs here, against ibsim serving the lab's cabling."""
+    from railyard.drivers.lab import subnet
+    from railyard.sweep import SimulatorError
+    from railyard.verify import SubnetReading
+
+    rate, judged = subnet.simulated_rate(plan.fabric)
+    try:
+        text = subnet.ibnetdiscover(spec.stack, plan.fabric)
+    except SimulatorError as exc:
+        return SubnetReading(None, f"the lab's simulated subnet: {exc}")
+    where = "the lab's subnet (ibsim)" + ("" if judged else f", every link at {rate}: ibsim trains at most HDR, "
+                                          "so link speeds are not judged")
+    return SubnetReading(text, where, judged)
+
+
+HOOKS = TuningHooks(tuning_vars=tuning_vars, acceptance_vars=acceptance_vars, node_vars=node_vars,
+                    read_subnet=read_subnet)

@@ -29,7 +29,7 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -257,6 +257,7 @@ class _Parser(ConfigReader, CrossFieldRules):
         kubernetes = self.kubernetes(ours)
         slurm = self.slurm(ours, layout, pools, region)
         acceptance = self.acceptance(ours, slurm, kubernetes)
+        verify = self.verify(ours)
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
@@ -267,8 +268,8 @@ class _Parser(ConfigReader, CrossFieldRules):
 
         spec = Spec(stack=stack, region=_partial(region), layout=_partial(layout), driver=_partial(driver),
                     node_pools=tuple(pools), fabric=_partial(fabric), tenants=tuple(tenants), storage=storage,
-                    tuning=tuning, kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, ephemeral=ephemeral,
-                    protect=protect)
+                    tuning=tuning, kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, verify=verify,
+                    ephemeral=ephemeral, protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None and driver is not None:
             section = self.keyed(ours.get(driver), p + driver, "", rules.KEYS) if rules.KEYS else None
@@ -700,6 +701,22 @@ class _Parser(ConfigReader, CrossFieldRules):
             tolerance = None
         return AcceptanceSpec(enabled=True if enabled is None else enabled, on_failure=on_failure or "fail",
                               bandwidth_tolerance=float(tolerance) if tolerance is not None else None)
+
+    # --- verify ---------------------------------------------------------------------------------
+
+    def verify(self, ours: Mapping) -> VerifySpec:
+        path = f"{NAMESPACE}:verify"
+        vm = self.keyed(ours.get("verify"), path, "verify") or {}
+        pm = self.keyed(vm.get("pins"), f"{path}.pins", "verify.pins") or {}
+        # Versions look like numbers to YAML (550.54 is a float): only a string keeps them exact.
+        what = "a version string, as the node shows it"
+
+        def pin(key: str, example: str) -> str | None:
+            return self.string(pm, key, f"{path}.pins.{key}", what, hint=f'quote it, e.g. "{example}"')
+
+        return VerifySpec(pins=Pins(nic_firmware=pin("nicFirmware", "28.39.1002"),
+                                    nvidia_driver=pin("nvidiaDriver", "550.54.15"),
+                                    kernel=pin("kernel", "6.1.0-18-amd64")))
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

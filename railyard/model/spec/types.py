@@ -76,7 +76,7 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
-         "slurm", "acceptance", "ephemeral", "protect"),
+         "slurm", "acceptance", "verify", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm", "cpuIsolation"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs", "hugepages"),
     "nodePools[].vm.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
@@ -99,6 +99,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
     "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
+    "verify": ("pins",),
+    "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
     "ephemeral": ("ttl",),
 }
 
@@ -291,6 +293,25 @@ class AcceptanceSpec:
 
 
 @dataclass(frozen=True)
+class Pins:
+    """railyard:verify.pins: versions every node must run; None: not pinned, not compared."""
+
+    nic_firmware: str | None = None
+    """Every RDMA device's firmware, as /sys/class/infiniband/<dev>/fw_ver shows it."""
+    nvidia_driver: str | None = None
+    """The NVIDIA kernel module's version (/sys/module/nvidia/version)."""
+    kernel: str | None = None
+    """The running kernel's release (uname -r)."""
+
+
+@dataclass(frozen=True)
+class VerifySpec:
+    """railyard:verify: what `railyard verify` holds the running cluster to beyond its plan."""
+
+    pins: Pins = Pins()
+
+
+@dataclass(frozen=True)
 class ObjectTier:
     """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
 
@@ -400,6 +421,7 @@ class Spec:
     slurm: SlurmSpec | None = None
     """None: the stack runs no Slurm."""
     acceptance: AcceptanceSpec = AcceptanceSpec()
+    verify: VerifySpec = VerifySpec()
     ephemeral: Ephemeral | None = None
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).

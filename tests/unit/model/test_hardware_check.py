@@ -380,3 +380,14 @@ def test_every_mismatch_has_a_stable_kind(tmp_path):
     got = hardware_check.check("gpu-2", _facts(tmp_path), DGX)
     assert [m.kind for m in got] == ["gpu-missing", "nic-down"]
     assert all(m.kind in hardware_check.KINDS for m in got)
+
+
+def test_a_lab_tree_on_a_slower_fabric_shows_its_compute_ports_trained_at_the_fabrics_speed(tmp_path):
+    _tree(tmp_path)
+    assert hwtree.set_link_speed(tmp_path, DGX, 200) == [n.rdma for n in DGX.compute_nics]
+    facts = _facts(tmp_path)
+    assert (tmp_path / "sys/class/infiniband/mlx5_0/ports/1/rate").read_text() == "200 Gb/sec (4X HDR)\n"
+    # Held to the HDR fabric it is cabled to, the node is as planned; held to its NICs' own 400, it is not.
+    assert hardware_check.check("gpu-0", facts, DGX, fabric="infiniband", speed_gbps=200) == []
+    assert {m.kind for m in hardware_check.check("gpu-0", facts, DGX)} == {"nic-speed"}
+    assert hwtree.set_link_speed(tmp_path, DGX, 400) == []  # at their own speed: nothing to change

@@ -1,0 +1,148 @@
+"""`railyard verify --stack S [--json] [--only hardware,fabric] [--ibnetdiscover FILE]`: the
+running cluster held against its plan (railyard.verify). It reads; it changes nothing.
+
+Exit status: 0 when everything read is as planned, 1 on any finding, 2 when the stack cannot be
+verified at all (no such stack, a driver whose machines Railyard cannot read, no subnet to read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from railyard import drivers, paths
+from railyard.engine import pulumi
+from railyard.engine.toolchain import ToolchainError
+
+SHOWN_PER_KIND = 20
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="hold the running cluster against its plan: node hardware and the "
+                                      "InfiniBand subnet (reads only; exit 1 on any finding)")
+    p.add_argument("--stack", "-s", default="lab", help="stack (default: lab)")
+    p.add_argument("--json", action="store_true", help="one record per finding, with a stable kind")
+    p.add_argument("--only", default=",".join(_parts()), metavar="PARTS",
+                   help="what to read, comma-separated: hardware, fabric (default: both)")
+    p.add_argument("--ibnetdiscover", metavar="FILE",
+                   help="judge this ibnetdiscover dump instead of reading the subnet")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds one node's read may take (default: 60)")
+    p.set_defaults(func=handle)
+
+
+def _parts() -> tuple[str, ...]:
+    from railyard.verify import PARTS
+
+    return PARTS
+
+
+def _fail(message: str) -> int:
+    print(f"railyard verify: {message}", file=sys.stderr)
+    return 2
+
+
+def handle(args) -> int:
+    from railyard import verify
+    from railyard.model.errors import SpecError
+    from railyard.stack import load
+
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in verify.PARTS]
+    if unknown or not parts:
+        return _fail(f"--only {args.only!r}: give one or more of {', '.join(verify.PARTS)}")
+    stack_file = paths.stack_file(args.stack)
+    try:
+        spec, plan = load(stack_file)
+    except SpecError as exc:
+        print(exc.report(f"railyard verify: {stack_file.name}"), file=sys.stderr)
+        return 2
+    why_not = drivers.entry(spec.driver).capabilities.unverifiable
+    if why_not:
+        return _fail(f"stack {args.stack}'s driver {spec.driver}: {why_not}")
+    try:
+        outputs = pulumi.stack_outputs(args.stack, secrets=True)
+    except (ToolchainError, pulumi.PulumiError) as exc:
+        return _fail(f"cannot read stack {args.stack}'s outputs (is it up?): {exc}")
+    inventory = outputs.get("inventory") or []
+    if not inventory:
+        return _fail(f"stack {args.stack} has no nodes; run `make up STACK={args.stack}`")
+    key = (outputs.get("access") or {}).get("privateKey") or None
+    if key is None and not os.environ.get("SSH_AUTH_SOCK"):
+        return _fail(f"stack {args.stack} exports no access key, so its key is ssh-agent's, and SSH_AUTH_SOCK "
+                     "is not set here")
+    progress = (lambda line: None) if args.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    findings: list[verify.Finding] = []
+    notes: list[str] = []
+    started = time.monotonic()
+    hosts = verify.targets(spec, plan, inventory, lambda n: drivers.node_vars(spec, plan, n))
+    timeout = args.timeout or verify.READ_TIMEOUT_S
+    if "hardware" in parts:
+        progress(f"reading {len(hosts)} node(s), {min(verify.WORKERS, len(hosts))} at a time")
+        facts = verify.read_facts(hosts, key, timeout=timeout)
+        findings += verify.hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
+    if "fabric" in parts:
+        subnet, note = _subnet(args, spec, plan, progress,
+                               lambda: verify.subnet_over_ssh(hosts, key, timeout=timeout))
+        if subnet is None:
+            if parts == ["fabric"]:
+                return _fail(note)
+            notes.append(f"fabric not read: {note}")
+        else:
+            read, judged = subnet
+            findings += verify.fabric(plan, read, speeds_judged=judged)
+            notes.append(note)
+    took = time.monotonic() - started
+    if args.json:
+        print(json.dumps([f.to_json() for f in findings], indent=2))
+        return 1 if findings else 0
+    shown: Counter = Counter()
+    for f in findings:
+        shown[f.kind] += 1
+        if shown[f.kind] <= SHOWN_PER_KIND:
+            print(f"{f.kind:<16} {f}")
+    for kind, n in shown.items():
+        if n > SHOWN_PER_KIND:
+            print(f"{kind:<16} ... and {n - SHOWN_PER_KIND} more (--json lists every one)")
+    for note in notes:
+        print(note)
+    head = f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s: "
+    if not findings:
+        print(head + "as planned")
+        return 0
+    print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
+          + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
+    return 1
+
+
+def _subnet(args, spec, plan, progress, over_ssh):
+    """(the subnet, a line saying where it was read), or (None, why it could not be)."""
+    from railyard.model.fabric.subnet import parse_ibnetdiscover
+
+    if plan.fabric.kind != "infiniband":
+        return None, (f"the compute fabric is {plan.fabric.kind}; its cabling is read with LLDP, "
+                      "which `railyard verify` does not do yet")
+    if args.ibnetdiscover:
+        try:
+            text = Path(args.ibnetdiscover).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            return None, f"{args.ibnetdiscover}: {exc.strerror or exc}"
+        where, judged = args.ibnetdiscover, True
+    else:
+        progress("reading the subnet (ibnetdiscover)")
+        reading = drivers.read_subnet(spec, plan, over_ssh)
+        if reading.text is None:
+            return None, reading.where
+        text, where, judged = reading.text, reading.where, reading.speeds_judged
+    try:
+        subnet = parse_ibnetdiscover(text)
+    except ValueError as exc:
+        return None, f"{where}: not ibnetdiscover's output ({exc})"
+    if not subnet.devices:
+        return None, f"{where}: no device in it"
+    note = f"subnet: {len(subnet.devices)} devices and {len(subnet.cables)} cables read from {where}"
+    return (subnet, judged), note

@@ -1,0 +1,290 @@
+"""Faults put into a running lab on purpose (`railyard lab fault`), to rehearse what `railyard
+verify` finds. Each shows only where the node's own tools would show it:
+
+    cable-swap NODE DEV1 DEV2    two rails of a node exchanged at the node: the lab's subnet
+    link-down NODE DEV           a rail's cable pulled: the fabric's end of its veth down (the node's
+                                 interface loses carrier), its IB port DOWN, the cable gone from
+                                 the subnet
+    link-width NODE DEV WIDTH    a rail's cable trained narrower (2x, 1x) in the subnet
+    gpu-lost NODE GPU            the GPU gone from the node's PCI bus (its hardware tree)
+    pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
+    firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)
+
+DEV is the RDMA device (mlx5_3) or, for a rail, its netdev (ibp64s0). Nothing here is a flag
+Railyard reads back: verify reads the node's sysfs over SSH and the subnet with ibnetdiscover.
+Every change is journalled (`.railyard/lab/<stack>/faults.json`) with what undoes it, and `--clear`
+undoes them newest first, giving back the planned state byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from railyard import paths
+from railyard.drivers.lab import names, node as lab_node, subnet
+from railyard.drivers.lab.errors import LabError
+from railyard.model.fabric.subnet import End, hca_name
+
+if TYPE_CHECKING:
+    from railyard.model.plan import NodePlan, Plan
+
+KINDS = ("cable-swap", "link-down", "link-width", "gpu-lost", "pcie-degraded", "firmware")
+ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE", "DEV"), "link-width": ("NODE", "DEV", "WIDTH"),
+        "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION")}
+JOURNAL = "faults.json"
+
+
+class FaultError(LabError):
+    """A fault that cannot be made (no such node or device, a bad argument); nothing was changed."""
+
+    def __init__(self, message: str):
+        super().__init__("fault", message, message)
+# The IB port of a pulled cable as the kernel shows it: DOWN, the PHY polling for a peer.
+PORT_DOWN = {"state": "1: DOWN", "phys_state": "2: Polling"}
+
+
+def journal_path(stack: str) -> Path:
+    return paths.lab_dir(stack) / JOURNAL
+
+
+def _journal(stack: str) -> list[dict[str, Any]]:
+    p = journal_path(stack)
+    return json.loads(p.read_text()) if p.is_file() else []
+
+
+def _save(stack: str, entries: list[dict[str, Any]]) -> None:
+    p = journal_path(stack)
+    if not entries:
+        p.unlink(missing_ok=True)
+        return
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=2))
+    os.replace(tmp, p)
+
+
+class _Fault:
+    """One fault being made: its undo records, kept in the order to undo them."""
+
+    def __init__(self, stack: str, plan: Plan, kind: str, target: list[str]):
+        self.stack, self.plan, self.kind, self.target = stack, plan, kind, target
+        self.undo: list[dict[str, Any]] = []
+        self.subnet_edit: list[Any] | None = None
+        node = target[0]
+        if node not in {n.name for n in plan.nodes}:
+            raise FaultError(f"no node {node} in stack {stack}'s plan")
+        self.node: NodePlan = plan.node_named(node)
+        self.tree = lab_node.node_dir(stack, node) / "hwtree"
+        if not (self.tree / "sys").is_dir():
+            raise FaultError(f"{node} has no hardware tree: is stack {stack} up?")
+
+    # the node's hardware tree ---------------------------------------------------------------
+
+    def device_dir(self, device: str) -> Path:
+        """The PCI function directory of a GPU (GPU3), an RDMA device (mlx5_3) or its netdev."""
+        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        rdma = {v: k for k, v in manifest["netdevs"].items()}.get(device, device)
+        bdf = manifest["bus_ids"].get(rdma)
+        link = self.tree / "sys" / "bus" / "pci" / "devices" / (bdf or "-")
+        if bdf is None or not link.is_symlink():
+            raise FaultError(f"{self.node.name} has no device {device}")
+        return Path(os.path.realpath(link))
+
+    def rdma(self, device: str) -> str:
+        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        name = {v: k for k, v in manifest["netdevs"].items()}.get(device, device)
+        if name not in manifest["netdevs"]:
+            raise FaultError(f"{self.node.name} has no RDMA device or rail netdev {device}")
+        return name
+
+    def write(self, path: Path, text: str) -> None:
+        old = path.read_text() if path.exists() else None
+        self.undo.append({"op": "file", "path": str(path), "content": old})
+        if path.exists():
+            os.chmod(path, 0o644)
+        path.write_text(text + "\n")
+        os.chmod(path, 0o444)
+
+    def move_away(self, path: Path) -> None:
+        hold = paths.lab_dir(self.stack) / "faults" / f"{len(_journal(self.stack))}-{len(self.undo)}"
+        hold.parent.mkdir(parents=True, exist_ok=True)
+        self.undo.append({"op": "move", "path": str(path), "held": str(hold)})
+        os.rename(path, hold)
+
+    # the subnet and the links ---------------------------------------------------------------
+
+    def edit_subnet(self, *edit: Any) -> None:
+        """An edit of the lab's subnet (subnet.swap, unplug or retrain, by name, with its ends as
+        [device, port] pairs), kept as data: the subnet is the plan's with the faults' edits
+        applied in order, so clearing one fault leaves the others' cables as they are."""
+        if self.plan.fabric.kind != "infiniband":
+            return
+        self.subnet_edit = [edit[0], *[list(a) if isinstance(a, End) else a for a in edit[1:]]]
+        _apply(subnet.current(self.stack, self.plan.fabric), self.subnet_edit)  # refused before anything changes
+
+    def end(self, device: str) -> End:
+        return End(hca_name(self.node.name, self.rdma(device)), 1)
+
+    def pull(self, device: str) -> None:
+        """The fabric's end of the rail's veth down: the cable a technician pulls."""
+        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        rdma = self.rdma(device)
+        netdev = manifest["netdevs"][rdma]
+        ns, peer = _peer(self.stack, self.node.name, netdev)
+        subprocess.run(["ip", "-n", ns, "link", "set", "dev", peer, "down"], check=True)
+        self.undo.append({"op": "link", "netns": ns, "dev": peer})
+        port = self.tree / "sys" / "class" / "infiniband" / rdma / "ports" / "1"
+        for name, text in PORT_DOWN.items():
+            self.write(Path(os.path.realpath(port)) / name, text)
+
+
+def _peer(stack: str, node: str, netdev: str) -> tuple[str, str]:
+    """(namespace, name) of the far end of a node's veth, in whichever of the stack's namespaces it is."""
+    own = names.node_ns(stack, node)
+    show = subprocess.run(["ip", "-n", own, "-o", "link", "show", "dev", netdev], capture_output=True, text=True)
+    if show.returncode != 0:
+        raise FaultError(f"{node} has no interface {netdev}")
+    index, _, rest = show.stdout.partition(": ")
+    peer_index = rest.split(":", 1)[0].partition("@if")[2]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    for ns in (line.split()[0] for line in listed.splitlines() if line.startswith(names.stack_prefix(stack))):
+        if ns == own:
+            continue
+        links = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout
+        for line in links.splitlines():
+            num, _, rest = line.partition(": ")
+            name = rest.split(":", 1)[0]
+            if num == peer_index and name.endswith(f"@if{index}"):
+                return ns, name.split("@")[0]
+    raise FaultError(f"the far end of {node}'s {netdev} is in none of stack {stack}'s namespaces")
+
+
+def inject(stack: str, plan: Plan, kind: str, target: list[str]) -> str:
+    """Make one fault; returns what was done, in a line."""
+    if kind not in KINDS:
+        raise FaultError(f"no fault kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    if len(target) != len(ARGS[kind]):
+        raise FaultError(f"{kind} takes {' '.join(ARGS[kind])}")
+    f = _Fault(stack, plan, kind, target)
+    node = target[0]
+    try:
+        if kind == "cable-swap":
+            f.edit_subnet("swap", f.end(target[1]), f.end(target[2]))
+            said = f"{node}: the cables of {target[1]} and {target[2]} exchanged"
+        elif kind == "link-down":
+            f.edit_subnet("unplug", f.end(target[1]))
+            f.pull(target[1])
+            said = f"{node}: {target[1]}'s cable pulled"
+        elif kind == "link-width":
+            width = target[2].lower().rstrip("x")
+            if width not in ("1", "2", "4", "8", "12"):
+                raise FaultError(f"link-width takes a lane count (1, 2, 4, 8 or 12), not {target[2]!r}")
+            if plan.fabric.kind != "infiniband":
+                raise FaultError("link-width changes a cable of the InfiniBand subnet; this stack's fabric is "
+                               f"{plan.fabric.kind}")
+            rate, _ = subnet.simulated_rate(plan.fabric)
+            f.edit_subnet("retrain", f.end(target[1]), f"{width}x{rate.split('x', 1)[1]}")
+            said = f"{node}: {target[1]}'s cable trained at {width}x"
+        elif kind == "gpu-lost":
+            d = f.device_dir(target[1])
+            f.move_away(f.tree / "sys" / "bus" / "pci" / "devices" / d.name)
+            f.move_away(d)
+            said = f"{node}: {target[1]} ({d.name}) fell off the bus"
+        elif kind == "pcie-degraded":
+            d = f.device_dir(target[1])
+            if not target[2].isdigit() or int(target[2]) < 1:
+                raise FaultError(f"pcie-degraded takes a lane count, not {target[2]!r}")
+            if not (d / "current_link_width").exists():
+                raise FaultError(f"{node}'s {target[1]} shows no PCIe link (its SKU gives none)")
+            f.write(d / "current_link_width", target[2])
+            said = f"{node}: {target[1]} ({d.name}) PCIe link trained at x{target[2]}"
+        else:  # firmware
+            d = f.device_dir(target[1])
+            rdma = f.rdma(target[1])
+            f.write(d / "infiniband" / rdma / "fw_ver", target[2])
+            said = f"{node}: {rdma} flashed to firmware {target[2]}"
+    except BaseException:
+        _undo(f.undo)
+        raise
+    entries = _journal(stack)
+    entries.append({"kind": kind, "target": target, "undo": f.undo, "subnet": f.subnet_edit, "said": said})
+    _save(stack, entries)
+    _write_subnet(stack, plan, entries)
+    return said
+
+
+def _apply(text: str, edit: list[Any]) -> str:
+    op, *args = edit
+    ends = [End(a[0], int(a[1])) if isinstance(a, list) else a for a in args]
+    try:
+        if op == "swap":
+            return subnet.swap(text, ends[0], ends[1])
+        if op == "unplug":
+            return subnet.unplug(text, ends[0])
+        return subnet.retrain(text, ends[0], str(args[1]))
+    except KeyError as exc:
+        raise FaultError(str(exc).strip('"')) from None
+
+
+def _write_subnet(stack: str, plan: Plan, entries: list[dict[str, Any]]) -> None:
+    """The lab's subnet: the plan's, with every journalled fault's edit in order; none: the plan's."""
+    if plan.fabric.kind != "infiniband":
+        return
+    edits = [e["subnet"] for e in entries if e.get("subnet")]
+    p = subnet.path(stack)
+    if not edits:
+        p.unlink(missing_ok=True)
+        return
+    text = subnet.planned(plan.fabric)
+    for edit in edits:
+        text = _apply(text, edit)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def _undo(records: list[dict[str, Any]]) -> None:
+    for r in reversed(records):
+        op = r["op"]
+        if op == "file":
+            p = Path(r["path"])
+            if p.exists():
+                os.chmod(p, 0o644)
+            if r["content"] is None:
+                p.unlink(missing_ok=True)
+            else:
+                p.write_text(r["content"])
+                os.chmod(p, 0o444)
+        elif op == "move":
+            if os.path.lexists(r["held"]):
+                os.rename(r["held"], r["path"])
+        elif op == "link":
+            subprocess.run(["ip", "-n", r["netns"], "link", "set", "dev", r["dev"], "up"], check=False)
+        else:
+            raise FaultError(f"unknown undo record {op!r}")
+
+
+def faults(stack: str) -> list[dict[str, Any]]:
+    return _journal(stack)
+
+
+def clear(stack: str, plan: Plan, node: str | None = None) -> list[str]:
+    """Undo the faults (of `node`, or all), newest first; returns what each had done."""
+    entries = _journal(stack)
+    kept, said = [], []
+    for e in reversed(entries):
+        if node is None or e["target"][0] == node:
+            _undo(e["undo"])
+            said.append(e["said"])
+        else:
+            kept.append(e)
+    kept.reverse()
+    _save(stack, kept)
+    _write_subnet(stack, plan, kept)
+    if not kept:
+        shutil.rmtree(paths.lab_dir(stack) / "faults", ignore_errors=True)
+    return said

@@ -1,0 +1,161 @@
+"""The running cluster held against its plan (`railyard verify`): each node's hardware as its own
+sysfs shows it, and the InfiniBand subnet as ibnetdiscover shows it, compared with what the stack
+plans. It only reads.
+
+Nodes are read over SSH, the way tuning reaches them (the inventory's addresses and pinned host
+keys, the driver's user, port and jump host), with the model's own discovery run there
+(railyard.model.bundle): the reading `up` checks a host with is the reading verify judges. Reads run
+concurrently, WORKERS at a time, each bounded by ssh's connect timeout and READ_TIMEOUT_S for the
+whole read, so a host that does not answer is an `unreachable` finding, never a hang, and the
+others' findings still come out.
+
+Every finding is one record with a stable kind: the hardware check's (railyard.model.hardware_check
+KINDS), the subnet's (railyard.model.fabric.verify KINDS), and `unreachable`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, NamedTuple
+
+from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR
+
+if TYPE_CHECKING:
+    from railyard.inventory import MachineEntry
+    from railyard.model.fabric.subnet import Subnet
+    from railyard.model.plan import Plan
+    from railyard.model.spec.types import Spec
+    from railyard.remote.ssh import Target
+
+# Concurrent reads: each holds one ssh process and its pipe; 32 keep a 448-node read within the
+# scale target (docs/verify.md) without exhausting a controller's process or file limits.
+WORKERS = 32
+READ_TIMEOUT_S = 60.0
+PARTS = ("hardware", "fabric")
+UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a technician acts on. node: the node it is on (None for a cable between two
+    devices); where: the device, port or cable; planned and found where one value says each."""
+
+    kind: str
+    node: str | None
+    where: str
+    planned: str | None
+    found: str | None
+    message: str
+
+    def to_json(self) -> dict[str, str | None]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SubnetReading(NamedTuple):
+    """ibnetdiscover's output (None: not read), where it was read (or why not), and whether its
+    link speeds are the cables' own (False on a simulator slower than the plan)."""
+
+    text: str | None
+    where: str
+    speeds_judged: bool = True
+
+
+def targets(spec: Spec, plan: Plan, inventory: Iterable[MachineEntry],
+            node_vars: Callable[[str], Mapping]) -> dict[str, Target]:
+    """How SSH reaches each machine of the inventory: its address and pinned key, and the user,
+    port and jump host its driver's connection variables give (as the tuning run's inventory)."""
+    from railyard.remote.ssh import JumpHost, Target
+
+    out = {}
+    for m in inventory:
+        v = node_vars(m["name"])
+        j = v.get(JUMP_VAR)
+        jump = JumpHost(j["address"], j.get("user"), int(j["port"]), tuple(j.get("host_keys") or ())) if j else None
+        out[m["name"]] = Target(m["name"], m["management_ip"], user=v.get("ansible_user") or "root",
+                                port=int(v.get("ansible_port") or DEFAULT_PORT), jump=jump,
+                                host_keys=(m["host_key"],) if m.get("host_key") else ())
+    return out
+
+
+def read_facts(hosts: Mapping[str, Target], private_key: str | None, *, workers: int = WORKERS,
+               timeout: float = READ_TIMEOUT_S) -> dict[str, dict | str]:
+    """Each host's facts (sysfs_discovery.host_facts), or why it could not be read."""
+    from railyard.drivers.hosts import remote
+    from railyard.remote.ssh import SshError
+
+    def one(name: str) -> tuple[str, dict | str]:
+        try:
+            facts, _ = remote.host_facts(hosts[name], private_key=private_key, timeout=timeout)
+            return name, facts
+        except SshError as exc:
+            return name, str(exc).split(": ", 1)[-1]
+
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return dict(pool.map(one, sorted(hosts)))
+
+
+def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,
+                    timeout: float = READ_TIMEOUT_S) -> SubnetReading:
+    """ibnetdiscover's output as the first of `tries` nodes that can run it prints it (any HCA on
+    the subnet sees all of it), and where; or None and what each node said."""
+    from railyard.remote.ssh import SshError, run
+
+    said = []
+    for name in sorted(hosts)[:tries]:
+        try:
+            result = run(hosts[name], ["ibnetdiscover"], private_key=private_key, timeout=timeout)
+        except SshError as exc:
+            said.append(str(exc))
+            continue
+        if result.rc == 0 and result.stdout.strip():
+            return SubnetReading(result.stdout, f"ibnetdiscover on {name}")
+        err = [line for line in result.stderr.splitlines() if line.strip()]
+        said.append(f"{name}: ibnetdiscover exited {result.rc}: {err[-1] if err else 'no output'}")
+    return SubnetReading(None, "; ".join(said) or "no node to run ibnetdiscover on")
+
+
+def hardware(spec: Spec, plan: Plan, facts: Mapping[str, dict | str],
+             addresses: Mapping[str, str] | None = None) -> list[Finding]:
+    """The findings of every node read: its facts against its SKU and the stack's pins, or
+    `unreachable` where it could not be read."""
+    from railyard.model import hardware_check
+    from railyard.model.catalog import load_catalog
+
+    catalog = load_catalog()
+    compute = spec.fabric.compute
+    out: list[Finding] = []
+    for node in sorted(facts):
+        got = facts[node]
+        if isinstance(got, str):
+            where = (addresses or {}).get(node, node)
+            out.append(Finding(UNREACHABLE, node, where, "reachable over SSH", got,
+                               f"{node}: not read ({got})"))
+            continue
+        sku = catalog.nodes[plan.node_named(node).sku]
+        for m in hardware_check.check(node, got, sku, fabric=compute.kind, speed_gbps=compute.speed_gbps,
+                                      pins=spec.verify.pins):
+            out.append(Finding(m.kind, node, m.what, m.planned, m.found, str(m)))
+    return out
+
+
+def fabric(plan: Plan, subnet: Subnet, *, speeds_judged: bool = True) -> list[Finding]:
+    """The subnet's findings against the planned fabric (railyard.model.fabric.verify); without
+    link-speed findings where the speeds are a simulator's, not the cables'."""
+    from railyard.model.fabric.verify import verify
+
+    nodes = {n.name for n in plan.nodes}
+    out = []
+    for f in verify(plan.fabric, subnet):
+        if f.kind == "link-speed" and not speeds_judged:
+            continue
+        # An HCA is named "<host> <device>" (its node description): a finding that starts at one
+        # names its node; one between switches names none.
+        node = f.where.split(" ", 1)[0]
+        out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
+    return out

@@ -1,0 +1,167 @@
+"""`railyard verify` on a running lab (issue 40): a two-node dgx-h100 stack on an HDR fabric, up on
+the real engine, is read over SSH (each node's sysfs through the model's own discovery) and its
+subnet through ibsim and the real ibnetdiscover. Each fault `railyard lab fault` makes is found and
+named, nothing else is reported, and `--clear` gives back a stack verify finds as planned.
+
+HDR, not the default NDR: ibsim 0.10 trains links at most at HDR, so on HDR the subnet is judged on
+speed as well as cabling and width. The stack pins the ConnectX-7 firmware a real host showed
+(railyard/data/fixtures/topologies/lenovo_sd665n_v3_nic_numa.txt: 28.37.1014).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from railyard import paths
+from railyard.drivers.lab import gc, names
+from railyard.drivers.lab.faults import _peer
+
+from .railyard_project import STORAGE, free_networks
+from .stack_project import StackProject
+
+ROOT = paths.PROJECT_ROOT
+STACK = "tverify"
+FIRMWARE = "28.37.1014"
+
+
+def config(mgmt: str) -> dict:
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": 2}],
+        "railyard:fabric": {
+            "compute": {"kind": "infiniband", "speed": "hdr", "switch": "qm8700", "cidr": "198.19.0.0/16"},
+            "storage": {"cidr": STORAGE},
+            "management": {"cidr": mgmt},
+        },
+        "railyard:acceptance": {"enabled": False},
+        "railyard:verify": {"pins": {"nicFirmware": FIRMWARE}},
+        "railyard:ephemeral": {"ttl": "2h"},
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    gc.destroy_all(STACK)
+    (mgmt,) = free_networks(1, prefix=24)
+    p = StackProject(tmp_path_factory.mktemp("verify"), STACK, config(mgmt))
+    # The program and the `railyard` commands alike keep the lab's runtime (the nodes' hardware
+    # trees, the subnet, the faults' journal) under the copy.
+    p.env["RAILYARD_ROOT"] = str(p.dir)
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    p.pulumi("up", "--yes", "--skip-preview")
+    yield p
+    railyard(p, "lab", "fault", "--stack", STACK, "--clear")
+    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+    gc.destroy_all(STACK, p.dir)
+
+
+def railyard(p: StackProject, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The console script, as a user runs it in the project."""
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=p.dir, env=p.env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def verify(p: StackProject, *extra: str) -> tuple[int, list[dict]]:
+    proc = railyard(p, "verify", "--stack", STACK, "--json", *extra)
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def fault(p: StackProject, *args: str) -> str:
+    proc = railyard(p, "lab", "fault", "--stack", STACK, *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
+    proc = railyard(project, "verify", "--stack", STACK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 node(s) of stack tverify verified" in proc.stdout and "as planned" in proc.stdout
+    assert "subnet: " in proc.stdout and "from the lab's subnet (ibsim)" in proc.stdout
+    # The firmware is the pin's because the node's sysfs shows it so.
+    assert project.ssh("gpu-0", "cat /sys/class/infiniband/mlx5_0/fw_ver").stdout.strip() == FIRMWARE
+
+
+# Each fault, what verify must then find (kind, node, where) and nothing else.
+FAULTS = [
+    (("cable-swap", "gpu-1", "mlx5_0", "mlx5_3"),
+     [("cable-swapped", "gpu-1", "gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1")]),
+    (("link-down", "gpu-0", "ibp79s0"),  # mlx5_4's rail, by its netdev
+     [("nic-down", "gpu-0", "nics.mlx5_4.state"), ("link-missing", "gpu-0", None)]),
+    (("link-width", "gpu-0", "mlx5_5", "2"), [("link-width", "gpu-0", None)]),
+    (("gpu-lost", "gpu-1", "GPU6"), [("gpu-missing", "gpu-1", "gpus")]),
+    (("pcie-degraded", "gpu-0", "mlx5_9", "8"), [("pcie-degraded", "gpu-0", "nics.mlx5_9.pcie_link")]),
+    (("firmware", "gpu-1", "mlx5_11", "28.39.1002"), [("firmware", "gpu-1", "nics.mlx5_11.fw_ver")]),
+]
+
+
+@pytest.mark.parametrize("args,expected", FAULTS, ids=[f[0][0] for f in FAULTS])
+def test_each_fault_is_found_named_and_alone_then_cleared(project, args, expected):
+    fault(project, *args)
+    try:
+        rc, found = verify(project)
+        got = [(f["kind"], f["node"], f["where"] if expected_where is not None else None)
+               for f, (_, _, expected_where) in zip(found, expected)]
+        assert rc == 1 and len(found) == len(expected) and sorted(got, key=str) == sorted(expected, key=str), found
+        assert all(f["message"] for f in found)
+    finally:
+        cleared = fault(project, "--clear")
+    assert cleared.startswith("cleared: ")
+    assert verify(project) == (0, [])
+
+
+def test_several_faults_at_once_and_a_clear_of_one_node_keeps_the_others(project):
+    fault(project, "cable-swap", "gpu-0", "mlx5_0", "mlx5_3")
+    fault(project, "firmware", "gpu-1", "mlx5_6", "28.39.1002")
+    fault(project, "link-width", "gpu-1", "mlx5_10", "1")
+    try:
+        _, found = verify(project)
+        assert sorted((f["kind"], f["node"]) for f in found) == [
+            ("cable-swapped", "gpu-0"), ("firmware", "gpu-1"), ("link-width", "gpu-1")]
+        fault(project, "--clear", "gpu-1")
+        _, found = verify(project)
+        assert [(f["kind"], f["node"]) for f in found] == [("cable-swapped", "gpu-0")]
+        assert fault(project).strip() == "gpu-0: the cables of mlx5_0 and mlx5_3 exchanged"
+    finally:
+        fault(project, "--clear")
+    assert verify(project) == (0, [])
+
+
+def test_an_unreachable_node_is_a_finding_and_the_others_are_still_read(project):
+    """gpu-1's management cable pulled (the fabric's end of its veth down): SSH cannot reach it
+    within its connect timeout, and gpu-0's fault is still reported."""
+    fault(project, "pcie-degraded", "gpu-0", "GPU2", "4")
+    mgmt = project.machines()[1]["management_ip"]
+    own = subprocess.run(["ip", "-n", names.node_ns(STACK, "gpu-1"), "-o", "-4", "addr"], capture_output=True,
+                         text=True, check=True).stdout
+    netdev = next(line.split()[1] for line in own.splitlines() if f" {mgmt}/" in line)
+    ns, peer = _peer(STACK, "gpu-1", netdev)
+    subprocess.run(["ip", "-n", ns, "link", "set", "dev", peer, "down"], check=True)
+    try:
+        started = time.monotonic()
+        rc, found = verify(project, "--only", "hardware", "--timeout", "20")
+        took = time.monotonic() - started
+    finally:
+        subprocess.run(["ip", "-n", ns, "link", "set", "dev", peer, "up"], check=True)
+        fault(project, "--clear")
+    assert rc == 1 and sorted((f["kind"], f["node"]) for f in found) == [
+        ("pcie-degraded", "gpu-0"), ("unreachable", "gpu-1")], found
+    unreachable = next(f for f in found if f["kind"] == "unreachable")
+    assert unreachable["where"] == mgmt and unreachable["found"]
+    assert took < 60, f"an unreachable node held verify for {took:.0f} s"
+
+
+def test_verify_refuses_what_it_cannot_read_instead_of_passing(project):
+    proc = railyard(project, "verify", "--stack", STACK, "--only", "lldp")
+    assert proc.returncode == 2 and "--only 'lldp': give one or more of hardware, fabric" in proc.stderr
+    proc = railyard(project, "lab", "fault", "--stack", STACK, "gpu-lost", "gpu-0", "GPU9")
+    assert proc.returncode == 1 and "gpu-0 has no device GPU9" in proc.stderr
+    assert verify(project) == (0, [])  # the refused fault changed nothing
