@@ -19,6 +19,7 @@ from railyard.inventory import MachineEntry, VmEntry
 from components.acceptance import Acceptance, AcceptanceArgs
 from components.fabric import Fabric, FabricArgs
 from components.guest_tuning import GuestTuning, GuestTuningArgs
+from components.drift_check import DriftCheck, DriftCheckArgs
 from components.host_tuning import HostTuning, HostTuningArgs
 from components.kubernetes import KubernetesLayer, KubernetesLayerArgs
 from components.node_pool import NodePool, NodePoolArgs
@@ -69,13 +70,23 @@ class Cluster(pulumi.ComponentResource):
         self.tuning: HostTuning | None = None
         # Railyard tunes hosts it was given. Where the provider's VMs are the machines, their
         # hypervisors are the provider's: no host tuning (the VMs get guest tuning, below).
+        node_vars = {n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))}
+        # Before tuning touches a node: the running cluster against its plan, where the stack asks.
+        self.drift: DriftCheck | None = None
+        if args.spec.verify.on_drift is not None:
+            if caps.unverifiable:
+                raise ValueError(f"railyard:verify.onDrift: the {driver.name} driver's machines cannot be "
+                                 f"verified: {caps.unverifiable}")
+            self.drift = DriftCheck(f"{name}-drift", DriftCheckArgs(spec=args.spec, plan=args.plan,
+                                                                    inventory=self.inventory, access=self.access,
+                                                                    node_vars=node_vars), child)
         if caps.tunes_hosts(args.spec.virtual):
             self.tuning = HostTuning(
                 f"{name}-tuning",
                 HostTuningArgs(spec=args.spec, plan=args.plan, inventory=self.inventory, access=self.access,
                                storage=self.storage.endpoints, extra_vars=driver.tuning_vars(),
-                               node_vars={n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))} or None,
-                               teardown=caps.keeps_machines),
+                               node_vars=node_vars or None, teardown=caps.keeps_machines,
+                               skip=self.drift.skipped if self.drift is not None else None),
                 # The machines themselves, not the pools: a pool's descendants include the VMs, which
                 # come after tuning.
                 depends_on=machines, opts=child)

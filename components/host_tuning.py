@@ -30,6 +30,8 @@ class HostTuningArgs:
     """The machines outlive the stack (Capabilities.keeps_machines): destroy removes the tuning."""
     storage: Any = None
     """The storage tiers' outputs: the dataset prefix to stage and the object store's identity."""
+    skip: pulumi.Output[list[str]] | None = None
+    """Nodes left out of the run (the drift check's, railyard:verify.onDrift: skip-node)."""
 
 
 class HostTuning(pulumi.ComponentResource):
@@ -44,7 +46,8 @@ class HostTuning(pulumi.ComponentResource):
         self.run_stack = spec.stack
 
         def hosts(values: list) -> HostInputs:
-            inventory, storage = values
+            inventory, storage, skip = values
+            inventory = [m for m in inventory if m["name"] not in (skip or ())]
             return runner.host_inputs(runner.hosts_from(
                 spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
                 dataset_prefix=storage.get("dataset_prefix") or "", extra_vars=args.extra_vars,
@@ -55,7 +58,7 @@ class HostTuning(pulumi.ComponentResource):
         storage = args.storage or {}
         public = pulumi.Output.all(storage.get("object_endpoint"), storage.get("dataset_prefix")).apply(
             lambda v: {"object_endpoint": v[0], "dataset_prefix": v[1]})
-        host_inputs = pulumi.Output.all(args.inventory, public).apply(hosts)
+        host_inputs = pulumi.Output.all(args.inventory, public, args.skip if args.skip is not None else []).apply(hosts)
         secret_vars: pulumi.Output[dict[str, Any]] = pulumi.Output.secret(pulumi.Output.all(storage.get("access_key"), storage.get("secret_key")).apply(
             lambda v: runner.object_store_vars({"access_key": v[0], "secret_key": v[1]})))
         # What a driver's later steps re-run the playbook with (a rolling reboot's verification).

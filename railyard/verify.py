@@ -16,9 +16,11 @@ KINDS), the subnet's (railyard.model.fabric.verify KINDS), and `unreachable`.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, NamedTuple
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
+from railyard.drivers import SubnetReading
 from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR
 
 if TYPE_CHECKING:
@@ -53,15 +55,6 @@ class Finding:
 
     def __str__(self) -> str:
         return self.message
-
-
-class SubnetReading(NamedTuple):
-    """ibnetdiscover's output (None: not read), where it was read (or why not), and whether its
-    link speeds are the cables' own (False on a simulator slower than the plan)."""
-
-    text: str | None
-    where: str
-    speeds_judged: bool = True
 
 
 def targets(spec: Spec, plan: Plan, inventory: Iterable[MachineEntry],
@@ -109,7 +102,10 @@ def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tri
     said = []
     for name in sorted(hosts)[:tries]:
         try:
-            result = run(hosts[name], ["ibnetdiscover"], private_key=private_key, timeout=timeout)
+            # ibnetdiscover exits 255 on its own errors, the status ssh keeps for a failed
+            # connection: another status keeps the tool's failure apart from the host's.
+            result = run(hosts[name], ["sh", "-c", 'ibnetdiscover; rc=$?; [ "$rc" -ne 255 ] || rc=1; exit "$rc"'],
+                         private_key=private_key, timeout=timeout)
         except SshError as exc:
             said.append(str(exc))
             continue
@@ -159,3 +155,71 @@ def fabric(plan: Plan, subnet: Subnet, *, speeds_judged: bool = True) -> list[Fi
         node = f.where.split(" ", 1)[0]
         out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
     return out
+
+
+@dataclass
+class Report:
+    """What one verification found, what it says about what it read, and why a part asked for
+    could not be read (None: everything asked for was read)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unread: str | None = None
+
+    def drifted(self) -> list[str]:
+        """The nodes with a finding of their own, in name order."""
+        return sorted({f.node for f in self.findings if f.node})
+
+
+def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, *,
+            parts: Iterable[str] = PARTS, timeout: float = READ_TIMEOUT_S, dump: str | None = None,
+            progress: Callable[[str], None] = lambda line: None) -> Report:
+    """Read what `parts` name and hold it against the plan: the one verification `railyard verify`
+    and the drift check of `up` and preview both make. dump: an ibnetdiscover file to judge
+    instead of reading the subnet."""
+    report = Report()
+    parts = list(parts)
+    if "hardware" in parts:
+        progress(f"reading {len(hosts)} node(s), {min(WORKERS, len(hosts))} at a time")
+        facts = read_facts(hosts, private_key, timeout=timeout)
+        report.findings += hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
+    if "fabric" in parts:
+        read, note = _subnet(spec, plan, dump, progress, lambda: subnet_over_ssh(hosts, private_key, timeout=timeout))
+        if read is None:
+            report.unread = note
+            report.notes.append(f"fabric not read: {note}")
+        else:
+            subnet, judged = read
+            report.findings += fabric(plan, subnet, speeds_judged=judged)
+            report.notes.append(note)
+    return report
+
+
+def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], None],
+            over_ssh: Callable[[], SubnetReading]) -> tuple[tuple[Subnet, bool] | None, str]:
+    """((the subnet, whether its speeds are judged), where it was read), or (None, why not)."""
+    from railyard import drivers
+    from railyard.model.fabric.subnet import parse_ibnetdiscover
+
+    if plan.fabric.kind != "infiniband":
+        return None, (f"the compute fabric is {plan.fabric.kind}; its cabling is read with LLDP, "
+                      "which `railyard verify` does not do yet")
+    if dump:
+        try:
+            text = Path(dump).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            return None, f"{dump}: {exc.strerror or exc}"
+        where, judged = dump, True
+    else:
+        progress("reading the subnet (ibnetdiscover)")
+        reading = drivers.read_subnet(spec, plan, over_ssh)
+        if reading.text is None:
+            return None, reading.where
+        text, where, judged = reading.text, reading.where, reading.speeds_judged
+    try:
+        subnet = parse_ibnetdiscover(text)
+    except ValueError as exc:
+        return None, f"{where}: not ibnetdiscover's output ({exc})"
+    if not subnet.devices:
+        return None, f"{where}: no device in it"
+    return (subnet, judged), f"subnet: {len(subnet.devices)} devices and {len(subnet.cables)} cables read from {where}"

@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 from railyard import drivers, paths
 from railyard.engine import pulumi
@@ -76,26 +75,13 @@ def handle(args) -> int:
         return _fail(f"stack {args.stack} exports no access key, so its key is ssh-agent's, and SSH_AUTH_SOCK "
                      "is not set here")
     progress = (lambda line: None) if args.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    findings: list[verify.Finding] = []
-    notes: list[str] = []
     started = time.monotonic()
     hosts = verify.targets(spec, plan, inventory, lambda n: drivers.node_vars(spec, plan, n))
-    timeout = args.timeout or verify.READ_TIMEOUT_S
-    if "hardware" in parts:
-        progress(f"reading {len(hosts)} node(s), {min(verify.WORKERS, len(hosts))} at a time")
-        facts = verify.read_facts(hosts, key, timeout=timeout)
-        findings += verify.hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
-    if "fabric" in parts:
-        subnet, note = _subnet(args, spec, plan, progress,
-                               lambda: verify.subnet_over_ssh(hosts, key, timeout=timeout))
-        if subnet is None:
-            if parts == ["fabric"]:
-                return _fail(note)
-            notes.append(f"fabric not read: {note}")
-        else:
-            read, judged = subnet
-            findings += verify.fabric(plan, read, speeds_judged=judged)
-            notes.append(note)
+    report = verify.collect(spec, plan, hosts, key, parts=parts, timeout=args.timeout or verify.READ_TIMEOUT_S,
+                            dump=args.ibnetdiscover, progress=progress)
+    if report.unread is not None and parts == ["fabric"]:
+        return _fail(report.unread)
+    findings, notes = report.findings, report.notes
     took = time.monotonic() - started
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
@@ -117,32 +103,3 @@ def handle(args) -> int:
     print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
           + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
     return 1
-
-
-def _subnet(args, spec, plan, progress, over_ssh):
-    """(the subnet, a line saying where it was read), or (None, why it could not be)."""
-    from railyard.model.fabric.subnet import parse_ibnetdiscover
-
-    if plan.fabric.kind != "infiniband":
-        return None, (f"the compute fabric is {plan.fabric.kind}; its cabling is read with LLDP, "
-                      "which `railyard verify` does not do yet")
-    if args.ibnetdiscover:
-        try:
-            text = Path(args.ibnetdiscover).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            return None, f"{args.ibnetdiscover}: {exc.strerror or exc}"
-        where, judged = args.ibnetdiscover, True
-    else:
-        progress("reading the subnet (ibnetdiscover)")
-        reading = drivers.read_subnet(spec, plan, over_ssh)
-        if reading.text is None:
-            return None, reading.where
-        text, where, judged = reading.text, reading.where, reading.speeds_judged
-    try:
-        subnet = parse_ibnetdiscover(text)
-    except ValueError as exc:
-        return None, f"{where}: not ibnetdiscover's output ({exc})"
-    if not subnet.devices:
-        return None, f"{where}: no device in it"
-    note = f"subnet: {len(subnet.devices)} devices and {len(subnet.cables)} cables read from {where}"
-    return (subnet, judged), note

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from railyard.model.errors import Problem
     from railyard.model.plan import NodePlan, Plan
     from railyard.model.spec import Spec
-    from railyard.verify import SubnetReading
 
 Machines = Literal["node", "pool"]
 Addresses = Literal["plan", "provider"]
@@ -144,10 +143,20 @@ class TuningHooks:
     node_vars: Callable[["Spec", "Plan", "NodePlan | str"], dict[str, Any]] | None = None
     """Role and connection variables of one machine, by its plan or name (a host's user, port,
     jump host; a VM's jump host, by its name, where VMs are the machines)."""
-    read_subnet: Callable[["Spec", "Plan", Callable[[], "SubnetReading"]], "SubnetReading"] | None = None
+    read_subnet: Callable[["Spec", "Plan", Callable[[], SubnetReading]], SubnetReading] | None = None
     """The InfiniBand subnet as ibnetdiscover prints it, and where it was read (or None and why
     not), given the default reading (ibnetdiscover over SSH on the stack's nodes); without the
     hook, the default is used (the lab serves its simulated subnet instead)."""
+
+
+class SubnetReading(NamedTuple):
+    """What a driver's read_subnet gives: ibnetdiscover's output (None: not read), where it was
+    read (or why not), and whether its link speeds are the cables' own (False on a simulator
+    slower than the plan)."""
+
+    text: str | None
+    where: str
+    speeds_judged: bool = True
 
 
 @dataclass(frozen=True)
@@ -287,7 +296,7 @@ def node_vars(spec: "Spec", plan: "Plan", node: "NodePlan | str") -> dict[str, A
     return hook(spec, plan, node) if hook is not None else {}
 
 
-def read_subnet(spec: "Spec", plan: "Plan", default: Callable[[], "SubnetReading"]) -> "SubnetReading":
+def read_subnet(spec: "Spec", plan: "Plan", default: Callable[[], SubnetReading]) -> SubnetReading:
     """The stack's InfiniBand subnet as ibnetdiscover prints it and where it was read, or (None,
     why not): the driver's own reading where it has one, else `default`."""
     hook = _tuning(spec.driver).read_subnet

@@ -52,6 +52,7 @@ def project(tmp_path_factory):
     gc.destroy_all(STACK)
     (mgmt,) = free_networks(1, prefix=24)
     p = StackProject(tmp_path_factory.mktemp("verify"), STACK, config(mgmt))
+    p.mgmt = mgmt
     # The program and the `railyard` commands alike keep the lab's runtime (the nodes' hardware
     # trees, the subnet, the faults' journal) under the copy.
     p.env["RAILYARD_ROOT"] = str(p.dir)
@@ -165,3 +166,57 @@ def test_verify_refuses_what_it_cannot_read_instead_of_passing(project):
     proc = railyard(project, "lab", "fault", "--stack", STACK, "gpu-lost", "gpu-0", "GPU9")
     assert proc.returncode == 1 and "gpu-0 has no device GPU9" in proc.stderr
     assert verify(project) == (0, [])  # the refused fault changed nothing
+
+
+# --- drift in preview, review and up (railyard:verify.onDrift) ------------------------------------
+
+def with_on_drift(project: StackProject, mode: str) -> None:
+    project.write({**config(project.mgmt), "railyard:verify": {"pins": {"nicFirmware": FIRMWARE}, "onDrift": mode}})
+
+
+def tuned_hosts(project: StackProject) -> list[str]:
+    """The nodes the stack's tuning run last took, from its state."""
+    state = json.loads(project.pulumi("stack", "export", "--show-secrets").stdout)
+    run = next(r for r in state["deployment"]["resources"] if r["type"].endswith("TuningRun"))
+    hosts = run["outputs"]["hosts"]
+    if "plaintext" in hosts:  # a secret, as --show-secrets gives it
+        hosts = json.loads(hosts["plaintext"])
+    return sorted(hosts)
+
+
+def warnings_of(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_a_cable_swap_is_drift_in_preview_and_in_the_review_and_up_stops_before_tuning(project, tmp_path):
+    with_on_drift(project, "fail")
+    project.pulumi("up", "--yes", "--skip-preview")  # as planned: the check passes, nothing else changes
+    fault(project, "cable-swap", "gpu-1", "mlx5_0", "mlx5_3")
+    try:
+        preview = warnings_of(project.pulumi("preview", "--refresh"))
+        assert "drift: gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1: " in preview, preview[-3000:]
+        assert "up stops before tuning: 1 finding(s) on gpu-1 (railyard:verify.onDrift: fail)" in preview
+        comment = tmp_path / "review.md"
+        proc = railyard(project, "review", "--stack", STACK, "--output", str(comment))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "drift: gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1" in comment.read_text()
+        before = tuned_hosts(project)
+        up = project.pulumi("up", "--yes", "--skip-preview", check=False)
+        assert up.returncode != 0 and "up stops before tuning" in warnings_of(up), warnings_of(up)[-3000:]
+        assert tuned_hosts(project) == before  # tuning did not run
+    finally:
+        fault(project, "--clear")
+    project.pulumi("up", "--yes", "--skip-preview")
+
+
+def test_with_skip_node_a_drifted_node_is_left_out_of_tuning_and_comes_back_once_repaired(project):
+    with_on_drift(project, "skip-node")
+    fault(project, "gpu-lost", "gpu-0", "GPU1")
+    try:
+        up = project.pulumi("up", "--yes", "--skip-preview")
+        assert "up leaves gpu-0 alone" in warnings_of(up), warnings_of(up)[-3000:]
+        assert tuned_hosts(project) == ["gpu-1"]
+    finally:
+        fault(project, "--clear")
+    project.pulumi("up", "--yes", "--skip-preview")
+    assert tuned_hosts(project) == ["gpu-0", "gpu-1"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from railyard.drivers import TuningHooks
+from railyard.drivers import SubnetReading, TuningHooks
 from railyard.drivers.lab.node import HW_TREE
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
     from railyard.model.plan import NodePlan, Plan
-    from railyard.verify import SubnetReading
 
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
@@ -65,7 +64,6 @@ def read_subnet(spec: Spec, plan: Plan, default: Callable[[], SubnetReading]) ->
     ibnetdiscover to run on, so it runs here, against ibsim serving the lab's cabling."""
     from railyard.drivers.lab import subnet
     from railyard.sweep import SimulatorError
-    from railyard.verify import SubnetReading
 
     rate, judged = subnet.simulated_rate(plan.fabric)
     try:

@@ -27,7 +27,7 @@ from railyard.model.spec.reader import ConfigReader
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
-    ACCEPTANCE_ON_FAILURE, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
     RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
@@ -712,11 +712,17 @@ class _Parser(ConfigReader, CrossFieldRules):
         what = "a version string, as the node shows it"
 
         def pin(key: str, example: str) -> str | None:
-            return self.string(pm, key, f"{path}.pins.{key}", what, hint=f'quote it, e.g. "{example}"')
+            raw = pm.get(key)
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                self.problem(f"{path}.pins.{key}", _show(raw), what, f'quote it, e.g. "{example}"')
+                return None
+            return self.string(pm, key, f"{path}.pins.{key}", what)
 
+        on_drift = self.choice(vm, "onDrift", f"{path}.onDrift", ON_DRIFT)
         return VerifySpec(pins=Pins(nic_firmware=pin("nicFirmware", "28.39.1002"),
                                     nvidia_driver=pin("nvidiaDriver", "550.54.15"),
-                                    kernel=pin("kernel", "6.1.0-18-amd64")))
+                                    kernel=pin("kernel", "6.1.0-18-amd64")),
+                          on_drift=on_drift)
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

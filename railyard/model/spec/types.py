@@ -99,7 +99,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
     "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
-    "verify": ("pins",),
+    "verify": ("pins", "onDrift"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
     "ephemeral": ("ttl",),
 }
@@ -276,6 +276,7 @@ class SlurmSpec:
     max_switch_wait: int = SLURM_MAX_SWITCH_WAIT
 
 
+ON_DRIFT = ("fail", "skip-node")
 ACCEPTANCE_ON_FAILURE = ("fail", "cordon")
 CPU_ISOLATION = ("kernel", "systemd")
 
@@ -309,6 +310,9 @@ class VerifySpec:
     """railyard:verify: what `railyard verify` holds the running cluster to beyond its plan."""
 
     pins: Pins = Pins()
+    on_drift: str | None = None
+    """None: no drift check in preview and `up`; "fail": `up` stops before tuning when a node
+    drifted; "skip-node": `up` leaves drifted nodes alone and goes on with the others."""
 
 
 @dataclass(frozen=True)

@@ -391,3 +391,27 @@ def test_a_lab_tree_on_a_slower_fabric_shows_its_compute_ports_trained_at_the_fa
     assert hardware_check.check("gpu-0", facts, DGX, fabric="infiniband", speed_gbps=200) == []
     assert {m.kind for m in hardware_check.check("gpu-0", facts, DGX)} == {"nic-speed"}
     assert hwtree.set_link_speed(tmp_path, DGX, 400) == []  # at their own speed: nothing to change
+
+
+def _lab_config(verify: dict) -> dict:
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[3] / "stacks" / "Pulumi.lab.yaml").read_text())["config"]
+    return {**config, "railyard:verify": verify}
+
+
+def test_the_verify_keys_are_read_with_their_paths_named_and_a_numeric_version_refused_with_a_hint():
+    from railyard.model.errors import SpecError
+    from railyard.stack import from_config
+
+    spec, _ = from_config(_lab_config({"onDrift": "skip-node", "pins": {"nicFirmware": "28.39.1002",
+                                                                       "kernel": "6.1.0-18-amd64"}}), "t")
+    assert (spec.verify.on_drift, spec.verify.pins.nic_firmware, spec.verify.pins.kernel,
+            spec.verify.pins.nvidia_driver) == ("skip-node", "28.39.1002", "6.1.0-18-amd64", None)
+    assert from_config(_lab_config({}), "t")[0].verify.on_drift is None
+    with pytest.raises(SpecError) as err:
+        from_config(_lab_config({"onDrift": "skip", "pins": {"nvidiaDriver": 550.54, "bios": "1.2"}}), "t")
+    problems = {p.path: p for p in err.value.problems}
+    assert set(problems) == {"railyard:verify.onDrift", "railyard:verify.pins.nvidiaDriver", "railyard:verify.pins.bios"}
+    assert "skip-node" in str(problems["railyard:verify.onDrift"])
+    assert 'quote it, e.g. "550.54.15"' in str(problems["railyard:verify.pins.nvidiaDriver"])
