@@ -140,14 +140,16 @@ def hardware(spec: Spec, plan: Plan, facts: Mapping[str, dict | str],
     return out
 
 
-def fabric(plan: Plan, subnet: Subnet, *, speeds_judged: bool = True) -> list[Finding]:
+def fabric(plan: Plan, subnet: Subnet, *, speeds_judged: bool = True,
+           switch_guids: Iterable[tuple[str, int]] = ()) -> list[Finding]:
     """The subnet's findings against the planned fabric (railyard.model.fabric.verify); without
-    link-speed findings where the speeds are a simulator's, not the cables'."""
+    link-speed findings where the speeds are a simulator's, not the cables'. switch_guids: the
+    stack's railyard:verify.switchGuids, naming switches by GUID."""
     from railyard.model.fabric.verify import verify
 
     nodes = {n.name for n in plan.nodes}
     out = []
-    for f in verify(plan.fabric, subnet):
+    for f in verify(plan.fabric, subnet.renamed({guid: name for name, guid in switch_guids})):
         if f.kind == "link-speed" and not speeds_judged:
             continue
         # An HCA is named "<host> <device>" (its node description): a finding that starts at one
@@ -190,7 +192,7 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             report.notes.append(f"fabric not read: {note}")
         else:
             subnet, judged = read
-            report.findings += fabric(plan, subnet, speeds_judged=judged)
+            report.findings += fabric(plan, subnet, speeds_judged=judged, switch_guids=spec.verify.switch_guids)
             report.notes.append(note)
     return report
 

@@ -93,7 +93,7 @@ def handle_verify(args) -> int:
 
     what = f"railyard fabric verify: {args.stackfile}"
     try:
-        _, plan = load(args.stackfile)
+        spec, plan = load(args.stackfile)
     except SpecError as exc:
         print(exc.report(what), file=sys.stderr)
         return 1
@@ -114,7 +114,7 @@ def handle_verify(args) -> int:
         print(f"railyard fabric verify: {args.ibnetdiscover}: no device in it; is it ibnetdiscover's output?",
               file=sys.stderr)
         return 1
-    findings = verify(plan.fabric, subnet)
+    findings = verify(plan.fabric, subnet.renamed({guid: name for name, guid in spec.verify.switch_guids}))
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
         return 1 if findings else 0

@@ -14,6 +14,7 @@ Pure: no process is started here (railyard/sweep/ runs ibsim and OpenSM).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from dataclasses import dataclass, field
@@ -158,6 +159,15 @@ class Subnet:
     cables: list[tuple[tuple[str, int], tuple[str, int]]]
     rates: dict[tuple[tuple[str, int], tuple[str, int]], str] = field(default_factory=dict)
     """Each cable's active width and speed where the output gives it (`4xNDR`), by cable."""
+
+    def renamed(self, names: Mapping[int, str]) -> "Subnet":
+        """The subnet with each device whose node GUID `names` holds known by that name instead of
+        its node description (a switch as shipped describes itself by its model)."""
+        if not names:
+            return self
+        devices = {i: dataclasses.replace(d, desc=names[d.guid]) if d.guid is not None and d.guid in names else d
+                   for i, d in self.devices.items()}
+        return Subnet(devices, self.cables, self.rates)
 
     def by_desc(self) -> dict[str, Device]:
         out: dict[str, Device] = {}

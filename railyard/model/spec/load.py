@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from railyard.model.catalog import Catalog, NodeSku, SwitchModel, VmShape
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_GUID = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # Namespaces a tenant may not take: the layer deletes its tenants' namespaces at destroy.
 RESERVED_NAMESPACES = ("default", "kueue-system", "sriov-network-operator")
@@ -284,6 +285,12 @@ class _Parser(ConfigReader, CrossFieldRules):
             self.check_plan(spec)
             if kubernetes is not None and self.fabric_plan is not None:
                 self.check_topology_labels(pools, facts)
+            if spec.verify.switch_guids and self.fabric_plan is not None:
+                planned = {sw.name for sw in self.fabric_plan.switches()}
+                for name, _ in spec.verify.switch_guids:
+                    if name not in planned:
+                        self.problem(f"{NAMESPACE}:verify.switchGuids.{name}", _show(name), "a switch of the plan",
+                                     _did_you_mean(name, planned) or "`railyard plan` lists them")
         if self.problems:
             raise SpecError(self.problems)
         return spec
@@ -722,7 +729,33 @@ class _Parser(ConfigReader, CrossFieldRules):
         return VerifySpec(pins=Pins(nic_firmware=pin("nicFirmware", "28.39.1002"),
                                     nvidia_driver=pin("nvidiaDriver", "550.54.15"),
                                     kernel=pin("kernel", "6.1.0-18-amd64")),
-                          on_drift=on_drift)
+                          on_drift=on_drift, switch_guids=self.switch_guids(vm, f"{path}.switchGuids"))
+
+    def switch_guids(self, vm: Mapping, path: str) -> tuple[tuple[str, int], ...]:
+        """{planned switch name: "0x<node GUID>"}; names are checked against the plan in check_plan."""
+        raw = vm.get("switchGuids")
+        if raw is None:
+            return ()
+        what = "a mapping of planned switch names to node GUIDs, e.g. {su0-leaf0: \"0x0002c90300a1b2c3\"}"
+        if not isinstance(raw, dict):
+            self.problem(path, _show(raw), what)
+            return ()
+        out: list[tuple[str, int]] = []
+        seen: dict[int, str] = {}
+        for name, value in raw.items():
+            p = f"{path}.{name}"
+            text = value.strip() if isinstance(value, str) else None
+            if text is None or not _GUID.match(text):
+                self.problem(p, _show(value), 'a node GUID: 0x and up to 16 hex digits, quoted ("0x0002c90300a1b2c3")',
+                             "as ibnetdiscover prints it after switchguid=")
+                continue
+            guid = int(text, 16)
+            if guid in seen:
+                self.problem(p, _show(value), "a GUID of one switch", f"{seen[guid]} has it too")
+                continue
+            seen[guid] = str(name)
+            out.append((str(name), guid))
+        return tuple(out)
 
     def secret(self, m: Mapping, key: str, path: str, how: str) -> Secret | None:
         """A value that must be a Pulumi secret (or absent); a plain value is refused unshown."""

@@ -99,7 +99,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
     "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
-    "verify": ("pins", "onDrift"),
+    "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
     "ephemeral": ("ttl",),
 }
@@ -313,6 +313,9 @@ class VerifySpec:
     on_drift: str | None = None
     """None: no drift check in preview and `up`; "fail": `up` stops before tuning when a node
     drifted; "skip-node": `up` leaves drifted nodes alone and goes on with the others."""
+    switch_guids: tuple[tuple[str, int], ...] = ()
+    """(planned switch name, its node GUID): how a subnet's switches are known where their node
+    descriptions are not their plan names (a switch as shipped describes itself by its model)."""
 
 
 @dataclass(frozen=True)

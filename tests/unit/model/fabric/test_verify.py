@@ -152,3 +152,37 @@ def test_an_unknown_device_on_a_planned_port_is_named_beside_the_cable_it_displa
     subnet.cables.append((("gpu-su0-leaf0", 1), ("intruder", 1)))
     assert sorted((f.kind, f.where) for f in verify(dgx(2), subnet)) == [
         ("cable-misplaced", "gpu-su0-leaf0 port 1"), ("unknown-device", "login-0 mlx5_0")]
+
+
+def test_switches_that_do_not_describe_themselves_by_plan_name_are_known_by_the_stacks_guid_map():
+    """A real capture of ibsim's subnet (data/ibnetdiscover-lab.txt) whose switches are renamed
+    to their model, as a switch may describe itself before anyone sets its description: the
+    stack's railyard:verify.switchGuids names them again, and the subnet is as planned."""
+    import re
+
+    import yaml
+
+    from railyard.model.errors import SpecError
+    from railyard.stack import from_config
+    from railyard.verify import fabric as fabric_findings
+
+    text = (paths.PROJECT_ROOT / "tests/unit/model/fabric/data/ibnetdiscover-lab.txt").read_text()
+    guids = dict(re.findall(r'switchguid=(0x[0-9a-f]+)\(\w+\)\nSwitch\t\d+ "[^"]+"\t\t# "([^"]+)"', text))
+    assert len(guids) == 12
+    for name in guids.values():
+        text = text.replace(f'"{name}"', '"MQM9700"')
+    config = yaml.safe_load((paths.PROJECT_ROOT / "stacks" / "Pulumi.lab.yaml").read_text())["config"]
+    spec, plan = from_config(config, "t")
+    subnet = sn.parse_ibnetdiscover(text)
+    unnamed = fabric_findings(plan, subnet, speeds_judged=False)
+    assert "unknown-device" in {f.kind for f in unnamed} and all(f.kind != "link-speed" for f in unnamed)
+    spec, plan = from_config({**config, "railyard:verify": {"switchGuids": {n: g for g, n in guids.items()}}}, "t")
+    assert fabric_findings(plan, subnet, speeds_judged=False, switch_guids=spec.verify.switch_guids) == []
+    # A name the plan does not have, and a GUID given twice, are refused with their paths.
+    wrong = {"gpu-su0-leaf9": "0x200007", "gpu-su0-leaf1": "0x200007"}
+    try:
+        from_config({**config, "railyard:verify": {"switchGuids": wrong}}, "t")
+        raise AssertionError("refused")
+    except SpecError as err:
+        paths_found = {p.path for p in err.problems}
+    assert paths_found == {"railyard:verify.switchGuids.gpu-su0-leaf1", "railyard:verify.switchGuids.gpu-su0-leaf9"}
