@@ -47,8 +47,11 @@ TARGET_MARGINAL = {(448, 2_500): 1.0}
 # Resources per node (an HgxNode component and what is under it), an upper bound as every target.
 TARGET_RESOURCES_PER_NODE = 2
 PREVIEW_TIMEOUT_S = 3_600
-# The preview with state: two sizes a factor of two apart, so linear growth is a ratio of 2.0.
-STATE_SIZES = (224, 448)
+# The preview with state: two sizes a factor of two apart, so linear growth is a ratio of 2.0,
+# and the 2,500-node site beside its own baseline with state (issue 43).
+STATE_SIZES = (224, 448, 2_500)
+# Railyard's preview with state beside the baseline with state (issue 43): at the engine's floor.
+TARGET_STATE_RATIO = {448: 1.2, 2_500: 1.2}
 QUICK_STATE_SIZES = QUICK_SIZES
 # Growth up to a tenth above linear is within what the machine's noise allows: "not faster
 # than linear". A quadratic part shows as more (an n^2 term of a tenth of the time at 224 nodes
@@ -59,11 +62,16 @@ GROWTH_SLACK = 1.1
 SETTLE_ROUNDS = 5
 
 BASELINE_PROGRAM = """
+import json
+from pathlib import Path
+
 import pulumi
 from railyard.bench.noop import Noop
 
+payloads = Path("payloads.json")
+held = json.loads(payloads.read_text()) if payloads.exists() else []
 for i in range(int(pulumi.Config().require("count"))):
-    Noop(f"noop-{i}")
+    Noop(f"noop-{i}", held[i] if i < len(held) else None)
 """
 
 
@@ -101,9 +109,13 @@ def preview_config(nodes: int) -> dict:
 class BaselineProject:
     """A throwaway project and backend whose program declares `count` no-op dynamic resources."""
 
-    def __init__(self, base: Path, count: int):
+    def __init__(self, base: Path, count: int, payloads: list[dict] | None = None):
+        """payloads: the properties each resource holds (as many as there are, in order), for the
+        baseline with state; none: each holds its name only."""
         self.dir = base / "project"
         self.dir.mkdir(parents=True)
+        if payloads:
+            (self.dir / "payloads.json").write_text(json.dumps(payloads))
         (self.dir / "Pulumi.yaml").write_text(
             "name: baseline\nruntime:\n  name: python\n  options:\n"
             f"    virtualenv: {paths.PROJECT_ROOT / '.venv'}\n    toolchain: pip\n")
@@ -121,11 +133,12 @@ class BaselineProject:
     def env_for(self, *args: str) -> dict[str, str]:
         return {**self.env, **command_settings(args)}
 
-    def pulumi(self, *args: str) -> None:
+    def pulumi(self, *args: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(self.argv(*args), cwd=self.dir, env=self.env_for(*args), capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
             raise PulumiFailed(f"pulumi {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
 
 
 def profiler(name: str):
@@ -178,7 +191,7 @@ def node_resource_count(result: dict) -> int:
     return sum(1 for s in result["steps"] if "railyard:index:HgxNode" in s.get("urn", "").split("::")[2])
 
 
-def settle(project: StackProject, fresh: dict, workdir: Path) -> tuple[int, dict[str, int]]:
+def settle(project: StackProject | BaselineProject, fresh: dict, workdir: Path) -> tuple[int, dict[str, int]]:
     """Give the project's stack a checkpoint holding every resource the fresh preview `fresh`
     plans, imported with `pulumi stack import`, and preview it (engine's gRPC log on) until it
     plans no change (railyard.bench.stack_state). Returns the previews it took and the last one's
@@ -225,6 +238,24 @@ def touches_no_lab(stack: str, what: str, *roots: Path):
     made = [str(lab) for lab in labs if lab.exists() and lab not in there]
     if made:
         raise RuntimeError(f"{what} made {', '.join(made)}: a provider did more than diff")
+
+
+def baseline_with_state(project: StackProject, base: Path, name: str) -> tuple[proctree.TreeRun, int]:
+    """The no-op baseline given a checkpoint the way the stack's preview with state is: as many
+    resources as the stack's settled state, each holding the inputs of one of them
+    (stack_state.payloads), imported and settled the same way; the timed preview of it, and its
+    resource count."""
+    held = stack_state.payloads(json.loads(project.pulumi("stack", "export").stdout))
+    baseline = BaselineProject(base / "baseline-state", len(held), held)
+    _, fresh = preview(baseline, f"{name}-fresh")
+    work = base / "baseline-settle"
+    work.mkdir()
+    settle(baseline, fresh, work)
+    run, result = preview(baseline, name)
+    planned = stack_state.changes(result)
+    if planned:
+        raise RuntimeError(f"the baseline with state plans changes: {'; '.join(planned[:5])}")
+    return run, len(held)
 
 
 def stateful_preview(project: StackProject, fresh: dict, workdir: Path, name: str) -> tuple[proctree.TreeRun, int, dict]:
@@ -290,6 +321,7 @@ def run(ctx: Context):
             if nodes in state_sizes:
                 stateful, rounds, counts = stateful_preview(project, result, base, f"railyard-state-{nodes}")
                 with_state[nodes] = stateful
+                floor, held = baseline_with_state(project, base, f"baseline-state-{nodes}")
         finally:
             shutil.rmtree(base, ignore_errors=True)
         label = f"preview, {nodes:,} nodes"
@@ -320,8 +352,19 @@ def run(ctx: Context):
                               f"checkpoint settled in {rounds} previews")
             yield Sample(f"{label}: ratio to the preview without state", stateful.wall_s / ours.wall_s, "x",
                          note=f"wall with state / wall of the fresh stack's preview just before ({ours.wall_s:.1f} s)")
+            floor_label = f"baseline preview with state, {held:,} no-op dynamic resources"
+            yield Sample(f"{floor_label}: wall", floor.wall_s, "s",
+                         note="each holding the inputs of one of the stack's resources, checkpoint imported")
+            yield Sample(f"{floor_label}: peak RSS (process tree)", floor.peak_rss_mib, "MiB", note=rss_note(floor))
+            yield Sample(f"{label}: ratio to the baseline with state", stateful.wall_s / floor.wall_s, "x",
+                         target=TARGET_STATE_RATIO.get(nodes),
+                         note="wall of Railyard's preview with state / wall of the baseline's")
+            yield Sample(f"{label}: peak RSS ratio to the baseline with state",
+                         stateful.peak_rss_mib / floor.peak_rss_mib, "x")
     yield from scaling_samples(fresh_runs, baselines)
-    small, large = sorted(with_state)[0], sorted(with_state)[-1]
+    # Growth from the smallest size to the next: a factor of two apart (STATE_SIZES).
+    sizes_with_state = sorted(with_state)
+    small, large = sizes_with_state[0], sizes_with_state[min(1, len(sizes_with_state) - 1)]
     if small != large:
         linear = large / small
         label = f"preview with state, {small:,} -> {large:,} nodes"

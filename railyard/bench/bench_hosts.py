@@ -11,6 +11,7 @@ SSH on their own /sys and /proc, the second run of two (the first converges them
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import resource
@@ -18,7 +19,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from railyard import paths
 from railyard.bench import bench_engine, proctree, stack_project
@@ -116,20 +119,31 @@ def _node_cpu_s(stack: str, node_name: str) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def tuning_size(ctx: Context, hosts: int):
-    from railyard import drivers
+@dataclass
+class LabServers:
+    """Lab nodes standing in for a hosts stack's dgx-h100 servers: the stack's spec and plan, the
+    SSH key, and each node's address and pinned host key."""
+
+    stack: str
+    spec: Any
+    plan: Any
+    key: str
+    addresses: list[str]
+    host_keys: list[str]
+
+
+@contextlib.contextmanager
+def lab_servers(ctx: Context, stack: str, hosts: int) -> Iterator[LabServers]:
+    """`hosts` dgx-h100 lab nodes on a management network of their own, with their hardware trees
+    and rails without addresses (a server's before its network files exist); all removed after."""
     from railyard.drivers.lab import fabric, gc, hwtree, node
     from railyard.model.catalog import load_catalog
     from railyard.stack import from_config
-    from railyard.tuning import runner
-    from railyard.tuning.vars import host_vars
 
-    stack = f"bench-hostsrun{hosts}"
     gc.destroy_all(stack)
-    shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
     mgmt, storage = stack_project.free_networks(str(POOL), 2, 20)
     net = ipaddress.ip_network(mgmt)
-    base = Path(tempfile.mkdtemp(prefix=f"hostsrun-{hosts}-", dir=ctx.workdir))
+    base = Path(tempfile.mkdtemp(prefix=f"{stack}-", dir=ctx.workdir))
     try:
         key = _keypair(base)
         pub = (base / "id.pub").read_text().strip()
@@ -137,18 +151,34 @@ def tuning_size(ctx: Context, hosts: int):
         spec, plan = from_config(hosts_config(addresses, [PLACEHOLDER_KEY] * hosts, mgmt, storage), stack)
         fabric.create_fabric(stack, rails=8, mgmt_cidr=mgmt, host_address=str(net.network_address + 1))
         sku = load_catalog().nodes["dgx-h100"]
-        machines = []
+        host_keys = []
         for i, n in enumerate(plan.nodes):
             tree = base / "hw" / n.name
             hwtree.build_hwtree(sku, tree)
-            # Rails without addresses, as a server's before its network files (rail_network) exist.
             state = node.create_node(
                 stack, n.name, mgmt={"name": "eno3", "address": f"{addresses[i]}/{net.prefixlen}"},
                 rails=[{"name": nic.netdev, "rail": nic.rail, "address": None} for nic in n.nics],
                 authorized_keys=pub, hw_tree_source=str(tree))
-            # The variables HostTuning hands a hosts stack's roles: the plan's and the driver's per host.
-            machines.append(runner.Host(n.name, addresses[i], state["host_key"],
-                                        {**host_vars(spec, plan, n), **drivers.node_vars(spec, plan, n)}))
+            host_keys.append(state["host_key"])
+        yield LabServers(stack, spec, plan, key, addresses, host_keys)
+    finally:
+        gc.destroy_all(stack)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def tuning_size(ctx: Context, hosts: int):
+    from railyard import drivers
+    from railyard.tuning import runner
+    from railyard.tuning.vars import host_vars
+
+    stack = f"bench-hostsrun{hosts}"
+    shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
+    with lab_servers(ctx, stack, hosts) as servers:
+        spec, plan, key = servers.spec, servers.plan, servers.key
+        # The variables HostTuning hands a hosts stack's roles: the plan's and the driver's per host.
+        machines = [runner.Host(n.name, servers.addresses[i], servers.host_keys[i],
+                                {**host_vars(spec, plan, n), **drivers.node_vars(spec, plan, n)})
+                    for i, n in enumerate(plan.nodes)]
         first = runner.run(stack, machines, key)
         if not first.ok:
             raise RuntimeError(f"tuning {hosts} lab hosts failed: {'; '.join(map(str, first.failures[:5]))}")
@@ -162,9 +192,6 @@ def tuning_size(ctx: Context, hosts: int):
         if not again.ok or again.changed:
             raise RuntimeError(f"the second tuning run of {hosts} hosts was not idempotent: changed {again.changed}, "
                                f"{'; '.join(map(str, again.failures[:5]))}")
-    finally:
-        gc.destroy_all(stack)
-        shutil.rmtree(base, ignore_errors=True)
     controller = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     label = f"{hosts} lab hosts"
     yield Sample(f"idempotent tuning run, {label}: wall", wall, "s", note="site.yml over SSH, nothing changed")

@@ -11,16 +11,11 @@ runs the ssh clients and the check, so the projection is an upper bound.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import resource
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
-from railyard.bench import stack_project
-from railyard.bench.bench_hosts import PLACEHOLDER_KEY, POOL, _keypair, hosts_config
+from railyard.bench.bench_hosts import lab_servers
 from railyard.bench.harness import Context, Sample, Section
 
 SIZES = (32, 64)
@@ -32,45 +27,21 @@ TARGET_POD_S = 60.0
 def read_size(ctx: Context, hosts: int) -> tuple[float, float]:
     """(wall, controller CPU-s) of verify's reading of `hosts` lab nodes, findings required empty."""
     from railyard import verify
-    from railyard.drivers.lab import fabric, gc, hwtree, node
-    from railyard.model.catalog import load_catalog
     from railyard.remote.ssh import Target
-    from railyard.stack import from_config
 
-    stack = f"bench-verify{hosts}"
-    gc.destroy_all(stack)
-    mgmt, storage = stack_project.free_networks(str(POOL), 2, 20)
-    net = ipaddress.ip_network(mgmt)
-    base = Path(tempfile.mkdtemp(prefix=f"verify-{hosts}-", dir=ctx.workdir))
-    try:
-        key = _keypair(base)
-        pub = (base / "id.pub").read_text().strip()
-        addresses = [str(net.network_address + 10 + i) for i in range(hosts)]
-        spec, plan = from_config(hosts_config(addresses, [PLACEHOLDER_KEY] * hosts, mgmt, storage), stack)
-        fabric.create_fabric(stack, rails=8, mgmt_cidr=mgmt, host_address=str(net.network_address + 1))
-        sku = load_catalog().nodes["dgx-h100"]
-        targets = {}
-        for i, n in enumerate(plan.nodes):
-            tree = base / "hw" / n.name
-            hwtree.build_hwtree(sku, tree)
-            state = node.create_node(
-                stack, n.name, mgmt={"name": "eno3", "address": f"{addresses[i]}/{net.prefixlen}"},
-                rails=[{"name": nic.netdev, "rail": nic.rail, "address": None} for nic in n.nics],
-                authorized_keys=pub, hw_tree_source=str(tree))
-            targets[n.name] = Target(n.name, addresses[i], host_keys=(state["host_key"],))
+    with lab_servers(ctx, f"bench-verify{hosts}", hosts) as servers:
+        targets = {n.name: Target(n.name, servers.addresses[i], host_keys=(servers.host_keys[i],))
+                   for i, n in enumerate(servers.plan.nodes)}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         own_before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic()
-        facts = verify.read_facts(targets, key)
-        findings = verify.hardware(spec, plan, facts)
+        facts = verify.read_facts(targets, servers.key)
+        findings = verify.hardware(servers.spec, servers.plan, facts)
         wall = time.monotonic() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         own_after = resource.getrusage(resource.RUSAGE_SELF)
-        if findings:
-            raise RuntimeError(f"verify of {hosts} lab nodes as planned found: {'; '.join(map(str, findings[:5]))}")
-    finally:
-        gc.destroy_all(stack)
-        shutil.rmtree(base, ignore_errors=True)
+    if findings:
+        raise RuntimeError(f"verify of {hosts} lab nodes as planned found: {'; '.join(map(str, findings[:5]))}")
     cpu = sum((a.ru_utime - b.ru_utime) + (a.ru_stime - b.ru_stime)
               for a, b in ((after, before), (own_after, own_before)))
     return wall, cpu

@@ -14,5 +14,8 @@ class NoopProvider(ResourceProvider):
 
 
 class Noop(Resource):
-    def __init__(self, name: str, opts=None):
-        super().__init__(NoopProvider(), name, {"name": name}, opts)
+    """payload: properties to hold (the baseline with state gives each Noop the inputs of one of
+    Railyard's resources, so state holds as much per resource as Railyard's does)."""
+
+    def __init__(self, name: str, payload: dict | None = None, opts=None):
+        super().__init__(NoopProvider(), name, {"name": name, **({"payload": payload} if payload else {})}, opts)

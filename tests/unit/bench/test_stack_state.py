@@ -195,6 +195,23 @@ def test_changes_are_read_from_the_change_summary_since_a_preview_lists_no_uncha
 
 
 def test_the_state_sizes_are_a_factor_of_two_apart_so_linear_growth_is_two():
-    small, large = bench_engine.STATE_SIZES
+    small, large, site = bench_engine.STATE_SIZES
     assert large == 2 * small and round(bench_engine.GROWTH_SLACK * large / small, 2) == 2.2
-    assert set(bench_engine.STATE_SIZES) & set(bench_engine.SIZES) == {448}, "448 shares the fresh preview's run"
+    # Both of the fresh preview's sizes have a preview with state beside its baseline with state.
+    assert set(bench_engine.STATE_SIZES) & set(bench_engine.SIZES) == {448, site} == set(bench_engine.TARGET_STATE_RATIO)
+
+
+def test_a_baseline_resource_holds_a_resource_of_the_stacks_inputs_without_its_secrets_or_provider():
+    secret = stack_state.secret("-----BEGIN OPENSSH PRIVATE KEY-----")
+    export = {"deployment": {"resources": [
+        {"urn": "u0", "custom": False, "type": "pulumi:pulumi:Stack"},
+        {"urn": "u1", "custom": True, "type": "pulumi:providers:pulumi-python", "inputs": {"a": 1}},
+        {"urn": "u2", "custom": True, "type": "pulumi-python:dynamic:Node",
+         "inputs": {"__provider": "pickle", "spec": {"rails": [1, 2]}, "key": secret}},
+        {"urn": "u3", "custom": False, "type": "railyard:index:HgxNode"},
+    ]}}
+    held, component = stack_state.payloads(export)
+    assert component == {}  # one baseline resource per resource of the stack, components holding nothing
+    assert set(held) == {"spec", "key"} and held["spec"] == {"rails": [1, 2]}
+    # As large as the secret's record in state, and not a secret any more (nor the key itself).
+    assert held["key"] == "s" * len(json.dumps(secret)) and not stack_state.is_secret(held["key"])
