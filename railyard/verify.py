@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # scale target (docs/verify.md) without exhausting a controller's process or file limits.
 WORKERS = 32
 READ_TIMEOUT_S = 60.0
-PARTS = ("hardware", "fabric")
+PARTS = ("hardware", "fabric", "health")
 UNREACHABLE = "unreachable"
 
 
@@ -91,6 +91,104 @@ def read_facts(hosts: Mapping[str, Target], private_key: str | None, *, workers:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
         return dict(pool.map(one, sorted(hosts)))
+
+
+# What the health part runs on each node, in one SSH session: each tool's output under a marker
+# line, or that it is missing. The kernel's log is read only where the NVIDIA driver is there
+# (nvidia-smi is): a node without it has no Xid to show, and a lab node's log is its host's.
+HEALTH_SCRIPT = r"""
+section() { printf '\n@@railyard %s\n' "$1"; }
+if command -v nvidia-smi >/dev/null 2>&1; then
+  section nvidia-smi; nvidia-smi -q -x 2>&1
+  section nvlink; nvidia-smi nvlink --status 2>&1
+  section kernel-log; dmesg 2>&1 || journalctl -k -b --no-pager 2>&1
+else
+  section nvidia-smi-missing
+fi
+if command -v dcgmi >/dev/null 2>&1; then
+  section dcgmi; dcgmi diag -r "$1" -j 2>&1
+else
+  section dcgmi-missing
+fi
+"""
+SECTION = "@@railyard "
+
+
+def split_sections(stdout: str) -> dict[str, str]:
+    """HEALTH_SCRIPT's output by section name."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(SECTION):
+            current = line[len(SECTION):].strip()
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line
+    return sections
+
+
+def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: int = 1, workers: int = WORKERS,
+                timeout: float = READ_TIMEOUT_S) -> dict[str, dict[str, str] | str]:
+    """Each node's GPU tools' output by section (HEALTH_SCRIPT), or why it could not be read.
+    level: dcgmi diag's run level (1 quick, 3 deep)."""
+    from railyard.remote.ssh import SshError, run
+
+    def one(name: str) -> tuple[str, dict[str, str] | str]:
+        try:
+            result = run(hosts[name], ["sh", "-c", HEALTH_SCRIPT, "health", str(level)], private_key=private_key,
+                         timeout=timeout)
+        except SshError as exc:
+            return name, str(exc).split(": ", 1)[-1]
+        return name, split_sections(result.stdout)
+
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return dict(pool.map(one, sorted(hosts)))
+
+
+def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
+           addresses: Mapping[str, str] | None = None) -> tuple[list[Finding], list[str], bool]:
+    """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
+    check that could not run and on which nodes (never a pass), and whether any check ran."""
+    from railyard.model import gpu_health as gh
+    from railyard.model.catalog import load_catalog
+
+    catalog = load_catalog()
+    out: list[Finding] = []
+    not_run: dict[str, list[str]] = {}
+    for node in sorted(readings):
+        got = readings[node]
+        if isinstance(got, str):
+            out.append(Finding(UNREACHABLE, node, (addresses or {}).get(node, node), "reachable over SSH", got,
+                               f"{node}: not read ({got})"))
+            continue
+        sku = catalog.nodes[plan.node_named(node).sku]
+        found: list[gh.HealthFinding] = []
+        if "nvidia-smi" in got:
+            try:
+                log = gh.parse_nvidia_smi(got["nvidia-smi"])
+            except ValueError as exc:
+                not_run.setdefault(f"nvidia-smi: {exc}", []).append(node)
+            else:
+                first = sku.gpus[0] if sku.gpus else None
+                found += gh.judge_gpus(log, count=len(sku.gpus),
+                                       pci_id=(first.pci_vendor, first.pci_device) if first else (None, None))
+            links = gh.parse_nvlink_status(got.get("nvlink", ""))
+            per_gpu = int(sku.nvlink_class[2:]) if sku.nvlink_class else None
+            if per_gpu and links:
+                found += gh.judge_nvlink(links, per_gpu=per_gpu)
+            found += gh.judge_kernel_log(got.get("kernel-log", ""))
+        else:
+            not_run.setdefault("nvidia-smi missing", []).append(node)
+        if "dcgmi" in got:
+            found += gh.judge_dcgm(gh.parse_dcgm_diag(got["dcgmi"]))
+        else:
+            not_run.setdefault("dcgmi missing", []).append(node)
+        out += [Finding(f.kind, node, f.gpu or node, f.planned, f.found, f"{node}: {f.message}") for f in found]
+    notes = [f"health not run: {why}: {', '.join(nodes)}" for why, nodes in not_run.items()]
+    ran = any(isinstance(r, dict) and ("nvidia-smi" in r or "dcgmi" in r) for r in readings.values())
+    return out, notes, ran
 
 
 def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,
@@ -162,11 +260,12 @@ def fabric(plan: Plan, subnet: Subnet, *, speeds_judged: bool = True,
 @dataclass
 class Report:
     """What one verification found, what it says about what it read, and why a part asked for
-    could not be read (None: everything asked for was read)."""
+    could not be read."""
 
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    unread: str | None = None
+    unread: dict[str, str] = field(default_factory=dict)
+    """Each part asked for that could not be read (or run anywhere), and why."""
 
     def drifted(self) -> list[str]:
         """The nodes with a finding of their own, in name order."""
@@ -175,20 +274,30 @@ class Report:
 
 def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, *,
             parts: Iterable[str] = PARTS, timeout: float = READ_TIMEOUT_S, dump: str | None = None,
-            progress: Callable[[str], None] = lambda line: None) -> Report:
+            deep: bool = False, progress: Callable[[str], None] = lambda line: None) -> Report:
     """Read what `parts` name and hold it against the plan: the one verification `railyard verify`
     and the drift check of `up` and preview both make. dump: an ibnetdiscover file to judge
-    instead of reading the subnet."""
+    instead of reading the subnet. deep: the health part's DCGM diagnostics at level 3."""
     report = Report()
     parts = list(parts)
     if "hardware" in parts:
         progress(f"reading {len(hosts)} node(s), {min(WORKERS, len(hosts))} at a time")
         facts = read_facts(hosts, private_key, timeout=timeout)
         report.findings += hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
+    if "health" in parts:
+        progress(f"reading {len(hosts)} node(s)' GPU tools" + (" (DCGM level 3)" if deep else ""))
+        found, notes, ran = health(plan, read_health(hosts, private_key, level=3 if deep else 1, timeout=timeout),
+                                   {n: t.address for n, t in hosts.items()})
+        # An unreachable node is reported once, by the hardware part, where both ran.
+        seen = {(f.kind, f.node) for f in report.findings}
+        report.findings += [f for f in found if (f.kind, f.node) not in seen]
+        report.notes += notes
+        if not ran:
+            report.unread["health"] = "; ".join(notes)
     if "fabric" in parts:
         read, note = _subnet(spec, plan, dump, progress, lambda: subnet_over_ssh(hosts, private_key, timeout=timeout))
         if read is None:
-            report.unread = note
+            report.unread["fabric"] = note
             report.notes.append(f"fabric not read: {note}")
         else:
             subnet, judged = read

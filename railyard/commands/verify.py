@@ -1,5 +1,5 @@
-"""`railyard verify --stack S [--json] [--only hardware,fabric] [--ibnetdiscover FILE]`: the
-running cluster held against its plan (railyard.verify). It reads; it changes nothing.
+"""`railyard verify --stack S [--json] [--only hardware,fabric,health] [--deep] [--ibnetdiscover FILE]`:
+the running cluster held against its plan (railyard.verify). It reads; it changes nothing.
 
 Exit status: 0 when everything read is as planned, 1 on any finding, 2 when the stack cannot be
 verified at all (no such stack, a driver whose machines Railyard cannot read, no subnet to read).
@@ -21,12 +21,14 @@ SHOWN_PER_KIND = 20
 
 
 def register(sub) -> None:
-    p = sub.add_parser("verify", help="hold the running cluster against its plan: node hardware and the "
-                                      "InfiniBand subnet (reads only; exit 1 on any finding)")
+    p = sub.add_parser("verify", help="hold the running cluster against its plan: node hardware, the "
+                                      "InfiniBand subnet and GPU health (reads only; exit 1 on any finding)")
     p.add_argument("--stack", "-s", default="lab", help="stack (default: lab)")
     p.add_argument("--json", action="store_true", help="one record per finding, with a stable kind")
     p.add_argument("--only", default=",".join(_parts()), metavar="PARTS",
-                   help="what to read, comma-separated: hardware, fabric (default: both)")
+                   help="what to read, comma-separated: hardware, fabric, health (default: all)")
+    p.add_argument("--deep", action="store_true",
+                   help="the health part's DCGM diagnostics at level 3 (minutes per node) instead of 1")
     p.add_argument("--ibnetdiscover", metavar="FILE",
                    help="judge this ibnetdiscover dump instead of reading the subnet")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -78,9 +80,9 @@ def handle(args) -> int:
     started = time.monotonic()
     hosts = verify.targets(spec, plan, inventory, lambda n: drivers.node_vars(spec, plan, n))
     report = verify.collect(spec, plan, hosts, key, parts=parts, timeout=args.timeout or verify.READ_TIMEOUT_S,
-                            dump=args.ibnetdiscover, progress=progress)
-    if report.unread is not None and parts == ["fabric"]:
-        return _fail(report.unread)
+                            dump=args.ibnetdiscover, deep=args.deep, progress=progress)
+    if parts and all(p in report.unread for p in parts):
+        return _fail("; ".join(report.unread.values()))
     findings, notes = report.findings, report.notes
     took = time.monotonic() - started
     if args.json:
@@ -96,7 +98,9 @@ def handle(args) -> int:
             print(f"{kind:<16} ... and {n - SHOWN_PER_KIND} more (--json lists every one)")
     for note in notes:
         print(note)
-    head = f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s: "
+    read = [p for p in parts if p not in report.unread]
+    head = (f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s ({', '.join(read)}"
+            + (f"; not read: {', '.join(report.unread)}" if report.unread else "") + "): ")
     if not findings:
         print(head + "as planned")
         return 0

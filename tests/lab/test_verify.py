@@ -86,6 +86,11 @@ def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
     proc = railyard(project, "verify", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 node(s) of stack tverify verified" in proc.stdout and "as planned" in proc.stdout
+    # The lab's nodes have no GPU tools: the health part did not run, and says so, never a pass.
+    assert "(hardware, fabric; not read: health): as planned" in proc.stdout
+    assert "health not run: nvidia-smi missing: gpu-0, gpu-1" in proc.stdout
+    only_health = railyard(project, "verify", "--stack", STACK, "--only", "health")
+    assert only_health.returncode == 2 and "nvidia-smi missing" in only_health.stderr
     assert "subnet: " in proc.stdout and "from the lab's subnet (ibsim)" in proc.stdout
     # The firmware is the pin's because the node's sysfs shows it so.
     assert project.ssh("gpu-0", "cat /sys/class/infiniband/mlx5_0/fw_ver").stdout.strip() == FIRMWARE
