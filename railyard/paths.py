@@ -57,6 +57,11 @@ def lab_dir(stack: str, root: Path | None = None) -> Path:
     return local_dir(root) / "lab" / stack
 
 
+def node_states(stack: str, root: Path | None = None) -> Path:
+    """Each node's health state and its history (railyard.model.node_health), per stack."""
+    return local_dir(root) / "health" / f"{stack}.json"
+
+
 def runs_dir(stack: str, root: Path | None = None) -> Path:
     return local_dir(root) / "runs" / stack
 

@@ -49,13 +49,9 @@ def handle(args) -> int:
         print(f"railyard tune: stack {args.stack} exports no access key, so its key is ssh-agent's, and "
               "SSH_AUTH_SOCK is not set here", file=sys.stderr)
         return 1
-    storage = outputs.get("storage") or {}
-    hosts = runner.hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
-                              dataset_prefix=storage.get("dataset_prefix") or "",
-                              extra_vars=drivers.tuning_vars(spec.driver),
-                              node_vars={n["name"]: drivers.node_vars(spec, plan, n["name"]) for n in inventory})
+    hosts, secret_vars = runner.stack_hosts(spec, plan, outputs)
     result = runner.run(args.stack, hosts, key, check=args.check, limit=args.limit, tags=args.tags,
-                        secret_vars=runner.object_store_vars(storage),
+                        secret_vars=secret_vars,
                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     for host, stats in sorted(result.hosts.items()):
         print(f"{host:<16} ok={stats.ok} changed={stats.changed} failed={stats.failed} "

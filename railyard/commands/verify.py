@@ -1,8 +1,12 @@
-"""`railyard verify --stack S [--json] [--only hardware,fabric,health] [--deep] [--ibnetdiscover FILE]`:
-the running cluster held against its plan (railyard.verify). It reads; it changes nothing.
+"""`railyard verify --stack S [--json] [--only hardware,fabric,health] [--deep] [--ibnetdiscover FILE]
+[--repair]`: the running cluster held against its plan (railyard.verify). Without --repair it
+changes nothing on the cluster: it records each node's health state (railyard.model.node_health)
+under .railyard/health/ and shows the nodes that are not ready. With --repair, the faulty nodes go
+through the repair loop (railyard.repair): drained in Slurm, reset, checked again, returned.
 
-Exit status: 0 when everything read is as planned, 1 on any finding, 2 when the stack cannot be
-verified at all (no such stack, a driver whose machines Railyard cannot read, no subnet to read).
+Exit status: 0 when everything read is as planned (with --repair: when every faulty node was
+returned), 1 on any finding, 2 when the stack cannot be verified at all (no such stack, a driver
+whose machines Railyard cannot read, no subnet to read, no scheduler to repair through).
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import os
 import sys
 import time
 from collections import Counter
+from contextlib import ExitStack
 
-from railyard import drivers, paths
+from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 
@@ -33,6 +38,9 @@ def register(sub) -> None:
                    help="judge this ibnetdiscover dump instead of reading the subnet")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="seconds one node's read may take (default: 60)")
+    p.add_argument("--repair", action="store_true",
+                   help="drain the faulty nodes in Slurm, reset, re-check and return them, within each pool's "
+                        "railyard:health.maxUnavailable; a node a person drained is left alone")
     p.set_defaults(func=handle)
 
 
@@ -84,9 +92,15 @@ def handle(args) -> int:
     if parts and all(p in report.unread for p in parts):
         return _fail("; ".join(report.unread.values()))
     findings, notes = report.findings, report.notes
+    try:
+        outcome = _states(args, spec, plan, hosts, key, outputs, report, parts, progress)
+    except repair.RepairError as exc:
+        return _fail(str(exc))
     took = time.monotonic() - started
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
+        if args.repair:
+            return 0 if _repaired(outcome, findings) else 1
         return 1 if findings else 0
     shown: Counter = Counter()
     for f in findings:
@@ -98,6 +112,7 @@ def handle(args) -> int:
             print(f"{kind:<16} ... and {n - SHOWN_PER_KIND} more (--json lists every one)")
     for note in notes:
         print(note)
+    _show_states(outcome)
     read = [p for p in parts if p not in report.unread]
     head = (f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s ({', '.join(read)}"
             + (f"; not read: {', '.join(report.unread)}" if report.unread else "") + "): ")
@@ -106,4 +121,65 @@ def handle(args) -> int:
         return 0
     print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
           + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
+    if args.repair:
+        return 0 if _repaired(outcome, findings) else 1
     return 1
+
+
+def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> repair.Outcome:
+    """Each node's health state after this verification: recorded, and with --repair, the loop run."""
+    from railyard import verify
+
+    path = paths.node_states(args.stack)
+    nodes = sorted(hosts)
+    findings: dict[str, list[str]] = {}
+    for f in report.findings:
+        if f.node in hosts:
+            findings.setdefault(f.node, []).append(f.message)
+
+    def recheck(which: list[str]) -> dict[str, list[str]]:
+        again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
+                               timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
+                               deep=args.deep)
+        out: dict[str, list[str]] = {}
+        for f in again.findings:
+            if f.node in which:
+                out.setdefault(f.node, []).append(f.message)
+        return out
+
+    with repair.holding(path), ExitStack() as held:
+        states = repair.read_states(path)
+        scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
+        if args.repair:
+            act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress)
+            pools, budgets = repair.budgets(spec, plan, nodes)
+            outcome = repair.repair(states, findings, nodes, pools, budgets, act,
+                                    drain_timeout=spec.health.drain_timeout_s,
+                                    keep_out={plan.slurm.controller.name: "it runs the Slurm controller"}
+                                    if plan.slurm is not None else None)
+        else:
+            outcome = repair.judge(states, findings, nodes, scheduler, time.time())
+        repair.write_states(path, outcome.states)
+    return outcome
+
+
+def _repaired(outcome: repair.Outcome, findings: list) -> bool:
+    """Whether the loop left every node it found faulty ready (a person's node is not ours to)."""
+    faulty = {f.node for f in findings if f.node}
+    return not faulty & set(outcome.by_person) and all(s.state == "ready" for s in outcome.states.values())
+
+
+def _show_states(outcome: repair.Outcome) -> None:
+    """The nodes that are not ready, those a person holds, and the hand-off list."""
+    for node, s in sorted(outcome.states.items()):
+        if s.state not in ("ready", "failed"):
+            print(f"{'node ' + s.state:<16} {node}: {s.reason}")
+    for node, why in sorted(outcome.by_person.items()):
+        print(f"{'node held':<16} {node}: out of service by a person ({why}); left alone")
+    failed = outcome.failed()
+    if failed:
+        print(f"hand-off: {len(failed)} node(s) failed and need a person:")
+        for node, s in failed.items():
+            print(f"  {node}: {s.reason}")
+            for c in s.history:
+                print(f"    {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(c.time))}Z {c.state}: {c.reason}")

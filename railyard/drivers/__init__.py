@@ -147,6 +147,18 @@ class TuningHooks:
     """The InfiniBand subnet as ibnetdiscover prints it, and where it was read (or None and why
     not), given the default reading (ibnetdiscover over SSH on the stack's nodes); without the
     hook, the default is used (the lab serves its simulated subnet instead)."""
+    reboot: Callable[["Spec", str], "Reboot"] | None = None
+    """How one machine of a pool (by the pool's name) is rebooted when the repair loop resets it
+    (railyard.repair); without the hook, the driver's machines are never reset."""
+
+
+class Reboot(NamedTuple):
+    """How a driver reboots a machine of a pool: the command run on it over SSH, the seconds it
+    may take to come back answering SSH, and how many of the pool may be out at once."""
+
+    command: str
+    timeout_s: float
+    max_unavailable: int
 
 
 class SubnetReading(NamedTuple):
@@ -301,6 +313,12 @@ def read_subnet(spec: "Spec", plan: "Plan", default: Callable[[], SubnetReading]
     why not): the driver's own reading where it has one, else `default`."""
     hook = _tuning(spec.driver).read_subnet
     return hook(spec, plan, default) if hook is not None else default()
+
+
+def reboot(spec: "Spec", pool: str) -> Reboot | None:
+    """How the stack's driver reboots a machine of `pool`, or None where it cannot."""
+    hook = _tuning(spec.driver).reboot
+    return hook(spec, pool) if hook is not None else None
 
 
 def cli_modules() -> list[CliHooks]:

@@ -95,6 +95,36 @@ def _power_cycled(target: Target, old: str, cycle: Callable[[float], str], *, la
     return now, reset
 
 
+def _press(target: Target, command: str, private_key: str | None, halted: str) -> None:
+    """Run the reboot command; RolloutError where the host refused it."""
+    try:
+        result = run(target, command, private_key=private_key, timeout=30)
+    except HostKeyMismatch:
+        raise
+    except SshError:
+        return  # the connection went down with the host
+    if result.rc not in (0, 255) and result.rc > 0:
+        # Refused (not root, no such command): the host is not going down.
+        said = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+        raise RolloutError(f"{target.name}: `{command}` exited {result.rc}: {said}; {halted}")
+
+
+def reboot(target: Target, *, command: str, timeout: float, private_key: str | None,
+           progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Reboot one host now, whatever its command line (the repair loop's reset): the command, then
+    a new boot id answering SSH within the timeout. Its down and up times; RolloutError when it
+    refuses or does not come back."""
+    boot = boot_state(target, private_key)
+    progress(f"{target.name}: {command}")
+    down = time.time()
+    _press(target, command, private_key, "it was not reset")
+    try:
+        _wait_back(target, boot.boot_id, private_key, time.monotonic() + timeout)
+    except TimeoutError:
+        raise RolloutError(f"{target.name} did not come back within {timeout:g} s of `{command}`") from None
+    return {"node": target.name, "down_at": down, "up_at": time.time()}
+
+
 def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: str, timeout: float,
          private_key: str | None, after_batch: Callable[[list[str]], None] | None = None,
          progress: Callable[[str], None] = lambda _: None, known_boots: dict[str, str] | None = None,
@@ -130,16 +160,7 @@ def roll(hosts: list[tuple[Target, tuple[str, ...]]], *, budget: int, command: s
         for target, _, _ in batch:
             progress(f"{target.name}: {command}")
             downs[target.name] = time.time()
-            try:
-                result = run(target, command, private_key=private_key, timeout=30)
-            except HostKeyMismatch:
-                raise
-            except SshError:
-                continue  # the connection went down with the host
-            if result.rc not in (0, 255) and result.rc > 0:
-                # Refused (not root, no such command): the host is not going down.
-                said = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
-                raise RolloutError(f"{target.name}: `{command}` exited {result.rc}: {said}; {halted}")
+            _press(target, command, private_key, halted)
         back: list[str] = []
         try:
             for target, wanted, boot in batch:

@@ -6,7 +6,6 @@ resource calls it from its provider (railyard/tuning/resource.py)."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -86,8 +85,9 @@ def _take_out(base: dict, props: dict, findings: list[Finding]) -> dict[str, str
                                + "\n  ".join(str(f) for f in findings))
     reasons = cordon_reasons(findings)
     if slurm:
-        # What a node reported lands in an inventory variable, which Ansible templates: no braces.
-        drain = [{"node": n, "reason": re.sub(r"[{}%]", "", r)[:120]} for n, r in sorted(reasons.items())]
+        # What a node reported lands in an inventory variable, which Ansible templates: the
+        # reasons carry no braces (node_health.reason).
+        drain = [{"node": n, "reason": r} for n, r in sorted(reasons.items())]
         host = dict(props["hosts"][controller])
         host["vars"] = {**host["vars"], "acceptance_drain": drain}
         result = runner.run_isolated({**base, "hosts": {controller: host}, "tags": "drain"})

@@ -378,6 +378,21 @@ def hosts_from(spec: Spec, plan: Plan, inventory: Iterable[MachineEntry], *, obj
             for n in inventory]
 
 
+def stack_hosts(spec: Spec, plan: Plan, outputs: dict[str, Any]) -> tuple[list[Host], dict[str, Any]]:
+    """The hosts of a stack that is up, as its tuning run has them (from its outputs: the
+    inventory, the object tier's endpoint), and the run's secret variables: what `railyard tune`
+    and the repair loop's re-tuning run with."""
+    from railyard import drivers
+
+    inventory = outputs.get("inventory") or []
+    storage = outputs.get("storage") or {}
+    hosts = hosts_from(spec, plan, inventory, object_endpoint=storage.get("object_endpoint"),
+                       dataset_prefix=storage.get("dataset_prefix") or "",
+                       extra_vars=drivers.tuning_vars(spec.driver),
+                       node_vars={n["name"]: drivers.node_vars(spec, plan, n["name"]) for n in inventory})
+    return hosts, object_store_vars(storage)
+
+
 def run_isolated(request: dict) -> dict:
     """run() in a child process, for callers inside a gRPC server (Pulumi's dynamic provider):
     ansible-runner forks, and forking a process that runs gRPC threads is not safe. The request

@@ -141,7 +141,7 @@ def test_cordon_drains_the_failed_node_in_slurm_with_the_finding_and_up_goes_on(
         assert not out["passed"] and out["drained"] == ["gpu-3"], out
         assert [(f["node"], f["rail"], f["check"]) for f in out["findings"]] == [("gpu-3", 2, "rail-mtu")]
         reasons = eight.ssh("gpu-0", "sinfo --noheader --list-reasons --format '%N|%E'").stdout
-        assert re.search(r"^gpu-3\|railyard acceptance: gpu-3 rail2: rail-mtu", reasons, re.M), reasons
+        assert re.search(r"^gpu-3\|railyard: acceptance: gpu-3 rail2: rail-mtu", reasons, re.M), reasons
         state = eight.ssh("gpu-0", "sinfo --noheader --Node --nodes gpu-3 --format %T").stdout.strip()
         assert state in ("drained", "draining"), state
     finally:

@@ -288,7 +288,7 @@ def test_cordon_takes_the_node_acceptance_failed_out_of_kubernetes_and_a_pass_br
         assert list(out["cordoned"]) == [node] and [(f["node"], f["rail"]) for f in out["findings"]] == [(node, rail)], out
         cordoned = api.get(f"/api/v1/nodes/{node}")
         assert cordoned["spec"].get("unschedulable") is True
-        assert re.match(rf"railyard acceptance: {node} rail{rail}: rail-mtu",
+        assert re.match(rf"railyard: acceptance: {node} rail{rail}: rail-mtu",
                         cordoned["metadata"]["annotations"]["railyard.io/cordon-reason"]), cordoned["metadata"]
         assert not any(n["spec"].get("unschedulable") for n in api.get("/api/v1/nodes")["items"]
                        if n["metadata"]["name"] != node)

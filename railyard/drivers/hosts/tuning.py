@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from railyard.drivers import TuningHooks
+from railyard.drivers import Reboot, TuningHooks
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
 from railyard.ssh_client import JUMP_VAR
 
@@ -56,4 +56,11 @@ def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
 
 
 # The contract's hooks this module provides (railyard.drivers.TuningHooks).
-HOOKS = TuningHooks(node_vars=node_vars)
+def reboot(spec: Spec, pool: str) -> Reboot:
+    """The stack's reboot command and timeout (railyard:hosts.reboot), within the pool's
+    maxUnavailable. No BMC power cycle here: its password is a secret only the engine opens."""
+    config: HostsConfig = spec.driver_config
+    return Reboot(config.reboot.command, float(config.reboot.timeout_seconds), config.pool(pool).reboot_budget)
+
+
+HOOKS = TuningHooks(node_vars=node_vars, reboot=reboot)

@@ -41,13 +41,15 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p.set_defaults(func=gc)
 
-    from railyard.drivers.lab.faults import ARGS, KINDS
+    from railyard.drivers.lab.faults import ARGS, KINDS, TRANSIENT
 
     p = labsub.add_parser("fault", help="break a running lab on purpose (for `railyard verify`), list its "
                                         "faults, or --clear them",
                           epilog="kinds: " + "; ".join(f"{k} {' '.join(a)}" for k, a in ARGS.items()))
     p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
     p.add_argument("--clear", action="store_true", help="undo the faults (of NODE, if given), newest first")
+    p.add_argument("--transient", action="store_true",
+                   help=f"the node's next boot clears it (only {', '.join(TRANSIENT)}); else it outlives reboots")
     p.add_argument("kind", nargs="?", metavar="KIND", help=", ".join(KINDS))
     p.add_argument("target", nargs="*", metavar="TARGET")
     p.set_defaults(func=fault)
@@ -237,7 +239,7 @@ def fault(args) -> int:
             for e in faults.faults(stack):
                 print(e["said"])
             return 0
-        print(faults.inject(stack, plan, args.kind, list(args.target)))
+        print(faults.inject(stack, plan, args.kind, list(args.target), transient=args.transient))
     except LabError as exc:
         return _fail(str(exc))
     return 0

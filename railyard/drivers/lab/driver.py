@@ -13,18 +13,13 @@ import pulumi
 from railyard.drivers.base import Access, Driver, NodeHandle
 from railyard.drivers.lab import resources
 from railyard.drivers.lab.storage.cache import MAX_DRIVES
+from railyard.drivers.lab.tuning import REBOOT_COMMAND, REBOOT_TIMEOUT_S
 from railyard.model.plan import NodePlan, VmPlan
 
 # Netdev names the catalog does not give (the DGX H100 sources name no management or storage
 # netdev): lab stand-ins, the same on every node.
 MGMT_NETDEV = "mgmt0"
 STORAGE_NETDEV = "stor0"
-
-
-# How a lab node is rebooted: the node's shim hands the request to its power supervisor
-# (railyard/drivers/lab/node/power.py), which boots it with the command line update-grub wrote.
-REBOOT_COMMAND = "systemctl reboot"
-REBOOT_TIMEOUT_S = 120
 
 
 class LabDriver(Driver):

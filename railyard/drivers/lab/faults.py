@@ -10,6 +10,11 @@ verify` finds. Each shows only where the node's own tools would show it:
     pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
     firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)
 
+A fault outlives the node's reboots, as a pulled cable or a flashed NIC does; with --transient
+(gpu-lost and pcie-degraded only) the node's next boot clears it, as a reboot brings back a GPU
+that fell off the bus (Xid 79) or retrains a PCIe link more often than not. The repair loop's
+rehearsal (`railyard verify --repair`) needs both.
+
 DEV is the RDMA device (mlx5_3) or, for a rail, its netdev (ibp64s0). Nothing here is a flag
 Railyard reads back: verify reads the node's sysfs over SSH and the subnet with ibnetdiscover.
 Every change is journalled (`.railyard/lab/<stack>/faults.json`) with what undoes it, and `--clear`
@@ -26,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from railyard import paths
-from railyard.drivers.lab import names, node as lab_node, subnet
+from railyard.drivers.lab import names, subnet
+from railyard.drivers.lab.node.config import node_dir
 from railyard.drivers.lab.errors import LabError
 from railyard.model.fabric.subnet import End, hca_name
 
@@ -37,6 +43,9 @@ KINDS = ("cable-swap", "link-down", "link-width", "gpu-lost", "pcie-degraded", "
 ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE", "DEV"), "link-width": ("NODE", "DEV", "WIDTH"),
         "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION")}
 JOURNAL = "faults.json"
+# Faults of the node's own hardware tree that a boot may clear; the others change what outlives
+# the node's boot (the subnet's cables, a NIC's flash).
+TRANSIENT = ("gpu-lost", "pcie-degraded")
 
 
 class FaultError(LabError):
@@ -48,17 +57,17 @@ class FaultError(LabError):
 PORT_DOWN = {"state": "1: DOWN", "phys_state": "2: Polling"}
 
 
-def journal_path(stack: str) -> Path:
-    return paths.lab_dir(stack) / JOURNAL
+def journal_path(stack: str, root: Path | None = None) -> Path:
+    return paths.lab_dir(stack, root) / JOURNAL
 
 
-def _journal(stack: str) -> list[dict[str, Any]]:
-    p = journal_path(stack)
+def _journal(stack: str, root: Path | None = None) -> list[dict[str, Any]]:
+    p = journal_path(stack, root)
     return json.loads(p.read_text()) if p.is_file() else []
 
 
-def _save(stack: str, entries: list[dict[str, Any]]) -> None:
-    p = journal_path(stack)
+def _save(stack: str, entries: list[dict[str, Any]], root: Path | None = None) -> None:
+    p = journal_path(stack, root)
     if not entries:
         p.unlink(missing_ok=True)
         return
@@ -79,7 +88,7 @@ class _Fault:
         if node not in {n.name for n in plan.nodes}:
             raise FaultError(f"no node {node} in stack {stack}'s plan")
         self.node: NodePlan = plan.node_named(node)
-        self.tree = lab_node.node_dir(stack, node) / "hwtree"
+        self.tree = node_dir(stack, node) / "hwtree"
         if not (self.tree / "sys").is_dir():
             raise FaultError(f"{node} has no hardware tree: is stack {stack} up?")
 
@@ -164,10 +173,12 @@ def _peer(stack: str, node: str, netdev: str) -> tuple[str, str]:
     raise FaultError(f"the far end of {node}'s {netdev} is in none of stack {stack}'s namespaces")
 
 
-def inject(stack: str, plan: Plan, kind: str, target: list[str]) -> str:
-    """Make one fault; returns what was done, in a line."""
+def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: bool = False) -> str:
+    """Make one fault; returns what was done, in a line. transient: the node's next boot clears it."""
     if kind not in KINDS:
         raise FaultError(f"no fault kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    if transient and kind not in TRANSIENT:
+        raise FaultError(f"{kind} outlives a reboot; --transient takes {', '.join(TRANSIENT)}")
     if len(target) != len(ARGS[kind]):
         raise FaultError(f"{kind} takes {' '.join(ARGS[kind])}")
     f = _Fault(stack, plan, kind, target)
@@ -212,7 +223,10 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str]) -> str:
         _undo(f.undo)
         raise
     entries = _journal(stack)
-    entries.append({"kind": kind, "target": target, "undo": f.undo, "subnet": f.subnet_edit, "said": said})
+    if transient:
+        said += " (transient: its next boot clears it)"
+    entries.append({"kind": kind, "target": target, "undo": f.undo, "subnet": f.subnet_edit, "said": said,
+                    "transient": transient})
     _save(stack, entries)
     _write_subnet(stack, plan, entries)
     return said
@@ -270,6 +284,23 @@ def _undo(records: list[dict[str, Any]]) -> None:
 
 def faults(stack: str) -> list[dict[str, Any]]:
     return _journal(stack)
+
+
+def clear_at_boot(stack: str, node: str, root: Path | None = None) -> list[str]:
+    """Undo the node's transient faults (its power supervisor calls this as the node boots);
+    returns what each had done. None of them edits the subnet, so no plan is needed."""
+    entries = _journal(stack, root)
+    kept, said = [], []
+    for e in reversed(entries):
+        if e.get("transient") and e["target"][0] == node:
+            _undo(e["undo"])
+            said.append(e["said"])
+        else:
+            kept.append(e)
+    if said:
+        kept.reverse()
+        _save(stack, kept, root)
+    return said
 
 
 def clear(stack: str, plan: Plan, node: str | None = None) -> list[str]:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from railyard.drivers import SubnetReading, TuningHooks
+from railyard.drivers import Reboot, SubnetReading, TuningHooks
 from railyard.drivers.lab.node import HW_TREE
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
     from railyard.model.plan import NodePlan, Plan
 
+
+# How a lab node is rebooted: the node's shim hands the request to its power supervisor
+# (railyard/drivers/lab/node/power.py), which boots it with the command line update-grub wrote.
+REBOOT_COMMAND = "systemctl reboot"
+REBOOT_TIMEOUT_S = 120
 
 # Roles reading kernel state; in the lab they read the node's hardware tree instead of the
 # host's /sys and /proc (which nodes see read-only). host_hw is the read hugepages and iommu share.
@@ -75,5 +80,11 @@ def read_subnet(spec: Spec, plan: Plan, default: Callable[[], SubnetReading]) ->
     return SubnetReading(text, where, judged)
 
 
+def reboot(spec: Spec, pool: str) -> Reboot:
+    """A lab node reboots through its power supervisor, one node of a pool at a time (the
+    stack's railyard:health.maxUnavailable, where it gives one, is the repair loop's)."""
+    return Reboot(REBOOT_COMMAND, REBOOT_TIMEOUT_S, 1)
+
+
 HOOKS = TuningHooks(tuning_vars=tuning_vars, acceptance_vars=acceptance_vars, node_vars=node_vars,
-                    read_subnet=read_subnet)
+                    read_subnet=read_subnet, reboot=reboot)

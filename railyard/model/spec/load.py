@@ -29,7 +29,7 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, Pins, VerifySpec, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -259,6 +259,7 @@ class _Parser(ConfigReader, CrossFieldRules):
         slurm = self.slurm(ours, layout, pools, region)
         acceptance = self.acceptance(ours, slurm, kubernetes)
         verify = self.verify(ours)
+        health = self.health(ours)
         storage = self.storage(ours)
         tuning = self.tuning(ours, layout, pools, facts)
         ephemeral = self.ephemeral(ours)
@@ -269,7 +270,7 @@ class _Parser(ConfigReader, CrossFieldRules):
 
         spec = Spec(stack=stack, region=_partial(region), layout=_partial(layout), driver=_partial(driver),
                     node_pools=tuple(pools), fabric=_partial(fabric), tenants=tuple(tenants), storage=storage,
-                    tuning=tuning, kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, verify=verify,
+                    tuning=tuning, kubernetes=kubernetes, slurm=slurm, acceptance=acceptance, verify=verify, health=health,
                     ephemeral=ephemeral, protect=protect)
         rules = self.drivers.get(driver) if driver is not None else None
         if rules is not None and driver is not None:
@@ -730,6 +731,17 @@ class _Parser(ConfigReader, CrossFieldRules):
                                     nvidia_driver=pin("nvidiaDriver", "550.54.15"),
                                     kernel=pin("kernel", "6.1.0-18-amd64")),
                           on_drift=on_drift, switch_guids=self.switch_guids(vm, f"{path}.switchGuids"))
+
+    def health(self, ours: Mapping) -> HealthSpec:
+        path = f"{NAMESPACE}:health"
+        hm = self.keyed(ours.get("health"), path, "health") or {}
+        budget = self.integer(hm, "maxUnavailable", f"{path}.maxUnavailable", default=None, minimum=1,
+                              maximum=MAX_POOL_NODES)
+        # A day: a drain that waits longer is a maintenance window, not a repair.
+        drain = self.integer(hm, "drainTimeout", f"{path}.drainTimeout", default=HEALTH_DRAIN_TIMEOUT_S, minimum=0,
+                             maximum=86400)
+        return HealthSpec(max_unavailable=budget,
+                          drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S)
 
     def switch_guids(self, vm: Mapping, path: str) -> tuple[tuple[str, int], ...]:
         """{planned switch name: "0x<node GUID>"}; names are checked against the plan in check_plan."""

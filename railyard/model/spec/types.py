@@ -76,7 +76,7 @@ _TTL = re.compile(r"^([0-9]+)([a-z]+)$")
 # test that keeps docs/stack-reference.md complete.
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("region", "layout", "driver", "nodePools", "fabric", "tenants", "storage", "tuning", "kubernetes",
-         "slurm", "acceptance", "verify", "ephemeral", "protect"),
+         "slurm", "acceptance", "verify", "health", "ephemeral", "protect"),
     "nodePools[]": ("name", "sku", "count", "vmsPerHost", "vm", "cpuIsolation"),
     "nodePools[].vm": ("shape", "vcpus", "memoryGiB", "gpus", "vfs", "hugepages"),
     "nodePools[].vm.hugepages": ("size", "percentOfMemory", "count", "perNuma"),
@@ -101,6 +101,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
+    "health": ("maxUnavailable", "drainTimeout"),
     "ephemeral": ("ttl",),
 }
 
@@ -318,6 +319,21 @@ class VerifySpec:
     descriptions are not their plan names (a switch as shipped describes itself by its model)."""
 
 
+HEALTH_DRAIN_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class HealthSpec:
+    """railyard:health: the bounds of the repair loop (`railyard verify --repair`)."""
+
+    max_unavailable: int | None = None
+    """Nodes of a pool out of service at once, whoever took them out; None: the driver's own
+    budget for the pool (a hosts pool's maxUnavailable; one lab node)."""
+    drain_timeout_s: int = HEALTH_DRAIN_TIMEOUT_S
+    """How long a drained node's running jobs are waited for before the run leaves it drained
+    for the next one (never reset under a job)."""
+
+
 @dataclass(frozen=True)
 class ObjectTier:
     """An S3 bucket. Empty endpoint: the driver's own object store; no credentials: driver-issued."""
@@ -429,6 +445,7 @@ class Spec:
     """None: the stack runs no Slurm."""
     acceptance: AcceptanceSpec = AcceptanceSpec()
     verify: VerifySpec = VerifySpec()
+    health: HealthSpec = HealthSpec()
     ephemeral: Ephemeral | None = None
     # railyard:protect as written; None when absent (the driver's default applies, see
     # railyard.lifecycle.protected).

@@ -18,7 +18,7 @@ from railyard.stack import load, load_stack_file
 from railyard.dynamic import wire_numbers
 
 ROOT = Path(__file__).resolve().parents[3]
-CORDONED = "railyard acceptance: gpu-0 rail2: rail-mtu: no reply"
+CORDONED = "railyard: acceptance: gpu-0 rail2: rail-mtu: no reply"
 
 
 class Mocks(pulumi.runtime.Mocks):

@@ -82,7 +82,7 @@ def build_cordoned(registers: bool, cordoned: dict[str, str]):
 
 @pytest.mark.parametrize("registers", [True, False])
 def test_a_node_acceptance_took_out_is_cordoned_with_its_reason_and_only_that_one(registers):
-    reason = "railyard acceptance: gpu-5 rail2: rail-mtu: no reply"
+    reason = "railyard: acceptance: gpu-5 rail2: rail-mtu: no reply"
     nodes = build_cordoned(registers, {"gpu-5": reason})
     assert nodes["gpu-5"]["spec"] == {"unschedulable": True}
     assert nodes["gpu-5"]["metadata"]["annotations"]["railyard.io/cordon-reason"] == reason

@@ -148,5 +148,5 @@ def test_the_tolerance_is_the_stacks_else_the_default():
 def test_a_node_leaves_scheduling_with_its_first_finding_as_the_reason():
     found = [Finding("gpu-2", "rail-mtu", "no reply at 4092 bytes", rail=1), Finding("gpu-2", "pfs", "not mounted"),
              Finding("gpu-5", "node", "unreachable")]
-    assert cordon_reasons(found) == {"gpu-2": "railyard acceptance: gpu-2 rail1: rail-mtu: no reply at 4092 bytes",
-                                     "gpu-5": "railyard acceptance: gpu-5: node: unreachable"}
+    assert cordon_reasons(found) == {"gpu-2": "railyard: acceptance: gpu-2 rail1: rail-mtu: no reply at 4092 bytes",
+                                     "gpu-5": "railyard: acceptance: gpu-5: node: unreachable"}

@@ -108,7 +108,7 @@ def test_in_the_virtual_layout_the_vms_are_the_nodes_and_no_gpu_is_counted_twice
     assert plan.kubernetes.summary()["topology"][-2:] == ["railyard.io/host", "kubernetes.io/hostname"]
     assert plan.kubernetes.sriov_policies == []  # the hypervisors' tuning makes the VFs
     # Acceptance checks the hypervisors: a VM leaves scheduling with its own, and only with it.
-    reason = f"railyard acceptance: {plan.nodes[0].name}: pfs: not mounted"
+    reason = f"railyard: acceptance: {plan.nodes[0].name}: pfs: not mounted"
     cordons = {n.name: plan.kubernetes.cordon(n, {plan.nodes[0].name: reason}) for n in nodes}
     assert {name for name, (spec, _) in cordons.items() if spec} == {vm.name for vm in plan.nodes[0].vms}
     assert cordons[nodes[0].name] == ({"unschedulable": True}, {"railyard.io/cordon-reason": reason})

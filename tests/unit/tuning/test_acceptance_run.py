@@ -44,7 +44,7 @@ def test_kubernetes_alone_takes_the_node_out_without_a_slurm_run(monkeypatch, ru
     failing(monkeypatch, ["gpu-1"])
     out = acceptance.run(props(kubernetes=True))
     assert out["drained"] == [] and not out["passed"]  # nothing drained: no Slurm
-    assert out["cordoned"] == {"gpu-1": "railyard acceptance: gpu-1: pfs: not mounted"}
+    assert out["cordoned"] == {"gpu-1": "railyard: acceptance: gpu-1: pfs: not mounted"}
     assert [c.get("tags") for c in runs] == ["acceptance"]  # no drain play: no Slurm to drain in
 
 
@@ -54,8 +54,8 @@ def test_slurm_drains_on_its_controller_with_the_reason(monkeypatch, runs):
     drain = runs[-1]
     assert drain["tags"] == "drain" and list(drain["hosts"]) == ["gpu-0"]
     assert drain["hosts"]["gpu-0"]["vars"]["acceptance_drain"] == [
-        {"node": "gpu-2", "reason": "railyard acceptance: gpu-2: pfs: not mounted"}]
-    assert out["cordoned"] == {"gpu-2": "railyard acceptance: gpu-2: pfs: not mounted"} and out["drained"] == ["gpu-2"]
+        {"node": "gpu-2", "reason": "railyard: acceptance: gpu-2: pfs: not mounted"}]
+    assert out["cordoned"] == {"gpu-2": "railyard: acceptance: gpu-2: pfs: not mounted"} and out["drained"] == ["gpu-2"]
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -5,50 +5,17 @@ and webhook configurations). Standard library only, over TLS with the admin's cl
 
 from __future__ import annotations
 
-import http.client
-import json
 import socket
-import ssl
 import time
-from pathlib import Path
 from typing import Any
+
+from railyard.kube_api import ApiError, Client as KubeClient
 
 FIELD_MANAGER = "railyard-lab"
 
 
-class ApiError(RuntimeError):
-    pass
-
-
-class Client:
-    def __init__(self, host: str, port: int, pki: Path, user: str = "admin", timeout: float = 10.0):
-        self.host, self.port, self.timeout = host, port, timeout
-        self.context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        self.context.load_cert_chain(str(pki / f"{user}.crt"), str(pki / f"{user}.key"))
-
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json") -> tuple[int, Any]:
-        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=self.timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": content_type, "Accept": "application/json"} if data is not None else \
-                {"Accept": "application/json"}
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        finally:
-            conn.close()
-        try:
-            return resp.status, json.loads(raw) if raw else None
-        except ValueError:
-            return resp.status, raw.decode(errors="replace")
-
-    def ready(self) -> bool:
-        try:
-            status, body = self.request("GET", "/readyz")
-        except (OSError, ssl.SSLError, http.client.HTTPException):
-            return False
-        return status == 200
+class Client(KubeClient):
+    """The lab's admin client, with what the lab does before Pulumi can."""
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply of `obj` (its apiVersion, kind and name say where), forcing
@@ -59,14 +26,6 @@ class Client:
         if status not in (200, 201):
             message = body.get("message") if isinstance(body, dict) else body
             raise ApiError(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {status}: {message}")
-        return body
-
-    def get(self, path: str) -> dict[str, Any] | None:
-        status, body = self.request("GET", path)
-        if status == 404:
-            return None
-        if status != 200:
-            raise ApiError(f"GET {path}: HTTP {status}: {body}")
         return body
 
     def wait_established(self, names: list[str], timeout: float) -> None:

@@ -72,8 +72,9 @@ def ensure_supervisor(stack: str, node: str, root: Path | None = None) -> int:
 
     d = power_dir(stack, node, root)
     log = open(d / "supervisor.log", "ab")
+    # The root as this process resolves it (RAILYARD_ROOT stays out of the node's environment).
     argv = [str(SUPERVISOR), str(fifo_path(stack, node, root)), sys.executable, str(paths.PROJECT_ROOT), stack, node,
-            str(root) if root else ""]
+            str(root or paths.project_root())]
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                          env={**_clean_env(stack, node), "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
                          start_new_session=True)
@@ -135,10 +136,15 @@ def power_on(stack: str, node: str, root: Path | None = None, why: str = "powero
 
     if init_pid(stack, node, root) is not None:
         return
+    from railyard.drivers.lab.faults import clear_at_boot
+
     d = node_dir(stack, node, root)
     hw = Path((power_dir(stack, node, root) / "hw-source").read_text())
+    # The boot finds the hardware a reboot gives back (`railyard lab fault --transient`).
+    cleared = clear_at_boot(stack, node, root)
     _start_init(stack, node, d, hw, root, boot=True)
-    _record(stack, node, root, {"event": "on", "why": why, "boot_id": boot_id(stack, node, root)})
+    _record(stack, node, root, {"event": "on", "why": why, "boot_id": boot_id(stack, node, root),
+                                **({"cleared": cleared} if cleared else {})})
 
 
 def main(argv: list[str]) -> int:

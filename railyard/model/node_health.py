@@ -1,0 +1,179 @@
+"""Each node's health state and the repair loop's decisions (`railyard verify --repair`), pure.
+
+A node is in one state:
+
+    ready      in service, nothing found
+    suspect    a check found something; it is read again before anything is done to it
+    drained    out of scheduling with a `railyard:` reason, waiting for its jobs to end or its reset
+    repairing  being reset (a reboot), then checked again
+    failed     found faulty after MAX_TRIES resets: out of service until a person looks at it
+
+Every change records when, why and the finding behind it, so `railyard verify` can hand a person
+the failed nodes with their history. The loop's side effects (Slurm, resets, SSH) live in
+railyard.repair; here are only the rules, so they are tested without a cluster:
+
+- a node a person took out of scheduling (a drain reason without the `railyard:` prefix, or
+  none) is never touched, and is reported;
+- a pool never has more than its budget of nodes out at once: nodes drained by anyone, and
+  nodes Railyard holds drained, repairing or failed, all count;
+- a node found faulty twice after a reset is failed, and stays out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
+
+STATES = ("ready", "suspect", "drained", "repairing", "failed")
+# Slurm's drain reason and the Kubernetes cordon annotation of every node Railyard takes out start
+# with this; a reason without it is a person's, and the node is theirs.
+PREFIX = "railyard:"
+MAX_TRIES = 2
+# States in which Railyard holds the node out of scheduling.
+OUT = ("drained", "repairing", "failed")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of a node's state: when (Unix seconds), to what, why, and the finding behind it."""
+
+    time: float
+    state: str
+    reason: str
+    finding: str | None = None
+
+    def to_json(self) -> dict:
+        return {"time": round(self.time, 1), "state": self.state, "reason": self.reason, "finding": self.finding}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    state: str = "ready"
+    reason: str = ""
+    tries: int = 0
+    """Resets since the node was last ready."""
+    history: tuple[Change, ...] = ()
+
+    def to(self, state: str, reason: str, now: float, finding: str | None = None, *,
+           tries: int | None = None) -> NodeState:
+        if state not in STATES:
+            raise ValueError(f"no node state {state!r}")
+        if state == self.state and reason == self.reason and tries in (None, self.tries):
+            return self
+        return replace(self, state=state, reason=reason, tries=self.tries if tries is None else tries,
+                       history=(*self.history, Change(now, state, reason, finding)))
+
+    def to_json(self) -> dict:
+        return {"state": self.state, "reason": self.reason, "tries": self.tries,
+                "history": [c.to_json() for c in self.history]}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> NodeState:
+        return cls(state=d["state"], reason=d.get("reason", ""), tries=int(d.get("tries", 0)),
+                   history=tuple(Change(c["time"], c["state"], c.get("reason", ""), c.get("finding"))
+                                 for c in d.get("history", ())))
+
+
+def load_states(text: str) -> dict[str, NodeState]:
+    """The states file's nodes ({"nodes": {name: NodeState.to_json()}})."""
+    return {n: NodeState.from_json(d) for n, d in json.loads(text).get("nodes", {}).items()}
+
+
+def dump_states(states: Mapping[str, NodeState]) -> str:
+    return json.dumps({"nodes": {n: s.to_json() for n, s in sorted(states.items())}}, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class Held:
+    """A node as its scheduler shows it: out of scheduling (drained, draining, down; cordoned),
+    with what reason, and whether jobs still run on it."""
+
+    out: bool = False
+    reason: str | None = None
+    busy: bool = False
+
+    @property
+    def by_person(self) -> bool:
+        """Out of scheduling by someone other than Railyard: their node, left as it is."""
+        return self.out and not (self.reason or "").startswith(PREFIX)
+
+
+def reason(text: str) -> str:
+    """A drain reason Railyard writes: prefixed, on one line, and short enough for Slurm's
+    `sinfo -R` column and a Kubernetes annotation (braces and % dropped: Ansible templates them)."""
+    line = " ".join(text.split()).replace("{", "").replace("}", "").replace("%", "")
+    return f"{PREFIX} {line}"[:120]
+
+
+@dataclass
+class Triage:
+    """Where each node stands after a verification, before anything is done to it."""
+
+    states: dict[str, NodeState]
+    faulty: dict[str, str] = field(default_factory=dict)
+    """Nodes with a finding, not a person's and not failed: the first finding's message."""
+    by_person: dict[str, str] = field(default_factory=dict)
+    """Nodes a person took out of scheduling, and their reason (left alone)."""
+    returnable: list[str] = field(default_factory=list)
+    """Nodes Railyard holds out that were found healthy: to be returned to service."""
+
+
+def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], held: Mapping[str, Held],
+           nodes: Iterable[str], now: float) -> Triage:
+    """Each node's state given what verification found on it (node -> finding messages) and how
+    its scheduler holds it (`held` has the nodes it knows): a ready node with a finding becomes
+    suspect, a suspect one without any is ready again; a failed node stays failed until a person
+    returns it to service in its scheduler; a person's node keeps whatever it has."""
+    out = Triage(states=dict(states))
+    for node in sorted(nodes):
+        s = states.get(node, NodeState())
+        h = held.get(node, Held())
+        found = findings.get(node) or []
+        if h.by_person and s.state not in OUT:
+            out.by_person[node] = h.reason or "no reason given"
+            continue
+        if s.state == "failed" and node in held and not h.out:
+            # The hand-off's end: a person put the node back into service after looking at it.
+            s = s.to("ready", "returned to service by a person", now, tries=0)
+        elif found and s.state == "failed":
+            continue
+        if found:
+            out.faulty[node] = found[0]
+            if s.state == "ready":
+                s = s.to("suspect", reason(found[0]), now, found[0])
+        elif s.state == "suspect":
+            s = s.to("ready", "checks passed", now)
+        elif s.state in ("drained", "repairing"):
+            out.returnable.append(node)
+        out.states[node] = s
+    return out
+
+
+def take_out(states: Mapping[str, NodeState], candidates: Iterable[str], held: Mapping[str, Held],
+             pools: Mapping[str, list[str]], budgets: Mapping[str, int]) -> list[str]:
+    """Which faulty nodes may leave service now, in name order, so that no pool has more than its
+    budget out at once (any node a scheduler shows out, or Railyard holds out, counts). Nodes
+    Railyard already holds out are not candidates: they are out already."""
+    chosen: list[str] = []
+    wanted = set(candidates)
+    for pool, members in sorted(pools.items()):
+        out = sum(1 for n in members if held.get(n, Held()).out or states.get(n, NodeState()).state in OUT)
+        room = budgets[pool] - out
+        for node in sorted(members):
+            if room <= 0:
+                break
+            if node in wanted and states.get(node, NodeState()).state not in OUT and not held.get(node, Held()).out:
+                chosen.append(node)
+                room -= 1
+    return chosen
+
+
+def after_check(s: NodeState, findings: list[str], now: float) -> NodeState:
+    """A node's state after the check that follows its reset: ready when nothing was found,
+    failed after MAX_TRIES resets, else drained for another try."""
+    if not findings:
+        return s.to("ready", "checks passed after reset", now, tries=0)
+    if s.tries >= MAX_TRIES:
+        return s.to("failed", reason(f"failed after {s.tries} resets: {findings[0]}"), now, findings[0])
+    return s.to("drained", reason(findings[0]), now, findings[0])

@@ -1,0 +1,460 @@
+"""The repair loop (`railyard verify --repair`): nodes verification found faulty are taken out of
+Slurm, reset, checked again and returned, within each pool's budget; the rules are
+railyard.model.node_health's, the reading railyard.verify's.
+
+For each faulty node, in name order:
+
+1. suspect: it is read again (a quick check's second look), and returned to `ready` if that
+   finds nothing;
+2. drained: Slurm drains it with a `railyard:` reason, if its pool has room (nodes out of
+   service for any reason count), and its jobs are waited for up to railyard:health.drainTimeout;
+   a node still busy then stays drained for the next run, never reset under a job;
+3. repairing: its driver reboots it (drivers.reboot), the site playbook tunes it again (a boot
+   resets what tuning set at run time, slurmd among it) and it is read again;
+4. ready and resumed in Slurm when nothing is found; drained for another reset otherwise, and
+   failed after MAX_TRIES: it stays drained and `railyard verify` hands it to a person.
+
+A node a person drained, with a reason of their own, is never touched and is reported. Each
+state change is recorded with its time, reason and finding in .railyard/health/<stack>.json.
+Everything with side effects comes in through Actions, so the loop itself is tested with fakes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shlex
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
+
+from railyard.model.node_health import (
+    MAX_TRIES, OUT, Held, NodeState, after_check, dump_states, load_states, reason, take_out, triage,
+)
+
+if TYPE_CHECKING:
+    from railyard.kube_api import Client as KubeClient
+    from railyard.model.plan import Plan
+    from railyard.model.spec.types import Spec
+    from railyard.remote.ssh import Target
+
+POLL_S = 2.0
+
+
+class RepairError(Exception):
+    """The loop could not go on (the scheduler did not answer, another run holds the stack)."""
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def read(self) -> dict[str, Held]: ...
+
+    def drain(self, node: str, why: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+
+# `sinfo -N` prints a node once per partition; %T is its state in words, with a suffix for "not
+# responding" (*) and the like; %E its reason ("none" without one).
+SINFO = "sinfo --noheader --Node --format '%N|%T|%E'"
+_OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing")
+_BUSY_STATES = ("allocated", "mixed", "draining", "completing", "failing")
+
+
+def parse_sinfo(text: str) -> dict[str, Held]:
+    """SINFO's lines as each node's Held."""
+    out: dict[str, Held] = {}
+    for line in text.splitlines():
+        if line.count("|") < 2:
+            continue
+        node, state, why = (p.strip() for p in line.split("|", 2))
+        base = state.rstrip("*~#!%$@^-+").lower()
+        out.setdefault(node, Held(out=base in _OUT_STATES, reason=None if why in ("", "none") else why,
+                                  busy=base in _BUSY_STATES))
+    return out
+
+
+class Slurm:
+    """The stack's Slurm, through its own commands on the controller's node over SSH."""
+
+    name = "Slurm"
+
+    def __init__(self, controller: Target, private_key: str | None, timeout: float = 30):
+        self.controller, self.private_key, self.timeout = controller, private_key, timeout
+
+    def _run(self, command: str) -> str:
+        from railyard.remote.ssh import SshError, run
+
+        try:
+            result = run(self.controller, ["sh", "-c", command], private_key=self.private_key, timeout=self.timeout)
+        except SshError as exc:
+            raise RepairError(f"Slurm's controller {self.controller.name}: {exc}") from None
+        if result.rc != 0:
+            said = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RepairError(f"Slurm's controller {self.controller.name}: `{command}` exited {result.rc}: {said}")
+        return result.stdout
+
+    def read(self) -> dict[str, Held]:
+        return parse_sinfo(self._run(SINFO))
+
+    def drain(self, node: str, why: str) -> None:
+        self._run(f"scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason={shlex.quote(why)}")
+
+    def resume(self, node: str) -> None:
+        self._run(f"scontrol update NodeName={shlex.quote(node)} State=RESUME")
+
+
+class Kubernetes:
+    """The stack's Kubernetes, through its API with the stack's kubeconfig: a node out is
+    cordoned and tainted `<labelPrefix>/unhealthy:NoSchedule`, with the reason in an annotation of
+    the same key. machines: each machine's Node names (a hypervisor's are its VMs')."""
+
+    name = "Kubernetes"
+
+    def __init__(self, client: KubeClient, label_prefix: str, machines: Mapping[str, list[str]]):
+        self.client, self.machines = client, machines
+        self.key = f"{label_prefix}/unhealthy"
+        # Acceptance's cordon (the Kubernetes layer's) marks its nodes with this reason.
+        self.acceptance = f"{label_prefix}/cordon-reason"
+
+    def read(self) -> dict[str, Held]:
+        from railyard.kube_api import ApiError
+
+        try:
+            nodes = {n["metadata"]["name"]: n for n in (self.client.get("/api/v1/nodes") or {}).get("items", [])}
+            pods = (self.client.get("/api/v1/pods?fieldSelector=status.phase%3DRunning") or {}).get("items", [])
+        except (ApiError, OSError) as exc:
+            raise RepairError(f"Kubernetes API: {exc}") from None
+        busy = {p["spec"].get("nodeName") for p in pods
+                if not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])}
+        out: dict[str, Held] = {}
+        for machine, names in self.machines.items():
+            held = [self._held(nodes[n], n in busy) for n in names if n in nodes]
+            people = [h for h in held if h.by_person]
+            first = people[0] if people else next((h for h in held if h.out), Held())
+            out[machine] = Held(out=first.out, reason=first.reason, busy=any(h.busy for h in held))
+        return out
+
+    def _held(self, node: dict, busy: bool) -> Held:
+        annotations = node["metadata"].get("annotations") or {}
+        ours = any(t.get("key") == self.key for t in node["spec"].get("taints") or [])
+        out = ours or bool(node["spec"].get("unschedulable"))
+        why = annotations.get(self.key) if ours else annotations.get(self.acceptance)
+        return Held(out=out, reason=why if out else None, busy=busy)
+
+    def _patch(self, name: str, change: Callable[[dict], dict]) -> None:
+        """A merge patch of the Node, made from its current spec and checked against its
+        resourceVersion: a concurrent change is read again, never overwritten."""
+        from railyard.kube_api import ApiError
+
+        for _ in range(5):
+            try:
+                node = self.client.get(f"/api/v1/nodes/{name}")
+                if node is None:
+                    raise RepairError(f"Kubernetes has no Node {name}")
+                body = change(node)
+                body.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+                status, said = self.client.request("PATCH", f"/api/v1/nodes/{name}", body,
+                                                   "application/merge-patch+json")
+            except (ApiError, OSError) as exc:
+                raise RepairError(f"Kubernetes API: {exc}") from None
+            if status == 200:
+                return
+            if status != 409:
+                message = said.get("message") if isinstance(said, dict) else said
+                raise RepairError(f"Kubernetes API: PATCH Node {name}: HTTP {status}: {message}")
+        raise RepairError(f"Kubernetes API: Node {name} kept changing under the patch")
+
+    def drain(self, node: str, why: str) -> None:
+        def change(n: dict) -> dict:
+            taints = [t for t in n["spec"].get("taints") or [] if t.get("key") != self.key]
+            return {"metadata": {"annotations": {self.key: why}},
+                    "spec": {"unschedulable": True, "taints": [*taints, {"key": self.key, "effect": "NoSchedule"}]}}
+
+        for name in self.machines.get(node, []):
+            self._patch(name, change)
+
+    def resume(self, node: str) -> None:
+        def change(n: dict) -> dict:
+            taints = [t for t in n["spec"].get("taints") or [] if t.get("key") != self.key]
+            return {"metadata": {"annotations": {self.key: None}},
+                    "spec": {"unschedulable": None, "taints": taints or None}}
+
+        for name in self.machines.get(node, []):
+            self._patch(name, change)
+
+
+class Schedulers:
+    """Every scheduler of the stack as one: a node is out where any shows it out, a person's
+    where any shows a person's reason, busy where any runs its jobs."""
+
+    def __init__(self, parts: list[Scheduler]):
+        self.parts = parts
+        self.name = " and ".join(p.name for p in parts)
+
+    def read(self) -> dict[str, Held]:
+        views = [p.read() for p in self.parts]
+        out: dict[str, Held] = {}
+        for node in sorted({n for v in views for n in v}):
+            held = [v[node] for v in views if node in v]
+            people = [h for h in held if h.by_person]
+            first = people[0] if people else next((h for h in held if h.out), Held())
+            out[node] = Held(out=first.out, reason=first.reason, busy=any(h.busy for h in held))
+        return out
+
+    def drain(self, node: str, why: str) -> None:
+        for p in self.parts:
+            p.drain(node, why)
+
+    def resume(self, node: str) -> None:
+        for p in self.parts:
+            p.resume(node)
+
+
+@dataclass
+class Actions:
+    """What the loop does to the cluster, and what it reads: the scheduler, a reset (the driver's
+    reboot; raises with why it failed), a re-tune after it, a re-read of some nodes (node ->
+    its findings' messages), the clock, and progress lines."""
+
+    scheduler: Scheduler
+    reset: Callable[[str], None]
+    retune: Callable[[str], None]
+    recheck: Callable[[list[str]], dict[str, list[str]]]
+    now: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    progress: Callable[[str], None] = lambda line: None
+
+
+@dataclass
+class Outcome:
+    """What one run left: every node's state, the nodes a person holds (and their reason), the
+    nodes still busy at the drain timeout, those waiting for room in their pool, and what was
+    done, in order."""
+
+    states: dict[str, NodeState]
+    by_person: dict[str, str] = field(default_factory=dict)
+    busy: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+
+    def failed(self) -> dict[str, NodeState]:
+        """The hand-off list: nodes that need a person."""
+        return {n: s for n, s in sorted(self.states.items()) if s.state == "failed"}
+
+
+def judge(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], nodes: list[str],
+          scheduler: Scheduler | None, now: float) -> Outcome:
+    """The states a verification leaves without repairing anything (`railyard verify`): ready
+    nodes with a finding become suspect, suspect ones without ready."""
+    held = scheduler.read() if scheduler is not None else {}
+    t = triage(states, findings, held, nodes, now)
+    return Outcome(states=t.states, by_person=t.by_person)
+
+
+def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], nodes: list[str],
+           pools: Mapping[str, list[str]], budgets: Mapping[str, int], act: Actions, *,
+           drain_timeout: float, keep_out: Mapping[str, str] | None = None) -> Outcome:
+    """One run of the loop over the nodes verification found faulty (node -> its findings'
+    messages). keep_out: nodes never reset, and why (the Slurm controller's own node)."""
+    keep_out = keep_out or {}
+    held = act.scheduler.read()
+    t = triage(states, findings, held, nodes, act.now())
+    out = Outcome(states=t.states, by_person=t.by_person)
+    s = out.states
+
+    def note(line: str) -> None:
+        out.done.append(line)
+        act.progress(line)
+
+    # Nodes Railyard holds out that verification found healthy (a drain from a run whose reset
+    # waited for jobs, a fault that went on its own) go back.
+    for node in t.returnable:
+        _resume(node, act)
+        s[node] = s[node].to("ready", "checks passed", act.now(), tries=0)
+        note(f"{node}: returned to service (checks passed)")
+    # The second look at new suspects: a reading's glitch is not a fault.
+    suspects = [n for n in t.faulty if s[n].state == "suspect"]
+    if suspects:
+        again = act.recheck(suspects)
+        for node in suspects:
+            if not again.get(node):
+                s[node] = s[node].to("ready", "checks passed when read again", act.now())
+                note(f"{node}: found healthy when read again")
+    queue = [n for n in sorted(t.faulty) if s[n].state in ("suspect", "drained")]
+    while queue:
+        held = act.scheduler.read()
+        for node in take_out(s, [n for n in queue if s[n].state == "suspect"], held, pools, budgets):
+            why = s[node].reason or reason(findings[node][0])
+            act.scheduler.drain(node, why)
+            s[node] = s[node].to("drained", why, act.now(), findings[node][0])
+            note(f"{node}: drained in {act.scheduler.name} ({why})")
+        drained = [n for n in queue if s[n].state == "drained"]
+        if not drained:
+            break
+        idle = _wait_idle(drained, act, drain_timeout)
+        for node in drained:
+            if node not in idle:
+                out.busy.append(node)
+                note(f"{node}: still running jobs after {drain_timeout:g} s; left drained for the next run")
+        for node in idle:
+            if node in keep_out:
+                s[node] = s[node].to("failed", reason(f"not reset: {keep_out[node]}"), act.now(), findings[node][0])
+                note(f"{node}: failed, not reset ({keep_out[node]})")
+                continue
+            tries = s[node].tries + 1
+            s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
+            note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
+            try:
+                act.reset(node)
+                act.retune(node)
+                found = act.recheck([node]).get(node) or []
+            except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
+                found = [f"{node}: reset failed: {exc}"]
+            s[node] = after_check(s[node], found, act.now())
+            if s[node].state == "ready":
+                _resume(node, act)
+                note(f"{node}: returned to service after its reset")
+            elif s[node].state == "failed":
+                note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({found[0]})")
+            else:
+                findings = {**findings, node: found}
+                note(f"{node}: still faulty after its reset ({found[0]})")
+        # Each pass resets every idle drained node once, so the loop ends: a node leaves the
+        # queue ready, failed, or busy; suspects with no room in their pool end it.
+        queue = [n for n in queue if n not in out.busy and s[n].state in ("suspect", "drained")]
+    out.waiting = [n for n in sorted(t.faulty) if s[n].state == "suspect"]
+    for node in out.waiting:
+        note(f"{node}: waits for room in its pool (maxUnavailable)")
+    return out
+
+
+def _resume(node: str, act: Actions, timeout: float = 90) -> None:
+    """Return the node to service and wait until its scheduler shows it there. A node just
+    rebooted may refuse the resume until its daemon registers again: it is asked again until
+    the timeout, then RepairError."""
+    deadline = act.now() + timeout
+    while True:
+        try:
+            act.scheduler.resume(node)
+            said = None
+        except RepairError as exc:
+            said = str(exc)
+        if not act.scheduler.read().get(node, Held()).out:
+            return
+        if act.now() >= deadline:
+            raise RepairError(f"{node} is not back in service {timeout:g} s after its resume"
+                              + (f": {said}" if said else ""))
+        act.sleep(POLL_S)
+
+
+def _wait_idle(nodes: list[str], act: Actions, timeout: float) -> list[str]:
+    """The nodes among `nodes` with no job left, waiting up to `timeout` for the others."""
+    deadline = act.now() + timeout
+    while True:
+        held = act.scheduler.read()
+        idle = [n for n in nodes if not held.get(n, Held()).busy]
+        if len(idle) == len(nodes) or act.now() >= deadline:
+            return idle
+        act.sleep(POLL_S)
+
+
+def schedulers(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, outputs: dict,
+               held: ExitStack) -> Schedulers | None:
+    """The stack's schedulers (Slurm on its controller's node; Kubernetes through the kubeconfig
+    the stack outputs), or None without either; `held` keeps the API client's key file open."""
+    from railyard.kube_api import ApiError, from_kubeconfig
+    from railyard.model.kubernetes import plan_kubernetes
+
+    parts: list[Scheduler] = []
+    if plan.slurm is not None and plan.slurm.controller.name in hosts:
+        parts.append(Slurm(hosts[plan.slurm.controller.name], private_key))
+    layer = plan_kubernetes(plan)
+    if layer is not None and outputs.get("kubeconfig"):
+        try:
+            client = held.enter_context(from_kubeconfig(outputs["kubeconfig"]))
+        except (ApiError, ValueError, KeyError) as exc:
+            raise RepairError(f"the stack's kubeconfig: {exc}") from None
+        machines: dict[str, list[str]] = {}
+        for kn in layer.nodes:
+            machines.setdefault(kn.hypervisor or kn.name, []).append(kn.name)
+        parts.append(Kubernetes(client, layer.label_prefix, machines))
+    return Schedulers(parts) if parts else None
+
+
+def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, outputs: dict,
+            scheduler: Scheduler | None, recheck: Callable[[list[str]], dict[str, list[str]]],
+            progress: Callable[[str], None]) -> Actions:
+    """The loop's actions on a stack that is up: its schedulers, its driver's reboot, its tuning."""
+    from railyard import drivers
+    from railyard.remote import rollout
+    from railyard.tuning import runner
+
+    if scheduler is None:
+        raise RepairError("the repair loop takes nodes out of Slurm or Kubernetes, and the stack has neither "
+                          "(railyard:slurm, or railyard:kubernetes with a kubeconfig in its outputs)")
+    tuned, secret_vars = runner.stack_hosts(spec, plan, outputs)
+
+    def reset(node: str) -> None:
+        how = drivers.reboot(spec, plan.node_named(node).pool)
+        if how is None:
+            raise RepairError(f"the {spec.driver} driver cannot reboot its machines")
+        try:
+            rollout.reboot(hosts[node], command=how.command, timeout=how.timeout_s, private_key=private_key,
+                           progress=progress)
+        except rollout.RolloutError as exc:
+            raise RepairError(str(exc)) from None
+
+    def retune(node: str) -> None:
+        result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars)
+        if not result.ok:
+            raise RepairError("tuning after the reset failed: " + "; ".join(str(f) for f in result.failures[:3]))
+
+    return Actions(scheduler=scheduler, reset=reset, retune=retune, recheck=recheck, progress=progress)
+
+
+def budgets(spec: Spec, plan: Plan, nodes: list[str]) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Each pool's nodes (of those given) and how many of them may be out at once:
+    railyard:health.maxUnavailable, else the driver's own budget for the pool."""
+    from railyard import drivers
+
+    pools: dict[str, list[str]] = {}
+    for node in nodes:
+        pools.setdefault(plan.node_named(node).pool, []).append(node)
+    out = {}
+    for pool in pools:
+        how = drivers.reboot(spec, pool)
+        out[pool] = spec.health.max_unavailable or (how.max_unavailable if how else 1)
+    return pools, out
+
+
+# --- the states file --------------------------------------------------------------------------
+
+def read_states(path: Path) -> dict[str, NodeState]:
+    return load_states(path.read_text()) if path.is_file() else {}
+
+
+def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(dump_states(states))
+    tmp.replace(path)
+
+
+@contextmanager
+def holding(path: Path) -> Iterator[None]:
+    """One run at a time per stack: a second one is refused, not queued behind a long repair."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RepairError(f"another `railyard verify` holds {path.name}; try again when it ends") from None
+        yield
+
+
+def out_of_service(states: Mapping[str, NodeState]) -> list[str]:
+    """Nodes Railyard holds out of service, in name order."""
+    return sorted(n for n, s in states.items() if s.state in OUT)

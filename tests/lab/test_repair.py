@@ -1,0 +1,227 @@
+"""The repair loop on a running lab (issue 41): a four-node dgx-h100 stack with Slurm (slurmctld on
+gpu-0, slurmd everywhere) and the Kubernetes layer (the lab's real API server), up on the real
+engine. `railyard lab fault gpu-lost` takes a GPU off a
+node's bus where its own sysfs shows it, transient (the node's next boot brings it back) or not;
+`railyard verify --repair` must find it, drain the node in the real slurmctld with a `railyard:`
+reason and cordon and taint it in Kubernetes, reboot it through its power supervisor, tune and read it again, and return it, or hand
+it to a person after two resets. Slurm's own log and commands and the nodes' power logs are the
+proof, beside the states Railyard records.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from railyard import paths
+from railyard.drivers.lab import gc
+from railyard.drivers.lab.node.power import events
+from railyard.engine import control_plane as binaries
+from railyard.kube_api import from_kubeconfig
+
+from .railyard_project import STORAGE, free_networks, lab_config
+from .stack_project import StackProject
+
+ROOT = paths.PROJECT_ROOT
+STACK = "trepair"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    binaries.ensure()
+    gc.destroy_all(STACK)
+    (mgmt,) = free_networks(1, prefix=24)
+    cfg = lab_config(4, mgmt, STORAGE, **{"railyard:slurm": {}, "railyard:acceptance": {"enabled": False},
+                                         "railyard:health": {"drainTimeout": 30}, "railyard:kubernetes": {},
+                                         "railyard:ephemeral": {"ttl": "2h"}})
+    p = StackProject(tmp_path_factory.mktemp("repair"), STACK, cfg)
+    p.env["RAILYARD_ROOT"] = str(p.dir)
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    try:
+        p.pulumi("up", "--yes", "--skip-preview", timeout=1500)
+        yield p
+    finally:
+        railyard(p, "lab", "fault", "--stack", STACK, "--clear")
+        p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+        gc.destroy_all(STACK, p.dir)
+
+
+@pytest.fixture(scope="module")
+def api(project):
+    with from_kubeconfig(project.outputs(secrets=True)["kubeconfig"]) as client:
+        yield client
+
+
+TAINT = {"key": "railyard.io/unhealthy", "effect": "NoSchedule"}
+
+
+def railyard(p: StackProject, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=p.dir, env=p.env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def verify(p: StackProject, *extra: str) -> subprocess.CompletedProcess[str]:
+    return railyard(p, "verify", "--stack", STACK, "--only", "hardware", *extra)
+
+
+def fault(p: StackProject, *args: str) -> None:
+    proc = railyard(p, "lab", "fault", "--stack", STACK, *args)
+    assert proc.returncode == 0, proc.stderr
+
+
+def states(p: StackProject) -> dict:
+    return json.loads(paths.node_states(STACK, p.dir).read_text())["nodes"]
+
+
+def boots(p: StackProject, node: str) -> list[float]:
+    """When the node came back from each reboot, by its power supervisor's log."""
+    return [e["time"] for e in events(STACK, node, p.dir) if e["event"] == "on" and e["why"] == "reboot"]
+
+
+def ctl(p: StackProject, command: str) -> str:
+    return p.ssh("gpu-0", command).stdout
+
+
+def slurm_node(p: StackProject, node: str) -> tuple[str, str]:
+    """(state, reason) as sinfo shows them."""
+    line = ctl(p, f"sinfo --noheader --Node --nodes {node} --format '%T|%E'").splitlines()[0]
+    state, _, reason = line.partition("|")
+    return state.strip(), reason.strip()
+
+
+def out_intervals(node_state: dict) -> list[tuple[float, float]]:
+    """When Railyard held the node out of service: each drain to the next return."""
+    out, start = [], None
+    for c in node_state["history"]:
+        if c["state"] == "drained" and start is None:
+            start = c["time"]
+        elif c["state"] == "ready" and start is not None:
+            out.append((start, c["time"]))
+            start = None
+    return out
+
+
+def test_a_transient_gpu_loss_is_drained_reset_checked_returned_and_takes_jobs_again(project, api):
+    before = boots(project, "gpu-1")
+    fault(project, "--transient", "gpu-lost", "gpu-1", "GPU2")
+    plain = verify(project)
+    assert plain.returncode == 1 and re.search(r"^gpu-missing\s+gpu-1", plain.stdout, re.M), plain.stdout
+    assert "node suspect" in plain.stdout and states(project)["gpu-1"]["state"] == "suspect"
+    assert slurm_node(project, "gpu-1")[0] == "idle"  # verify alone changes nothing on the cluster
+    assert not api.get("/api/v1/nodes/gpu-1")["spec"].get("unschedulable")
+
+    # While the loop runs, the Node is seen cordoned and tainted with Railyard's reason.
+    run = subprocess.Popen([str(ROOT / ".venv" / "bin" / "railyard"), "verify", "--stack", STACK, "--only",
+                            "hardware", "--repair"], cwd=project.dir, env=project.env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = None
+    while run.poll() is None:
+        node = api.get("/api/v1/nodes/gpu-1")
+        if node["spec"].get("unschedulable") and seen is None:
+            seen = node
+        time.sleep(0.5)
+    stdout, stderr = run.communicate()
+    assert run.returncode == 0, stdout + stderr
+    assert seen is not None, "the Node was never cordoned"
+    assert TAINT in seen["spec"]["taints"]
+    assert seen["metadata"]["annotations"]["railyard.io/unhealthy"].startswith("railyard: gpu-1: ")
+    back = api.get("/api/v1/nodes/gpu-1")
+    assert not back["spec"].get("unschedulable") and TAINT not in (back["spec"].get("taints") or [])
+    assert "railyard.io/unhealthy" not in back["metadata"].get("annotations", {})
+
+    s = states(project)["gpu-1"]
+    assert [c["state"] for c in s["history"]] == ["suspect", "drained", "repairing", "ready"]
+    drained = s["history"][1]
+    assert drained["reason"].startswith("railyard: gpu-1: ") and drained["finding"]
+    # Rebooted once, while it was out of service.
+    (start, end), = out_intervals(s)
+    new = [t for t in boots(project, "gpu-1") if t not in before]
+    assert len(new) == 1 and start < new[0] < end
+    # slurmctld drained it with Railyard's reason, and it is back in service.
+    log = ctl(project, "cat /var/log/slurm/slurmctld.log")
+    assert re.search(r"update_node: node gpu-1 reason set to: railyard: gpu-1: ", log), log[-3000:]
+    assert slurm_node(project, "gpu-1") == ("idle", "none")
+    job = ctl(project, "sbatch --parsable -w gpu-1 -N1 --chdir=/tmp --output=/dev/null --wrap true").strip()
+    deadline = time.monotonic() + 60
+    while "JobState=COMPLETED" not in (shown := ctl(project, f"scontrol show job -o {job}")):
+        assert time.monotonic() < deadline and "FAILED" not in shown, shown
+        time.sleep(1)
+    assert "NodeList=gpu-1" in shown
+    assert verify(project).returncode == 0
+
+
+def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(project):
+    before = boots(project, "gpu-2")
+    fault(project, "gpu-lost", "gpu-2", "GPU0")
+    try:
+        proc = verify(project, "--repair")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        hand_off = proc.stdout[proc.stdout.index("hand-off:"):]
+        assert "1 node(s) failed" in hand_off and "  gpu-2: railyard: failed after 2 resets" in hand_off
+        s = states(project)["gpu-2"]
+        assert s["state"] == "failed" and s["tries"] == 2
+        assert len(boots(project, "gpu-2")) == len(before) + 2
+        state, reason = slurm_node(project, "gpu-2")
+        assert state == "drained" and reason.startswith("railyard: "), (state, reason)
+    finally:
+        fault(project, "--clear")
+    # The person fixes it and puts it back; the next verification takes it as ready.
+    ctl(project, "scontrol update NodeName=gpu-2 State=RESUME")
+    assert verify(project).returncode == 0
+    s = states(project)["gpu-2"]
+    assert s["state"] == "ready" and s["history"][-1]["reason"] == "returned to service by a person"
+
+
+def test_a_node_a_person_drained_is_left_alone_and_reported(project, api):
+    ctl(project, "scontrol update NodeName=gpu-3 State=DRAIN Reason='rma 4711 reseat GPU1'")
+    before = boots(project, "gpu-3")
+    fault(project, "--transient", "gpu-lost", "gpu-3", "GPU1")
+    try:
+        proc = verify(project, "--repair")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "gpu-3: out of service by a person (rma 4711 reseat GPU1); left alone" in proc.stdout
+        assert slurm_node(project, "gpu-3") == ("drained", "rma 4711 reseat GPU1")
+        assert boots(project, "gpu-3") == before
+        assert states(project).get("gpu-3", {}).get("state", "ready") == "ready"
+        assert not api.get("/api/v1/nodes/gpu-3")["spec"].get("taints")
+    finally:
+        fault(project, "--clear")
+        ctl(project, "scontrol update NodeName=gpu-3 State=RESUME")
+
+
+def test_a_node_a_person_cordoned_in_kubernetes_stays_cordoned(project, api):
+    status, _ = api.request("PATCH", "/api/v1/nodes/gpu-2", {"spec": {"unschedulable": True}},
+                            "application/merge-patch+json")  # `kubectl cordon gpu-2`
+    assert status == 200
+    fault(project, "--transient", "gpu-lost", "gpu-2", "GPU7")
+    try:
+        proc = verify(project, "--repair")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "gpu-2: out of service by a person (no reason given); left alone" in proc.stdout
+        node = api.get("/api/v1/nodes/gpu-2")
+        assert node["spec"].get("unschedulable") is True and not node["spec"].get("taints")
+        assert slurm_node(project, "gpu-2")[0] == "idle"
+    finally:
+        fault(project, "--clear")
+        api.request("PATCH", "/api/v1/nodes/gpu-2", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
+
+
+def test_three_faulty_nodes_with_a_budget_of_one_are_out_one_at_a_time(project):
+    for node, gpu in (("gpu-1", "GPU3"), ("gpu-2", "GPU4"), ("gpu-3", "GPU5")):
+        fault(project, "--transient", "gpu-lost", node, gpu)
+    since = time.time()
+    proc = verify(project, "--repair")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = states(project)
+    spans = sorted(i for n in ("gpu-1", "gpu-2", "gpu-3") for i in out_intervals(got[n]) if i[0] >= since)
+    assert len(spans) == 3
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    for node in ("gpu-1", "gpu-2", "gpu-3"):
+        assert len([t for t in boots(project, node) if t >= since]) == 1
+        assert slurm_node(project, node) == ("idle", "none")

@@ -1,0 +1,363 @@
+"""The repair loop's rules (railyard.repair, railyard.model.node_health) on a cluster of fakes:
+a Slurm that keeps each node's drain and reason and jobs, and nodes whose faults a reset clears
+(transient) or keeps (persistent). What a user relies on: a person's drain is never touched, a
+pool never has more than its budget out, a node is never reset under a job, a persistent fault
+ends in `failed` after two resets with its history, and every change is recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from railyard.model.node_health import MAX_TRIES, PREFIX, Held, NodeState, dump_states, load_states, reason
+from railyard.repair import Actions, judge, parse_sinfo, repair
+
+
+class Cluster:
+    """Slurm's view of the nodes and the nodes' faults, with a log of what was done."""
+
+    name = "Slurm"
+
+    def __init__(self, nodes: list[str], *, transient=(), persistent=(), busy=(), person: dict | None = None):
+        self.held = {n: Held() for n in nodes}
+        for n, why in (person or {}).items():
+            self.held[n] = Held(out=True, reason=why)
+        self.transient, self.persistent = set(transient), set(persistent)
+        self.jobs = {n: 0 for n in nodes}
+        for n in busy:
+            self.jobs[n] = 10**9
+        self.log: list[tuple[str, str]] = []
+        self.clock = 1000.0
+        self.most_out = 0
+
+    # the scheduler
+    def read(self):
+        return {n: Held(h.out, h.reason, busy=self.jobs[n] > self.clock) for n, h in self.held.items()}
+
+    def drain(self, node, why):
+        self.held[node] = Held(out=True, reason=why)
+        self.log.append(("drain", node))
+        self.most_out = max(self.most_out, sum(h.out for h in self.held.values()))
+
+    def resume(self, node):
+        self.held[node] = Held()
+        self.log.append(("resume", node))
+
+    # the nodes
+    def findings(self):
+        return {n: [f"{n}: GPU2 (0000:3a:00.0) missing"] for n in sorted(self.transient | self.persistent)}
+
+    def reset(self, node):
+        self.log.append(("reset", node))
+        self.transient.discard(node)
+
+    def retune(self, node):
+        self.log.append(("retune", node))
+
+    def recheck(self, nodes):
+        return {n: f for n, f in self.findings().items() if n in nodes}
+
+    def actions(self):
+        def sleep(s):
+            self.clock += s
+
+        def now():
+            self.clock += 0.1
+            return self.clock
+
+        return Actions(scheduler=self, reset=self.reset, retune=self.retune, recheck=self.recheck, now=now,
+                       sleep=sleep)
+
+
+NODES = [f"gpu-{i}" for i in range(4)]
+POOLS = {"gpu": NODES}
+
+
+def run(c: Cluster, states=None, budget=1, drain_timeout=60.0, **kw):
+    return repair(states or {}, c.findings(), NODES, POOLS, {"gpu": budget}, c.actions(),
+                  drain_timeout=drain_timeout, **kw)
+
+
+def test_a_transient_fault_is_drained_with_railyards_reason_reset_rechecked_and_returned():
+    c = Cluster(NODES, transient=["gpu-1"])
+    out = run(c)
+    assert c.log == [("drain", "gpu-1"), ("reset", "gpu-1"), ("retune", "gpu-1"), ("resume", "gpu-1")]
+    s = out.states["gpu-1"]
+    assert s.state == "ready" and s.tries == 0
+    assert [ch.state for ch in s.history] == ["suspect", "drained", "repairing", "ready"]
+    drained = s.history[1]
+    assert drained.reason.startswith(PREFIX) and "GPU2" in drained.reason and drained.finding
+    assert [ch.time for ch in s.history] == sorted(ch.time for ch in s.history)
+    assert not c.held["gpu-1"].out and out.failed() == {}
+
+
+def test_a_persistent_fault_fails_after_two_resets_and_stays_drained_for_a_person():
+    c = Cluster(NODES, persistent=["gpu-2"])
+    out = run(c)
+    assert [a for a in c.log if a[0] == "reset"] == [("reset", "gpu-2")] * MAX_TRIES
+    assert ("resume", "gpu-2") not in c.log
+    s = out.states["gpu-2"]
+    assert s.state == "failed" and s.tries == MAX_TRIES and "GPU2" in s.reason
+    assert c.held["gpu-2"].out and c.held["gpu-2"].reason.startswith(PREFIX)
+    assert list(out.failed()) == ["gpu-2"]
+    # The next run leaves it alone: no second round of resets, even were it to pass.
+    c.persistent.clear()
+    c.log.clear()
+    again = run(c, states=out.states)
+    assert c.log == [] and again.states["gpu-2"].state == "failed"
+
+
+def test_three_faulty_nodes_with_a_budget_of_one_are_repaired_one_at_a_time():
+    c = Cluster(NODES, transient=["gpu-0", "gpu-2", "gpu-3"])
+    out = run(c, budget=1)
+    assert c.most_out == 1
+    order = [(a, n) for a, n in c.log if a in ("drain", "resume")]
+    assert order == [("drain", "gpu-0"), ("resume", "gpu-0"), ("drain", "gpu-2"), ("resume", "gpu-2"),
+                     ("drain", "gpu-3"), ("resume", "gpu-3")]
+    assert all(s.state == "ready" for s in out.states.values())
+
+
+def test_a_budget_of_two_takes_two_out_at_once_and_no_more():
+    c = Cluster(NODES, transient=["gpu-0", "gpu-1", "gpu-2"])
+    run(c, budget=2)
+    assert c.most_out == 2
+
+
+def test_a_failed_node_keeps_its_place_in_the_budget_so_the_others_wait():
+    c = Cluster(NODES, persistent=["gpu-0"], transient=["gpu-3"])
+    out = run(c, budget=1)
+    assert out.states["gpu-0"].state == "failed"
+    assert ("drain", "gpu-3") not in c.log and out.waiting == ["gpu-3"]
+    assert out.states["gpu-3"].state == "suspect"
+
+
+def test_a_node_a_person_drained_is_untouched_and_reported_and_counts_against_the_budget():
+    c = Cluster(NODES, transient=["gpu-1", "gpu-2"], person={"gpu-1": "RMA 4711: reseat GPU2"})
+    out = run(c, budget=1)
+    assert not [a for a in c.log if a[1] == "gpu-1"]
+    assert c.held["gpu-1"] == Held(out=True, reason="RMA 4711: reseat GPU2")
+    assert out.by_person == {"gpu-1": "RMA 4711: reseat GPU2"}
+    assert "gpu-1" not in out.states or out.states["gpu-1"].state == "ready"
+    # The person's node fills the pool's one place: gpu-2 waits.
+    assert ("drain", "gpu-2") not in c.log and out.waiting == ["gpu-2"]
+
+
+def test_a_node_still_running_jobs_at_the_drain_timeout_stays_drained_and_is_not_reset():
+    c = Cluster(NODES, transient=["gpu-1"], busy=["gpu-1"])
+    out = run(c, drain_timeout=30)
+    assert ("drain", "gpu-1") in c.log and ("reset", "gpu-1") not in c.log
+    assert out.states["gpu-1"].state == "drained" and out.busy == ["gpu-1"]
+    # Its jobs end; the next run resets it without draining it again.
+    c.jobs["gpu-1"] = 0
+    c.log.clear()
+    again = run(c, states=out.states)
+    assert c.log == [("reset", "gpu-1"), ("retune", "gpu-1"), ("resume", "gpu-1")]
+    assert again.states["gpu-1"].state == "ready"
+
+
+def test_a_fault_gone_at_the_second_look_leaves_the_node_in_service():
+    c = Cluster(NODES, transient=["gpu-1"])
+    findings = c.findings()
+    c.transient.clear()  # gone before the second look
+    out = repair({}, findings, NODES, POOLS, {"gpu": 1}, c.actions(), drain_timeout=60)
+    assert c.log == [] and out.states["gpu-1"].state == "ready"
+    assert [ch.state for ch in out.states["gpu-1"].history] == ["suspect", "ready"]
+
+
+def test_a_node_never_reset_is_failed_with_why_and_not_rebooted():
+    c = Cluster(NODES, transient=["gpu-0"])
+    out = run(c, keep_out={"gpu-0": "it runs the Slurm controller"})
+    assert ("reset", "gpu-0") not in c.log and out.states["gpu-0"].state == "failed"
+    assert "Slurm controller" in out.states["gpu-0"].reason
+
+
+def test_a_reset_that_fails_counts_as_a_try():
+    c = Cluster(NODES, transient=["gpu-1"])
+    act = c.actions()
+
+    def dead(node):
+        raise RuntimeError(f"{node} did not come back within 120 s of `systemctl reboot`")
+
+    act.reset = dead
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    s = out.states["gpu-1"]
+    assert s.state == "failed" and "did not come back" in s.reason
+
+
+def test_verify_without_repair_marks_suspects_and_returns_them_when_clean():
+    c = Cluster(NODES, transient=["gpu-3"])
+    first = judge({}, c.findings(), NODES, c, now=1.0)
+    assert first.states["gpu-3"].state == "suspect" and c.log == []
+    c.transient.clear()
+    second = judge(first.states, c.findings(), NODES, c, now=2.0)
+    assert second.states["gpu-3"].state == "ready"
+
+
+def test_states_survive_their_file_with_their_history():
+    s = NodeState().to("suspect", reason("gpu-1: Xid 79"), 1.0, "gpu-1: Xid 79").to("drained", "railyard: x", 2.0)
+    back = load_states(dump_states({"gpu-1": s}))
+    assert back == {"gpu-1": s}
+
+
+def test_a_reason_is_one_prefixed_line_ansible_cannot_template():
+    r = reason("gpu-1: {{ lookup('pipe','id') }}\n 100%  down")
+    assert r.startswith("railyard: ") and "{" not in r and "%" not in r and "\n" not in r and len(r) <= 120
+
+
+@pytest.mark.parametrize("line, held", [
+    ("gpu-0|idle|none", Held()),
+    ("gpu-1|drained|railyard: gpu-1: GPU2 missing", Held(out=True, reason="railyard: gpu-1: GPU2 missing")),
+    ("gpu-2|draining|RMA 4711", Held(out=True, reason="RMA 4711", busy=True)),
+    ("gpu-3|down*|Not responding", Held(out=True, reason="Not responding")),
+    ("gpu-4|mixed|none", Held(busy=True)),
+    ("gpu-5|idle*|none", Held()),
+])
+def test_sinfo_states_read_as_out_busy_and_reason(line, held):
+    assert parse_sinfo(line + "\n") == {line.split("|")[0]: held}
+
+
+def test_a_node_in_two_partitions_is_read_once():
+    assert list(parse_sinfo("gpu-0|idle|none\ngpu-0|idle|none\n")) == ["gpu-0"]
+
+
+def _config(health: dict | None) -> dict:
+    from pathlib import Path
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.lab.yaml").read_text())["config"]
+    return {**config, **({"railyard:health": health} if health is not None else {})}
+
+
+def test_the_health_keys_are_read_and_a_bad_one_is_named_by_its_path():
+    from railyard.model.errors import SpecError
+    from railyard.stack import from_config
+
+    spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0}), "t")
+    assert (spec.health.max_unavailable, spec.health.drain_timeout_s) == (2, 0)
+    default = from_config(_config(None), "t")[0].health
+    assert (default.max_unavailable, default.drain_timeout_s) == (None, 600)
+    with pytest.raises(SpecError) as err:
+        from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": True}), "t")
+    assert {p.path for p in err.value.problems} == {
+        "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair"}
+
+
+def test_each_pools_budget_is_the_stacks_else_its_drivers():
+    from railyard.repair import budgets
+    from railyard.stack import from_config
+
+    spec, plan = from_config(_config(None), "t")
+    nodes = [n.name for n in plan.nodes]
+    pools, by_pool = budgets(spec, plan, nodes)
+    assert sorted(n for ns in pools.values() for n in ns) == sorted(nodes)
+    assert set(by_pool.values()) == {1}  # the lab reboots one node of a pool at a time
+    spec, plan = from_config(_config({"maxUnavailable": 3}), "t")
+    assert set(budgets(spec, plan, nodes)[1].values()) == {3}
+
+
+def test_a_failed_node_a_person_returned_to_service_is_ready_again():
+    c = Cluster(NODES, persistent=["gpu-2"])
+    out = run(c)
+    c.persistent.clear()
+    c.resume("gpu-2")  # the person's own `scontrol update ... State=RESUME`
+    again = judge(out.states, c.findings(), NODES, c, now=c.clock + 1)
+    assert again.states["gpu-2"].state == "ready"
+    assert again.states["gpu-2"].history[-1].reason == "returned to service by a person"
+    # Without a scheduler to show it back in service, a failed node stays failed.
+    assert judge(out.states, {}, NODES, None, now=c.clock + 2).states["gpu-2"].state == "failed"
+
+
+class FakeApi:
+    """Nodes and pods as the API server keeps them; a merge patch with a stale resourceVersion is
+    refused with 409, as the API server does."""
+
+    def __init__(self, nodes: dict[str, dict], running: dict[str, str] | None = None):
+        self.nodes = {n: {"metadata": {"name": n, "resourceVersion": "1", "annotations": {}}, "spec": dict(spec)}
+                      for n, spec in nodes.items()}
+        self.running = running or {}  # pod -> node
+        self.race = 0
+
+    def get(self, path):
+        if path == "/api/v1/nodes":
+            return {"items": list(self.nodes.values())}
+        if path.startswith("/api/v1/pods"):
+            return {"items": [{"metadata": {"name": p, "ownerReferences": [{"kind": "Job"}]}, "spec": {"nodeName": n}}
+                              for p, n in self.running.items()]}
+        return self.nodes.get(path.rsplit("/", 1)[1])
+
+    def request(self, method, path, body, content_type):
+        assert method == "PATCH" and content_type == "application/merge-patch+json"
+        node = self.nodes[path.rsplit("/", 1)[1]]
+        if self.race:
+            self.race -= 1
+            node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+        if body["metadata"].pop("resourceVersion") != node["metadata"]["resourceVersion"]:
+            return 409, {"message": "the object has been modified"}
+        for k, v in body["metadata"].get("annotations", {}).items():
+            if v is None:
+                node["metadata"]["annotations"].pop(k, None)
+            else:
+                node["metadata"]["annotations"][k] = v
+        for k, v in body["spec"].items():
+            if v is None:
+                node["spec"].pop(k, None)
+            else:
+                node["spec"][k] = v
+        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+        return 200, node
+
+
+def test_kubernetes_cordons_and_taints_a_node_and_returns_it_leaving_other_taints_alone():
+    from railyard.repair import Kubernetes
+
+    api = FakeApi({"gpu-0": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}, "gpu-1": {}})
+    k = Kubernetes(api, "railyard.io", {"gpu-0": ["gpu-0"], "gpu-1": ["gpu-1"]})
+    api.race = 1  # someone else changes the Node between our read and our patch
+    k.drain("gpu-0", "railyard: gpu-0: GPU2 missing")
+    node = api.nodes["gpu-0"]
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": "railyard.io/unhealthy", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert {"key": "nvidia.com/gpu", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert k.read()["gpu-0"] == Held(out=True, reason="railyard: gpu-0: GPU2 missing")
+    k.resume("gpu-0")
+    assert node["spec"] == {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
+    assert "railyard.io/unhealthy" not in node["metadata"]["annotations"]
+    assert k.read()["gpu-0"] == Held()
+
+
+def test_kubernetes_tells_a_persons_cordon_from_railyards_and_sees_running_jobs():
+    from railyard.repair import Kubernetes
+
+    api = FakeApi({"gpu-0": {"unschedulable": True}, "gpu-1": {"unschedulable": True}, "gpu-2": {}},
+                  running={"train-0": "gpu-2"})
+    api.nodes["gpu-1"]["metadata"]["annotations"]["railyard.io/cordon-reason"] = "railyard: acceptance: gpu-1: pfs"
+    held = Kubernetes(api, "railyard.io", {n: [n] for n in ("gpu-0", "gpu-1", "gpu-2")}).read()
+    assert held["gpu-0"].by_person  # `kubectl cordon` by hand: no reason of ours
+    assert held["gpu-1"].out and not held["gpu-1"].by_person  # acceptance's
+    assert held["gpu-2"] == Held(busy=True)
+
+
+def test_two_schedulers_are_one_view_and_a_persons_drain_in_either_wins():
+    from railyard.repair import Schedulers
+
+    class Fixed:
+        def __init__(self, name, view):
+            self.name, self.view, self.log = name, view, []
+
+        def read(self):
+            return self.view
+
+        def drain(self, node, why):
+            self.log.append(("drain", node))
+
+        def resume(self, node):
+            self.log.append(("resume", node))
+
+    slurm = Fixed("Slurm", {"gpu-0": Held(out=True, reason="railyard: x"), "gpu-1": Held()})
+    kube = Fixed("Kubernetes", {"gpu-0": Held(out=True, reason=None), "gpu-1": Held(busy=True)})
+    both = Schedulers([slurm, kube])
+    view = both.read()
+    assert both.name == "Slurm and Kubernetes"
+    assert view["gpu-0"].by_person and view["gpu-1"] == Held(busy=True)
+    both.drain("gpu-1", "railyard: y")
+    assert slurm.log == kube.log == [("drain", "gpu-1")]
