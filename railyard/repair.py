@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 from railyard.model.node_health import (
-    MAX_TRIES, OUT, Held, NodeState, after_check, dump_states, load_states, reason, take_out, triage,
+    MAX_TRIES, OUT, Held, NodeState, after_check, dump_states, load_states, merged, reason, take_out, triage,
 )
 
 if TYPE_CHECKING:
@@ -131,10 +131,7 @@ class Kubernetes:
                 if not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])}
         out: dict[str, Held] = {}
         for machine, names in self.machines.items():
-            held = [self._held(nodes[n], n in busy) for n in names if n in nodes]
-            people = [h for h in held if h.by_person]
-            first = people[0] if people else next((h for h in held if h.out), Held())
-            out[machine] = Held(out=first.out, reason=first.reason, busy=any(h.busy for h in held))
+            out[machine] = merged(self._held(nodes[n], n in busy) for n in names if n in nodes)
         return out
 
     def _held(self, node: dict, busy: bool) -> Held:
@@ -196,21 +193,23 @@ class Schedulers:
 
     def read(self) -> dict[str, Held]:
         views = [p.read() for p in self.parts]
-        out: dict[str, Held] = {}
-        for node in sorted({n for v in views for n in v}):
-            held = [v[node] for v in views if node in v]
-            people = [h for h in held if h.by_person]
-            first = people[0] if people else next((h for h in held if h.out), Held())
-            out[node] = Held(out=first.out, reason=first.reason, busy=any(h.busy for h in held))
-        return out
+        return {node: merged(v[node] for v in views if node in v) for node in sorted({n for v in views for n in v})}
 
     def drain(self, node: str, why: str) -> None:
         for p in self.parts:
             p.drain(node, why)
 
     def resume(self, node: str) -> None:
+        """Resume in every scheduler, even where one refuses (Slurm refuses to resume a node it
+        has in service already); the first refusal is raised once all were asked."""
+        refused: list[RepairError] = []
         for p in self.parts:
-            p.resume(node)
+            try:
+                p.resume(node)
+            except RepairError as exc:
+                refused.append(exc)
+        if refused:
+            raise refused[0]
 
 
 @dataclass
@@ -375,7 +374,7 @@ def schedulers(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key:
     if layer is not None and outputs.get("kubeconfig"):
         try:
             client = held.enter_context(from_kubeconfig(outputs["kubeconfig"]))
-        except (ApiError, ValueError, KeyError) as exc:
+        except (ApiError, ValueError, KeyError, OSError) as exc:
             raise RepairError(f"the stack's kubeconfig: {exc}") from None
         machines: dict[str, list[str]] = {}
         for kn in layer.nodes:

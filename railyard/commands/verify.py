@@ -158,7 +158,12 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                                     keep_out={plan.slurm.controller.name: "it runs the Slurm controller"}
                                     if plan.slurm is not None else None)
         else:
-            outcome = repair.judge(states, findings, nodes, scheduler, time.time())
+            try:
+                outcome = repair.judge(states, findings, nodes, scheduler, time.time())
+            except repair.RepairError as exc:
+                # Without the schedulers' view the states still move; a person's drain is just not seen.
+                progress(f"schedulers not read ({exc}); states judged without them")
+                outcome = repair.judge(states, findings, nodes, None, time.time())
         repair.write_states(path, outcome.states)
     return outcome
 

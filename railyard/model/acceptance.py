@@ -73,11 +73,11 @@ class Finding:
 def cordon_reasons(findings: Iterable[Finding]) -> dict[str, str]:
     """Each failed node's reason for leaving scheduling (Slurm's drain reason, Kubernetes' cordon
     annotation): its first finding, under the prefix that marks the node as Railyard's to return."""
-    from railyard.model.node_health import reason
+    from railyard.model.node_health import ACCEPTANCE, PREFIX, reason
 
     reasons: dict[str, str] = {}
     for f in findings:
-        reasons.setdefault(f.node, reason(f"acceptance: {f}"))
+        reasons.setdefault(f.node, reason(f"{ACCEPTANCE.removeprefix(PREFIX).strip()} {f}"))
     return reasons
 
 

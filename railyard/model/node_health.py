@@ -29,6 +29,9 @@ STATES = ("ready", "suspect", "drained", "repairing", "failed")
 # Slurm's drain reason and the Kubernetes cordon annotation of every node Railyard takes out start
 # with this; a reason without it is a person's, and the node is theirs.
 PREFIX = "railyard:"
+# Acceptance's drains (railyard.model.acceptance): Railyard's, but acceptance's to lift, since the
+# loop does not run its network checks.
+ACCEPTANCE = f"{PREFIX} acceptance:"
 MAX_TRIES = 2
 # States in which Railyard holds the node out of scheduling.
 OUT = ("drained", "repairing", "failed")
@@ -92,11 +95,23 @@ class Held:
     out: bool = False
     reason: str | None = None
     busy: bool = False
+    partly: bool = False
+    """Out in one of its schedulers and in service in another (a person resumed it in one)."""
 
     @property
     def by_person(self) -> bool:
         """Out of scheduling by someone other than Railyard: their node, left as it is."""
         return self.out and not (self.reason or "").startswith(PREFIX)
+
+
+def merged(views: Iterable[Held]) -> Held:
+    """One node's view out of several (its schedulers; a hypervisor's VMs): out where any is,
+    with a person's reason first (theirs is the one Railyard must not override), busy where any is."""
+    views = list(views)
+    people = [h for h in views if h.by_person]
+    first = people[0] if people else next((h for h in views if h.out), Held())
+    return Held(out=first.out, reason=first.reason, busy=any(h.busy for h in views),
+                partly=first.out and any(not h.out for h in views))
 
 
 def reason(text: str) -> str:
@@ -116,7 +131,8 @@ class Triage:
     by_person: dict[str, str] = field(default_factory=dict)
     """Nodes a person took out of scheduling, and their reason (left alone)."""
     returnable: list[str] = field(default_factory=list)
-    """Nodes Railyard holds out that were found healthy: to be returned to service."""
+    """Nodes Railyard holds out (or left marked out) that were found healthy: to be returned to
+    service."""
 
 
 def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], held: Mapping[str, Held],
@@ -133,8 +149,9 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
         if h.by_person and s.state not in OUT:
             out.by_person[node] = h.reason or "no reason given"
             continue
-        if s.state == "failed" and node in held and not h.out:
-            # The hand-off's end: a person put the node back into service after looking at it.
+        if s.state == "failed" and node in held and (not h.out or h.partly):
+            # The hand-off's end: a person put the node back into service (in any of its
+            # schedulers) after looking at it; the marks Railyard left elsewhere are lifted below.
             s = s.to("ready", "returned to service by a person", now, tries=0)
         elif found and s.state == "failed":
             continue
@@ -146,6 +163,8 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
             s = s.to("ready", "checks passed", now)
         elif s.state in ("drained", "repairing"):
             out.returnable.append(node)
+        elif s.state == "ready" and h.out and not (h.reason or "").startswith(ACCEPTANCE):
+            out.returnable.append(node)  # a ready node still carrying Railyard's marks
         out.states[node] = s
     return out
 

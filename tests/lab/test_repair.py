@@ -156,7 +156,7 @@ def test_a_transient_gpu_loss_is_drained_reset_checked_returned_and_takes_jobs_a
     assert verify(project).returncode == 0
 
 
-def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(project):
+def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(project, api):
     before = boots(project, "gpu-2")
     fault(project, "gpu-lost", "gpu-2", "GPU0")
     try:
@@ -169,13 +169,19 @@ def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(pr
         assert len(boots(project, "gpu-2")) == len(before) + 2
         state, reason = slurm_node(project, "gpu-2")
         assert state == "drained" and reason.startswith("railyard: "), (state, reason)
+        node = api.get("/api/v1/nodes/gpu-2")
+        assert node["spec"].get("unschedulable") is True and TAINT in node["spec"]["taints"]
     finally:
         fault(project, "--clear")
-    # The person fixes it and puts it back; the next verification takes it as ready.
+    # The person fixes it and resumes it in Slurm; the next verification takes it as ready, and
+    # the next repair run lifts Railyard's cordon and taint in Kubernetes too.
     ctl(project, "scontrol update NodeName=gpu-2 State=RESUME")
     assert verify(project).returncode == 0
     s = states(project)["gpu-2"]
     assert s["state"] == "ready" and s["history"][-1]["reason"] == "returned to service by a person"
+    assert verify(project, "--repair").returncode == 0
+    node = api.get("/api/v1/nodes/gpu-2")
+    assert not node["spec"].get("unschedulable") and TAINT not in (node["spec"].get("taints") or [])
 
 
 def test_a_node_a_person_drained_is_left_alone_and_reported(project, api):
@@ -189,7 +195,7 @@ def test_a_node_a_person_drained_is_left_alone_and_reported(project, api):
         assert slurm_node(project, "gpu-3") == ("drained", "rma 4711 reseat GPU1")
         assert boots(project, "gpu-3") == before
         assert states(project).get("gpu-3", {}).get("state", "ready") == "ready"
-        assert not api.get("/api/v1/nodes/gpu-3")["spec"].get("taints")
+        assert TAINT not in (api.get("/api/v1/nodes/gpu-3")["spec"].get("taints") or [])
     finally:
         fault(project, "--clear")
         ctl(project, "scontrol update NodeName=gpu-3 State=RESUME")
@@ -205,7 +211,7 @@ def test_a_node_a_person_cordoned_in_kubernetes_stays_cordoned(project, api):
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "gpu-2: out of service by a person (no reason given); left alone" in proc.stdout
         node = api.get("/api/v1/nodes/gpu-2")
-        assert node["spec"].get("unschedulable") is True and not node["spec"].get("taints")
+        assert node["spec"].get("unschedulable") is True and TAINT not in (node["spec"].get("taints") or [])
         assert slurm_node(project, "gpu-2")[0] == "idle"
     finally:
         fault(project, "--clear")

@@ -361,3 +361,28 @@ def test_two_schedulers_are_one_view_and_a_persons_drain_in_either_wins():
     assert view["gpu-0"].by_person and view["gpu-1"] == Held(busy=True)
     both.drain("gpu-1", "railyard: y")
     assert slurm.log == kube.log == [("drain", "gpu-1")]
+
+
+def test_a_failed_node_resumed_in_one_scheduler_is_released_from_the_other_by_the_next_repair():
+    from railyard.repair import Schedulers
+
+    slurm = Cluster(NODES, persistent=["gpu-2"])
+    kube = Cluster(NODES)
+    kube.name = "Kubernetes"
+    both = Schedulers([slurm, kube])
+    act = slurm.actions()
+    act.scheduler = both
+    out = repair({}, slurm.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert out.states["gpu-2"].state == "failed" and kube.held["gpu-2"].out
+    slurm.persistent.clear()
+    slurm.resume("gpu-2")  # the person resumes it in Slurm only
+    seen = judge(out.states, {}, NODES, both, now=slurm.clock + 1)
+    assert seen.states["gpu-2"].state == "ready" and kube.held["gpu-2"].out  # verify alone changes nothing
+    act = slurm.actions()
+    act.scheduler = both
+    again = repair(seen.states, {}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert not kube.held["gpu-2"].out and again.states["gpu-2"].state == "ready"
+    # Acceptance's cordon is acceptance's to lift.
+    kube.drain("gpu-0", reason("acceptance: gpu-0 rail2: rail-mtu: no reply"))
+    repair(again.states, {}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert kube.held["gpu-0"].out

@@ -631,3 +631,10 @@ def test_sibling_groups_merge_by_ansible_group_priority_as_ansible_does(tmp_path
     yml.write_text(yml.read_text().replace("{ansible_user: from_b}", "{ansible_user: from_b, ansible_group_priority: x}"))
     with pytest.raises(inventory.InventoryError, match="ansible_group_priority 'x'"):
         inventory.read(yml)
+
+
+def test_the_repair_loop_reboots_a_host_with_the_stacks_command_within_its_pools_budget():
+    cfg = config(reboot={"command": "/sbin/reboot -f", "timeoutSeconds": 900, "maxUnavailable": 1})
+    cfg[H]["pools"]["gpu"]["maxUnavailable"] = 2
+    spec = parse_config(cfg, "t")
+    assert drivers.reboot(spec, "gpu") == drivers.Reboot("/sbin/reboot -f", 900.0, 2)
