@@ -80,8 +80,8 @@ def from_kubeconfig(text: str, timeout: float = 10.0) -> Iterator[Client]:
     users = {u["name"]: u["user"] for u in config.get("users") or []}
     cluster = clusters.get(ctx.get("cluster")) or (next(iter(clusters.values())) if clusters else None)
     user = users.get(ctx.get("user")) or (next(iter(users.values())) if users else {})
-    if not cluster or "certificate-authority-data" not in cluster:
-        raise ApiError("the kubeconfig names no cluster with its certificate-authority-data")
+    if not cluster or "certificate-authority-data" not in cluster or not cluster.get("server"):
+        raise ApiError("the kubeconfig names no cluster with its server and certificate-authority-data")
     url = urlsplit(cluster["server"])
     with tempfile.TemporaryDirectory(prefix="railyard-kube-") as d:
         pki = Path(d)

@@ -46,6 +46,11 @@ class RepairError(Exception):
     """The loop could not go on (the scheduler did not answer, another run holds the stack)."""
 
 
+class Abort(RepairError):
+    """Stop the run at once, whatever node it is on: something about the cluster is not to be
+    trusted (a host answered with another host key)."""
+
+
 class Scheduler(Protocol):
     name: str
 
@@ -57,23 +62,35 @@ class Scheduler(Protocol):
 
 
 # `sinfo -N` prints a node once per partition; %T is its state in words, with a suffix for "not
-# responding" (*) and the like; %E its reason ("none" without one).
-SINFO = "sinfo --noheader --Node --format '%N|%T|%E'"
+# responding" (*) and the like; %u who set its reason; %E the reason ("none" without one), last, as
+# it may hold anything.
+SINFO = "sinfo --noheader --Node --format '%N|%T|%u|%E'"
 _OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing")
 _BUSY_STATES = ("allocated", "mixed", "draining", "completing", "failing")
 
 
-def parse_sinfo(text: str) -> dict[str, Held]:
-    """SINFO's lines as each node's Held."""
+def parse_sinfo(text: str, slurm_user: str = "slurm") -> dict[str, Held]:
+    """SINFO's lines as each node's Held; a reason set by slurm_user (slurmctld's SlurmUser, who
+    sets "Not responding" and the like) is the scheduler's own."""
     out: dict[str, Held] = {}
     for line in text.splitlines():
-        if line.count("|") < 2:
+        if line.count("|") < 3:
             continue
-        node, state, why = (p.strip() for p in line.split("|", 2))
+        node, state, user, why = (p.strip() for p in line.split("|", 3))
         base = state.rstrip("*~#!%$@^-+").lower()
-        out.setdefault(node, Held(out=base in _OUT_STATES, reason=None if why in ("", "none") else why,
-                                  busy=base in _BUSY_STATES))
+        gone = base in _OUT_STATES
+        out.setdefault(node, Held(out=gone, reason=None if why in ("", "none") else why,
+                                  busy=base in _BUSY_STATES, system=gone and user == slurm_user))
     return out
+
+
+def slurm_user(config: str) -> str:
+    """SlurmUser from `scontrol show config` ("SlurmUser = slurm(64030)")."""
+    for line in config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmUser":
+            return value.strip().split("(", 1)[0]
+    return "slurm"
 
 
 class Slurm:
@@ -83,6 +100,7 @@ class Slurm:
 
     def __init__(self, controller: Target, private_key: str | None, timeout: float = 30):
         self.controller, self.private_key, self.timeout = controller, private_key, timeout
+        self.slurm_user: str | None = None
 
     def _run(self, command: str) -> str:
         from railyard.remote.ssh import SshError, run
@@ -97,7 +115,9 @@ class Slurm:
         return result.stdout
 
     def read(self) -> dict[str, Held]:
-        return parse_sinfo(self._run(SINFO))
+        if self.slurm_user is None:
+            self.slurm_user = slurm_user(self._run("scontrol show config"))
+        return parse_sinfo(self._run(SINFO), self.slurm_user)
 
     def drain(self, node: str, why: str) -> None:
         self._run(f"scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason={shlex.quote(why)}")
@@ -114,10 +134,12 @@ class Kubernetes:
     name = "Kubernetes"
 
     def __init__(self, client: KubeClient, label_prefix: str, machines: Mapping[str, list[str]]):
+        from railyard.model.kubernetes.nodes import cordon_reason_key, unhealthy_key
+
         self.client, self.machines = client, machines
-        self.key = f"{label_prefix}/unhealthy"
+        self.key = unhealthy_key(label_prefix)
         # Acceptance's cordon (the Kubernetes layer's) marks its nodes with this reason.
-        self.acceptance = f"{label_prefix}/cordon-reason"
+        self.acceptance = cordon_reason_key(label_prefix)
 
     def read(self) -> dict[str, Held]:
         from railyard.kube_api import ApiError
@@ -127,11 +149,15 @@ class Kubernetes:
             pods = (self.client.get("/api/v1/pods?fieldSelector=status.phase%3DRunning") or {}).get("items", [])
         except (ApiError, OSError) as exc:
             raise RepairError(f"Kubernetes API: {exc}") from None
+        # A DaemonSet's pods and a kubelet's static pods (owned by the Node) run on every node:
+        # they are no jobs to wait for.
         busy = {p["spec"].get("nodeName") for p in pods
-                if not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])}
+                if not any(o.get("kind") in ("DaemonSet", "Node") for o in p["metadata"].get("ownerReferences") or [])}
         out: dict[str, Held] = {}
         for machine, names in self.machines.items():
-            out[machine] = merged(self._held(nodes[n], n in busy) for n in names if n in nodes)
+            views = [self._held(nodes[n], n in busy) for n in names if n in nodes]
+            if views:  # a machine without a Node is none of Kubernetes' to show
+                out[machine] = merged(views)
         return out
 
     def _held(self, node: dict, busy: bool) -> Held:
@@ -225,17 +251,21 @@ class Actions:
     now: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     progress: Callable[[str], None] = lambda line: None
+    save: Callable[[Mapping[str, NodeState]], None] = lambda states: None
+    """Records the states after each change, so a run that stops halfway loses nothing."""
 
 
 @dataclass
 class Outcome:
-    """What one run left: every node's state, the nodes a person holds (and their reason), the
-    nodes still busy at the drain timeout, those waiting for room in their pool, and what was
-    done, in order."""
+    """What one run left: every node's state, the nodes a person holds (and their reason), those
+    acceptance holds, those left drained for the next run, those waiting for room in their pool,
+    and what was done, in order."""
 
     states: dict[str, NodeState]
     by_person: dict[str, str] = field(default_factory=dict)
-    busy: list[str] = field(default_factory=list)
+    by_acceptance: dict[str, str] = field(default_factory=dict)
+    left: list[str] = field(default_factory=list)
+    """Nodes left drained for the next run: still running jobs, a drain or a return that failed."""
     waiting: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
 
@@ -250,7 +280,7 @@ def judge(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], no
     nodes with a finding become suspect, suspect ones without ready."""
     held = scheduler.read() if scheduler is not None else {}
     t = triage(states, findings, held, nodes, now)
-    return Outcome(states=t.states, by_person=t.by_person)
+    return Outcome(states=t.states, by_person=t.by_person, by_acceptance=t.by_acceptance)
 
 
 def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], nodes: list[str],
@@ -261,19 +291,32 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
     keep_out = keep_out or {}
     held = act.scheduler.read()
     t = triage(states, findings, held, nodes, act.now())
-    out = Outcome(states=t.states, by_person=t.by_person)
+    out = Outcome(states=t.states, by_person=t.by_person, by_acceptance=t.by_acceptance)
     s = out.states
+    findings = dict(findings)
 
     def note(line: str) -> None:
         out.done.append(line)
         act.progress(line)
+        act.save(s)
+
+    def back(node: str, why: str) -> None:
+        try:
+            _resume(node, act)
+        except Abort:
+            raise
+        except RepairError as exc:
+            s[node] = s[node].to("drained", reason(f"not back in service: {exc}"), act.now())
+            out.left.append(node)
+            note(f"{node}: left drained for the next run: {exc}")
+            return
+        s[node] = s[node].to("ready", why, act.now(), tries=0)
+        note(f"{node}: returned to service ({why})")
 
     # Nodes Railyard holds out that verification found healthy (a drain from a run whose reset
     # waited for jobs, a fault that went on its own) go back.
     for node in t.returnable:
-        _resume(node, act)
-        s[node] = s[node].to("ready", "checks passed", act.now(), tries=0)
-        note(f"{node}: returned to service (checks passed)")
+        back(node, "checks passed")
     # The second look at new suspects: a reading's glitch is not a fault.
     suspects = [n for n in t.faulty if s[n].state == "suspect"]
     if suspects:
@@ -282,21 +325,33 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             if not again.get(node):
                 s[node] = s[node].to("ready", "checks passed when read again", act.now())
                 note(f"{node}: found healthy when read again")
+            else:
+                findings[node] = again[node]
     queue = [n for n in sorted(t.faulty) if s[n].state in ("suspect", "drained")]
     while queue:
         held = act.scheduler.read()
         for node in take_out(s, [n for n in queue if s[n].state == "suspect"], held, pools, budgets):
-            why = s[node].reason or reason(findings[node][0])
-            act.scheduler.drain(node, why)
+            why = reason(findings[node][0])
+            try:
+                act.scheduler.drain(node, why)
+            except Abort:
+                raise
+            except RepairError as exc:
+                # Possibly out in one scheduler and not the other: recorded as drained, so the
+                # next run takes it up (and lifts the marks, should it be found healthy).
+                s[node] = s[node].to("drained", why, act.now(), findings[node][0])
+                out.left.append(node)
+                note(f"{node}: drain failed ({exc}); left for the next run")
+                continue
             s[node] = s[node].to("drained", why, act.now(), findings[node][0])
             note(f"{node}: drained in {act.scheduler.name} ({why})")
-        drained = [n for n in queue if s[n].state == "drained"]
+        drained = [n for n in queue if s[n].state == "drained" and n not in out.left]
         if not drained:
             break
         idle = _wait_idle(drained, act, drain_timeout)
         for node in drained:
             if node not in idle:
-                out.busy.append(node)
+                out.left.append(node)
                 note(f"{node}: still running jobs after {drain_timeout:g} s; left drained for the next run")
         for node in idle:
             if node in keep_out:
@@ -310,23 +365,27 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 act.reset(node)
                 act.retune(node)
                 found = act.recheck([node]).get(node) or []
+            except Abort:
+                raise
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
-            s[node] = after_check(s[node], found, act.now())
-            if s[node].state == "ready":
-                _resume(node, act)
-                note(f"{node}: returned to service after its reset")
-            elif s[node].state == "failed":
+            checked = after_check(s[node], found, act.now())
+            if checked.state == "ready":
+                back(node, "checks passed after reset")  # ready once its schedulers have it back
+                continue
+            s[node] = checked
+            if s[node].state == "failed":
                 note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({found[0]})")
             else:
-                findings = {**findings, node: found}
+                findings[node] = found
                 note(f"{node}: still faulty after its reset ({found[0]})")
         # Each pass resets every idle drained node once, so the loop ends: a node leaves the
-        # queue ready, failed, or busy; suspects with no room in their pool end it.
-        queue = [n for n in queue if n not in out.busy and s[n].state in ("suspect", "drained")]
+        # queue ready, failed, or left for the next run; suspects with no room in their pool end it.
+        queue = [n for n in queue if n not in out.left and s[n].state in ("suspect", "drained")]
     out.waiting = [n for n in sorted(t.faulty) if s[n].state == "suspect"]
     for node in out.waiting:
         note(f"{node}: waits for room in its pool (maxUnavailable)")
+    act.save(s)
     return out
 
 
@@ -389,6 +448,7 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     """The loop's actions on a stack that is up: its schedulers, its driver's reboot, its tuning."""
     from railyard import drivers
     from railyard.remote import rollout
+    from railyard.remote.ssh import HostKeyMismatch
     from railyard.tuning import runner
 
     if scheduler is None:
@@ -405,6 +465,8 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
                            progress=progress)
         except rollout.RolloutError as exc:
             raise RepairError(str(exc)) from None
+        except HostKeyMismatch as exc:
+            raise Abort(f"{node}: {exc}; the run stopped") from None
 
     def retune(node: str) -> None:
         result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars)

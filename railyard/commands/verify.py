@@ -126,32 +126,43 @@ def handle(args) -> int:
     return 1
 
 
+def _by_node(findings, nodes) -> dict[str, list[str]]:
+    """Each node's findings' messages, for the nodes given."""
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        if f.node in nodes:
+            out.setdefault(f.node, []).append(f.message)
+    return out
+
+
 def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> repair.Outcome:
     """Each node's health state after this verification: recorded, and with --repair, the loop run."""
     from railyard import verify
 
     path = paths.node_states(args.stack)
     nodes = sorted(hosts)
-    findings: dict[str, list[str]] = {}
-    for f in report.findings:
-        if f.node in hosts:
-            findings.setdefault(f.node, []).append(f.message)
+    findings = _by_node(report.findings, hosts)
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
         again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
                                deep=args.deep)
-        out: dict[str, list[str]] = {}
-        for f in again.findings:
-            if f.node in which:
-                out.setdefault(f.node, []).append(f.message)
-        return out
+        return _by_node(again.findings, which)
 
-    with repair.holding(path), ExitStack() as held:
+    with ExitStack() as held:
+        try:
+            held.enter_context(repair.holding(path))
+        except repair.RepairError as exc:
+            if args.repair:
+                raise
+            # A repair run holds the states: this reading reports and records nothing.
+            progress(f"states not recorded: {exc}")
+            return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
         states = repair.read_states(path)
-        scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
         if args.repair:
+            scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress)
+            act.save = lambda now: repair.write_states(path, now)
             pools, budgets = repair.budgets(spec, plan, nodes)
             outcome = repair.repair(states, findings, nodes, pools, budgets, act,
                                     drain_timeout=spec.health.drain_timeout_s,
@@ -159,7 +170,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                                     if plan.slurm is not None else None)
         else:
             try:
-                outcome = repair.judge(states, findings, nodes, scheduler, time.time())
+                outcome = repair.judge(states, findings, nodes, repair.schedulers(spec, plan, hosts, key, outputs, held),
+                                       time.time())
             except repair.RepairError as exc:
                 # Without the schedulers' view the states still move; a person's drain is just not seen.
                 progress(f"schedulers not read ({exc}); states judged without them")
@@ -181,6 +193,8 @@ def _show_states(outcome: repair.Outcome) -> None:
             print(f"{'node ' + s.state:<16} {node}: {s.reason}")
     for node, why in sorted(outcome.by_person.items()):
         print(f"{'node held':<16} {node}: out of service by a person ({why}); left alone")
+    for node, why in sorted(outcome.by_acceptance.items()):
+        print(f"{'node held':<16} {node}: cordoned by acceptance ({why}); acceptance's next run decides")
     failed = outcome.failed()
     if failed:
         print(f"hand-off: {len(failed)} node(s) failed and need a person:")

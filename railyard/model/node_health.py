@@ -97,11 +97,24 @@ class Held:
     busy: bool = False
     partly: bool = False
     """Out in one of its schedulers and in service in another (a person resumed it in one)."""
+    system: bool = False
+    """The scheduler set the reason itself (Slurm's "Not responding", "Node unexpectedly
+    rebooted"): no person's decision, so no person's node."""
 
     @property
     def by_person(self) -> bool:
-        """Out of scheduling by someone other than Railyard: their node, left as it is."""
-        return self.out and not (self.reason or "").startswith(PREFIX)
+        """Out of scheduling by someone other than Railyard or the scheduler: their node, left as it is."""
+        return self.out and not self.system and not (self.reason or "").startswith(PREFIX)
+
+    @property
+    def ours(self) -> bool:
+        """Out with a reason of Railyard's repair loop (not acceptance's, which acceptance lifts)."""
+        why = self.reason or ""
+        return self.out and why.startswith(PREFIX) and not why.startswith(ACCEPTANCE)
+
+    @property
+    def acceptance(self) -> bool:
+        return self.out and (self.reason or "").startswith(ACCEPTANCE)
 
 
 def merged(views: Iterable[Held]) -> Held:
@@ -111,7 +124,7 @@ def merged(views: Iterable[Held]) -> Held:
     people = [h for h in views if h.by_person]
     first = people[0] if people else next((h for h in views if h.out), Held())
     return Held(out=first.out, reason=first.reason, busy=any(h.busy for h in views),
-                partly=first.out and any(not h.out for h in views))
+                partly=first.out and any(not h.out for h in views), system=first.system)
 
 
 def reason(text: str) -> str:
@@ -127,9 +140,11 @@ class Triage:
 
     states: dict[str, NodeState]
     faulty: dict[str, str] = field(default_factory=dict)
-    """Nodes with a finding, not a person's and not failed: the first finding's message."""
+    """Nodes with a finding that the loop may act on: the first finding's message."""
     by_person: dict[str, str] = field(default_factory=dict)
     """Nodes a person took out of scheduling, and their reason (left alone)."""
+    by_acceptance: dict[str, str] = field(default_factory=dict)
+    """Faulty nodes acceptance's cordon holds out, and its reason (acceptance's to lift)."""
     returnable: list[str] = field(default_factory=list)
     """Nodes Railyard holds out (or left marked out) that were found healthy: to be returned to
     service."""
@@ -138,15 +153,17 @@ class Triage:
 def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], held: Mapping[str, Held],
            nodes: Iterable[str], now: float) -> Triage:
     """Each node's state given what verification found on it (node -> finding messages) and how
-    its scheduler holds it (`held` has the nodes it knows): a ready node with a finding becomes
+    its schedulers hold it (`held` has the nodes they know): a ready node with a finding becomes
     suspect, a suspect one without any is ready again; a failed node stays failed until a person
-    returns it to service in its scheduler; a person's node keeps whatever it has."""
-    out = Triage(states=dict(states))
-    for node in sorted(nodes):
+    returns it to service in one of its schedulers; a person's node keeps whatever it has, even
+    one Railyard had drained (the person took it over). Nodes no longer in `nodes` are dropped."""
+    nodes = sorted(nodes)
+    out = Triage(states={n: s for n, s in states.items() if n in nodes})
+    for node in nodes:
         s = states.get(node, NodeState())
         h = held.get(node, Held())
         found = findings.get(node) or []
-        if h.by_person and s.state not in OUT:
+        if h.by_person:
             out.by_person[node] = h.reason or "no reason given"
             continue
         if s.state == "failed" and node in held and (not h.out or h.partly):
@@ -155,15 +172,20 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
             s = s.to("ready", "returned to service by a person", now, tries=0)
         elif found and s.state == "failed":
             continue
-        if found:
+        if found and h.acceptance and s.state not in OUT:
+            out.by_acceptance[node] = h.reason or ""
+        elif found:
             out.faulty[node] = found[0]
-            if s.state == "ready":
+            if s.state in ("ready", "suspect") and h.ours:
+                # Drained by an earlier run whose record was lost: the drain is Railyard's.
+                s = s.to("drained", h.reason or reason(found[0]), now, found[0])
+            elif s.state == "ready":
                 s = s.to("suspect", reason(found[0]), now, found[0])
         elif s.state == "suspect":
             s = s.to("ready", "checks passed", now)
         elif s.state in ("drained", "repairing"):
             out.returnable.append(node)
-        elif s.state == "ready" and h.out and not (h.reason or "").startswith(ACCEPTANCE):
+        elif s.state == "ready" and h.ours:
             out.returnable.append(node)  # a ready node still carrying Railyard's marks
         out.states[node] = s
     return out
@@ -173,16 +195,19 @@ def take_out(states: Mapping[str, NodeState], candidates: Iterable[str], held: M
              pools: Mapping[str, list[str]], budgets: Mapping[str, int]) -> list[str]:
     """Which faulty nodes may leave service now, in name order, so that no pool has more than its
     budget out at once (any node a scheduler shows out, or Railyard holds out, counts). Nodes
-    Railyard already holds out are not candidates: they are out already."""
+    Railyard already holds out are not candidates: they are out already; a node its scheduler
+    set down on its own is taken at no cost, being out already."""
     chosen: list[str] = []
     wanted = set(candidates)
     for pool, members in sorted(pools.items()):
         out = sum(1 for n in members if held.get(n, Held()).out or states.get(n, NodeState()).state in OUT)
         room = budgets[pool] - out
         for node in sorted(members):
-            if room <= 0:
-                break
-            if node in wanted and states.get(node, NodeState()).state not in OUT and not held.get(node, Held()).out:
+            if node not in wanted or states.get(node, NodeState()).state in OUT:
+                continue
+            if held.get(node, Held()).out:
+                chosen.append(node)  # out already (Slurm set it down): counted, and costs no room
+            elif room > 0:
                 chosen.append(node)
                 room -= 1
     return chosen

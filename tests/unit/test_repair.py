@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from railyard.model.node_health import MAX_TRIES, PREFIX, Held, NodeState, dump_states, load_states, reason
-from railyard.repair import Actions, judge, parse_sinfo, repair
+from railyard.repair import Actions, RepairError, judge, parse_sinfo, repair
 
 
 class Cluster:
@@ -31,7 +31,7 @@ class Cluster:
 
     # the scheduler
     def read(self):
-        return {n: Held(h.out, h.reason, busy=self.jobs[n] > self.clock) for n, h in self.held.items()}
+        return {n: Held(h.out, h.reason, busy=self.jobs[n] > self.clock, system=h.system) for n, h in self.held.items()}
 
     def drain(self, node, why):
         self.held[node] = Held(out=True, reason=why)
@@ -145,7 +145,7 @@ def test_a_node_still_running_jobs_at_the_drain_timeout_stays_drained_and_is_not
     c = Cluster(NODES, transient=["gpu-1"], busy=["gpu-1"])
     out = run(c, drain_timeout=30)
     assert ("drain", "gpu-1") in c.log and ("reset", "gpu-1") not in c.log
-    assert out.states["gpu-1"].state == "drained" and out.busy == ["gpu-1"]
+    assert out.states["gpu-1"].state == "drained" and out.left == ["gpu-1"]
     # Its jobs end; the next run resets it without draining it again.
     c.jobs["gpu-1"] = 0
     c.log.clear()
@@ -204,19 +204,115 @@ def test_a_reason_is_one_prefixed_line_ansible_cannot_template():
 
 
 @pytest.mark.parametrize("line, held", [
-    ("gpu-0|idle|none", Held()),
-    ("gpu-1|drained|railyard: gpu-1: GPU2 missing", Held(out=True, reason="railyard: gpu-1: GPU2 missing")),
-    ("gpu-2|draining|RMA 4711", Held(out=True, reason="RMA 4711", busy=True)),
-    ("gpu-3|down*|Not responding", Held(out=True, reason="Not responding")),
-    ("gpu-4|mixed|none", Held(busy=True)),
-    ("gpu-5|idle*|none", Held()),
+    ("gpu-0|idle|Unknown|none", Held()),
+    ("gpu-1|drained|root|railyard: gpu-1: GPU2 missing", Held(out=True, reason="railyard: gpu-1: GPU2 missing")),
+    ("gpu-2|draining|alice|RMA 4711 | reseat", Held(out=True, reason="RMA 4711 | reseat", busy=True)),
+    ("gpu-3|down*|slurm|Not responding", Held(out=True, reason="Not responding", system=True)),
+    ("gpu-4|mixed|Unknown|none", Held(busy=True)),
+    ("gpu-5|idle*|Unknown|none", Held()),
 ])
-def test_sinfo_states_read_as_out_busy_and_reason(line, held):
-    assert parse_sinfo(line + "\n") == {line.split("|")[0]: held}
+def test_sinfo_states_read_as_out_busy_reason_and_who_set_it(line, held):
+    assert parse_sinfo(line + "\n", slurm_user="slurm") == {line.split("|")[0]: held}
 
 
-def test_a_node_in_two_partitions_is_read_once():
-    assert list(parse_sinfo("gpu-0|idle|none\ngpu-0|idle|none\n")) == ["gpu-0"]
+def test_a_node_in_two_partitions_is_read_once_and_slurms_user_is_read_from_its_config():
+    from railyard.repair import slurm_user
+
+    assert list(parse_sinfo("gpu-0|idle|Unknown|none\ngpu-0|idle|Unknown|none\n")) == ["gpu-0"]
+    assert slurm_user("ClusterName             = lab\nSlurmUser               = slurm(64030)\n") == "slurm"
+
+
+def test_a_node_slurm_set_down_itself_is_no_persons_and_is_repaired_at_no_cost_to_the_budget():
+    c = Cluster(NODES, transient=["gpu-1"])
+    c.held["gpu-1"] = Held(out=True, reason="Not responding", system=True)
+    c.held["gpu-3"] = Held(out=True, reason="Node unexpectedly rebooted", system=True)
+    out = run(c, budget=2)
+    assert out.by_person == {} and ("reset", "gpu-1") in c.log
+    assert out.states["gpu-1"].state == "ready"
+
+
+def test_a_person_who_drains_a_node_railyard_holds_takes_it_over():
+    c = Cluster(NODES, transient=["gpu-1"], busy=["gpu-1"])
+    first = run(c, drain_timeout=10)
+    assert first.states["gpu-1"].state == "drained"
+    c.held["gpu-1"] = Held(out=True, reason="RMA 4711 hands off")
+    c.jobs["gpu-1"] = 0
+    c.transient.clear()
+    c.log.clear()
+    again = run(c, states=first.states)
+    assert c.log == [] and again.by_person == {"gpu-1": "RMA 4711 hands off"}
+    assert c.held["gpu-1"].reason == "RMA 4711 hands off"
+
+
+def test_a_run_that_stops_halfway_has_saved_every_change_and_the_next_run_resets_the_drained_node():
+    c = Cluster(NODES, transient=["gpu-1"])
+    saved = {}
+    act = c.actions()
+    act.save = lambda states: saved.update(states)
+    reads = {"n": 0}
+    real_read = c.read
+
+    def flaky():
+        reads["n"] += 1
+        if reads["n"] == 3:  # the controller stops answering after the drain
+            raise RepairError("Slurm's controller gpu-0: ssh: connect timed out")
+        return real_read()
+
+    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(flaky), "drain": c.drain,
+                                   "resume": c.resume})()
+    with pytest.raises(RepairError):
+        repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert saved["gpu-1"].state == "drained" and c.held["gpu-1"].out
+    # The record was kept; and were it lost, the drain with Railyard's reason is adopted.
+    for states in (saved, {}):
+        c2 = Cluster(NODES, transient=["gpu-1"])
+        c2.held["gpu-1"] = c.held["gpu-1"]
+        out = repair(states, c2.findings(), NODES, POOLS, {"gpu": 1}, c2.actions(), drain_timeout=60)
+        assert ("reset", "gpu-1") in c2.log and out.states["gpu-1"].state == "ready"
+
+
+def test_a_node_that_does_not_come_back_into_service_is_left_drained_and_the_run_goes_on():
+    c = Cluster(NODES, transient=["gpu-1", "gpu-2"])
+    act = c.actions()
+    real_resume = c.resume
+
+    def stuck(node):
+        if node == "gpu-1":
+            raise RepairError("Invalid node state transition requested")
+        real_resume(node)
+
+    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(c.read), "drain": c.drain,
+                                   "resume": staticmethod(stuck)})()
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 2}, act, drain_timeout=60)
+    assert out.states["gpu-1"].state == "drained" and "not back in service" in out.states["gpu-1"].reason
+    assert out.states["gpu-2"].state == "ready" and ("reset", "gpu-2") in c.log
+
+
+def test_a_host_key_mismatch_stops_the_run_instead_of_counting_as_a_try():
+    from railyard.repair import Abort
+
+    c = Cluster(NODES, transient=["gpu-1"])
+    act = c.actions()
+
+    def impostor(node):
+        raise Abort(f"{node}: host key mismatch; the run stopped")
+
+    act.reset = impostor
+    with pytest.raises(Abort):
+        repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+
+
+def test_an_acceptance_cordon_with_a_finding_is_reported_as_acceptances_not_waiting_for_room():
+    c = Cluster(NODES, transient=["gpu-1"])
+    c.held["gpu-1"] = Held(out=True, reason=reason("acceptance: gpu-1 rail2: rail-mtu: no reply"))
+    out = run(c, budget=2)
+    assert c.log == [] and out.waiting == [] and list(out.by_acceptance) == ["gpu-1"]
+
+
+def test_states_of_nodes_no_longer_in_the_stack_are_dropped():
+    gone = {"gpu-9": NodeState(state="failed", reason="railyard: x", tries=2)}
+    out = judge(gone, {}, NODES, None, now=1.0)
+    assert "gpu-9" not in out.states
 
 
 def _config(health: dict | None) -> dict:
@@ -335,6 +431,13 @@ def test_kubernetes_tells_a_persons_cordon_from_railyards_and_sees_running_jobs(
     assert held["gpu-0"].by_person  # `kubectl cordon` by hand: no reason of ours
     assert held["gpu-1"].out and not held["gpu-1"].by_person  # acceptance's
     assert held["gpu-2"] == Held(busy=True)
+
+
+def test_a_machine_without_a_node_is_not_shown_by_kubernetes():
+    from railyard.repair import Kubernetes
+
+    api = FakeApi({"gpu-0": {}})
+    assert set(Kubernetes(api, "railyard.io", {"gpu-0": ["gpu-0"], "gpu-1": ["gpu-1"]}).read()) == {"gpu-0"}
 
 
 def test_two_schedulers_are_one_view_and_a_persons_drain_in_either_wins():

@@ -64,13 +64,23 @@ def label_keys(prefix: str) -> dict[str, str]:
             ("pool", "sku", "su", "spine-group", "host", "fabric", "fabric-speed")}
 
 
+def cordon_reason_key(label_prefix: str) -> str:
+    """The annotation holding acceptance's reason for a cordoned Node."""
+    return f"{label_prefix}/cordon-reason"
+
+
+def unhealthy_key(label_prefix: str) -> str:
+    """The taint (NoSchedule) and annotation (the reason) of a Node the repair loop took out."""
+    return f"{label_prefix}/unhealthy"
+
+
 def cordon(label_prefix: str, reason: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     """A Node's spec and annotations under acceptance's verdict: cordoned (unschedulable, as
     `kubectl cordon` leaves it) with the reason beside it, or neither. Neither field is sent for a
     node that passed, so an apply after the node recovers releases them and it is schedulable again."""
     if reason is None:
         return {}, {}
-    return {"unschedulable": True}, {f"{label_prefix}/cordon-reason": reason}
+    return {"unschedulable": True}, {cordon_reason_key(label_prefix): reason}
 
 
 def rail_resource(resource_prefix: str, rail: int, sriov: bool) -> str:
