@@ -142,6 +142,10 @@ def _pcie(devices: list[str]) -> str:
 NOT_CHECKED = {
     "dgx-a100": [_pcie(_GPUS + [f"mlx5_{i}" for i in range(10)])],
     # The dual-port QSFP112 storage adapters: VPI with no PCI class (so no link mode) and no speed.
+    # The BlueField-3 ports: speed and link mode unknown; no PCIe link in the sources.
+    "dgx-b200": ["lab-0: link layer not checked (unknown on the host): mlx5_5, mlx5_6, mlx5_11, mlx5_12",
+                 "lab-0: link speed not checked (unknown on the host): mlx5_5, mlx5_6, mlx5_11, mlx5_12",
+                 _pcie(_GPUS + [f"mlx5_{i}" for i in range(4, 16)])],
     "dgx-h100": ["lab-0: link layer not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
                  "lab-0: link speed not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
                  _pcie(["mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"])],
