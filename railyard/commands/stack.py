@@ -95,7 +95,23 @@ def handle(args) -> int:
         return 1
     if proc.returncode == 0 and args.action == "up":
         drivers.after_up(spec)
+        if spec.health.repair:
+            return repair_after_up(args.stack)
     return proc.returncode
+
+
+def repair_after_up(stack: str) -> int:
+    """railyard:health.repair: the repair loop over the stack just brought up, as `railyard verify
+    --repair` runs it. `up` fails only where the loop could not run at all; the nodes it could not
+    return are in its report and hand-off list."""
+    import argparse
+
+    from railyard.commands import verify
+
+    print(f"railyard: railyard:health.repair: verifying and repairing stack {stack}'s nodes", file=sys.stderr)
+    rc = verify.handle(argparse.Namespace(stack=stack, json=False, only=",".join(verify._parts()), deep=False,
+                                          ibnetdiscover=None, timeout=None, repair=True))
+    return 1 if rc == 2 else 0
 
 
 def unprotect_for_down(stack: str, force: bool) -> bool:

@@ -41,6 +41,7 @@ def project(tmp_path_factory):
                                          "railyard:health": {"drainTimeout": 30}, "railyard:kubernetes": {},
                                          "railyard:ephemeral": {"ttl": "2h"}})
     p = StackProject(tmp_path_factory.mktemp("repair"), STACK, cfg)
+    p.cfg = cfg
     p.env["RAILYARD_ROOT"] = str(p.dir)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     try:
@@ -231,3 +232,19 @@ def test_three_faulty_nodes_with_a_budget_of_one_are_out_one_at_a_time(project):
     for node in ("gpu-1", "gpu-2", "gpu-3"):
         assert len([t for t in boots(project, node) if t >= since]) == 1
         assert slurm_node(project, node) == ("idle", "none")
+
+
+def test_railyard_up_runs_the_loop_once_the_engine_is_done_where_the_stack_asks(project):
+    project.write({**project.cfg, "railyard:health": {**project.cfg["railyard:health"], "repair": True}})
+    try:
+        fault(project, "--transient", "gpu-lost", "gpu-1", "GPU4")
+        since = time.time()
+        proc = railyard(project, "up", "--stack", STACK, timeout=1500)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "railyard:health.repair: verifying and repairing stack trepair's nodes" in proc.stderr
+        s = states(project)["gpu-1"]
+        assert [c["state"] for c in s["history"] if c["time"] >= since] == ["suspect", "drained", "repairing", "ready"]
+        assert slurm_node(project, "gpu-1") == ("idle", "none")
+    finally:
+        project.write(project.cfg)
+        fault(project, "--clear")

@@ -328,12 +328,12 @@ def test_the_health_keys_are_read_and_a_bad_one_is_named_by_its_path():
     from railyard.model.errors import SpecError
     from railyard.stack import from_config
 
-    spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0}), "t")
-    assert (spec.health.max_unavailable, spec.health.drain_timeout_s) == (2, 0)
+    spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0, "repair": True}), "t")
+    assert (spec.health.max_unavailable, spec.health.drain_timeout_s, spec.health.repair) == (2, 0, True)
     default = from_config(_config(None), "t")[0].health
-    assert (default.max_unavailable, default.drain_timeout_s) == (None, 600)
+    assert (default.max_unavailable, default.drain_timeout_s, default.repair) == (None, 600, False)
     with pytest.raises(SpecError) as err:
-        from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": True}), "t")
+        from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": "sometimes"}), "t")
     assert {p.path for p in err.value.problems} == {
         "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair"}
 
@@ -489,3 +489,36 @@ def test_a_failed_node_resumed_in_one_scheduler_is_released_from_the_other_by_th
     kube.drain("gpu-0", reason("acceptance: gpu-0 rail2: rail-mtu: no reply"))
     repair(again.states, {}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
     assert kube.held["gpu-0"].out
+
+
+@pytest.mark.parametrize("health, loop_rc, up_rc", [
+    ({"repair": True}, 0, 0),
+    ({"repair": True}, 1, 0),  # nodes left out: reported and handed off, the up itself stands
+    ({"repair": True}, 2, 1),  # the loop could not run at all
+    (None, None, 0),
+])
+def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(monkeypatch, health, loop_rc, up_rc):
+    import argparse
+    import contextlib
+    import types
+
+    from railyard import drivers
+    from railyard.commands import stack as stack_cmd, verify as verify_cmd
+    from railyard.engine import lock, orphans, pulumi
+    from railyard.stack import from_config
+
+    spec, _ = from_config(_config(health), "t")
+    calls = []
+    monkeypatch.setattr(stack_cmd, "validate", lambda name: spec)
+    monkeypatch.setattr(orphans, "stop_all", lambda: None)
+    monkeypatch.setattr(drivers, "prepare", lambda s: None)
+    monkeypatch.setattr(drivers, "after_up", lambda s: calls.append("after_up"))
+    monkeypatch.setattr(lock, "checkout_lock", contextlib.nullcontext)
+    monkeypatch.setattr(pulumi, "ensure_stack", lambda name: None)
+    monkeypatch.setattr(pulumi, "run", lambda argv, **kw: calls.append(argv[0]) or types.SimpleNamespace(returncode=0))
+    monkeypatch.setattr(stack_cmd, "report_expiry", lambda name: None)
+    monkeypatch.setattr(verify_cmd, "handle", lambda a: calls.append(("verify", a.stack, a.repair, a.only)) or loop_rc)
+    rc = stack_cmd.handle(argparse.Namespace(stack="t", action="up", extra=[]))
+    assert rc == up_rc
+    expected = ["up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
+    assert calls == expected

@@ -740,7 +740,8 @@ class _Parser(ConfigReader, CrossFieldRules):
         # A day: a drain that waits longer is a maintenance window, not a repair.
         drain = self.integer(hm, "drainTimeout", f"{path}.drainTimeout", default=HEALTH_DRAIN_TIMEOUT_S, minimum=0,
                              maximum=86400)
-        return HealthSpec(max_unavailable=budget,
+        repair = self.boolean(hm, "repair", f"{path}.repair", default=False)
+        return HealthSpec(repair=bool(repair), max_unavailable=budget,
                           drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S)
 
     def switch_guids(self, vm: Mapping, path: str) -> tuple[tuple[str, int], ...]:

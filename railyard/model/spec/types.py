@@ -101,7 +101,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
-    "health": ("maxUnavailable", "drainTimeout"),
+    "health": ("repair", "maxUnavailable", "drainTimeout"),
     "ephemeral": ("ttl",),
 }
 
@@ -326,6 +326,9 @@ HEALTH_DRAIN_TIMEOUT_S = 600
 class HealthSpec:
     """railyard:health: the bounds of the repair loop (`railyard verify --repair`)."""
 
+    repair: bool = False
+    """`railyard up` runs the loop once the engine is done (never the engine itself: a resource
+    that repairs would plan an update at every preview)."""
     max_unavailable: int | None = None
     """Nodes of a pool out of service at once, whoever took them out; None: the driver's own
     budget for the pool (a hosts pool's maxUnavailable; one lab node)."""
