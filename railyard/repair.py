@@ -80,7 +80,8 @@ def parse_sinfo(text: str, slurm_user: str = "slurm") -> dict[str, Held]:
         base = state.rstrip("*~#!%$@^-+").lower()
         gone = base in _OUT_STATES
         out.setdefault(node, Held(out=gone, reason=None if why in ("", "none") else why,
-                                  busy=base in _BUSY_STATES, system=gone and user == slurm_user))
+                                  busy=base in _BUSY_STATES, system=gone and user == slurm_user,
+                                  responding=not state.endswith("*")))
     return out
 
 
@@ -390,9 +391,9 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
 
 
 def _resume(node: str, act: Actions, timeout: float = 90) -> None:
-    """Return the node to service and wait until its scheduler shows it there. A node just
-    rebooted may refuse the resume until its daemon registers again: it is asked again until
-    the timeout, then RepairError."""
+    """Return the node to service and wait until its scheduler shows it there, responding. A node
+    just rebooted may refuse the resume until its daemon registers again: it is asked again
+    until the timeout, then RepairError."""
     deadline = act.now() + timeout
     while True:
         try:
@@ -400,7 +401,8 @@ def _resume(node: str, act: Actions, timeout: float = 90) -> None:
             said = None
         except RepairError as exc:
             said = str(exc)
-        if not act.scheduler.read().get(node, Held()).out:
+        now = act.scheduler.read().get(node, Held())
+        if not now.out and now.responding:  # in service, and its daemon heard from again
             return
         if act.now() >= deadline:
             raise RepairError(f"{node} is not back in service {timeout:g} s after its resume"

@@ -100,6 +100,8 @@ class Held:
     system: bool = False
     """The scheduler set the reason itself (Slurm's "Not responding", "Node unexpectedly
     rebooted"): no person's decision, so no person's node."""
+    responding: bool = True
+    """Its scheduler hears from it (Slurm marks a node whose slurmd is silent with `*`)."""
 
     @property
     def by_person(self) -> bool:
@@ -124,7 +126,8 @@ def merged(views: Iterable[Held]) -> Held:
     people = [h for h in views if h.by_person]
     first = people[0] if people else next((h for h in views if h.out), Held())
     return Held(out=first.out, reason=first.reason, busy=any(h.busy for h in views),
-                partly=first.out and any(not h.out for h in views), system=first.system)
+                partly=first.out and any(not h.out for h in views), system=first.system,
+                responding=all(h.responding for h in views))
 
 
 def reason(text: str) -> str:

@@ -31,7 +31,8 @@ class Cluster:
 
     # the scheduler
     def read(self):
-        return {n: Held(h.out, h.reason, busy=self.jobs[n] > self.clock, system=h.system) for n, h in self.held.items()}
+        return {n: Held(h.out, h.reason, busy=self.jobs[n] > self.clock, system=h.system, responding=h.responding)
+                for n, h in self.held.items()}
 
     def drain(self, node, why):
         self.held[node] = Held(out=True, reason=why)
@@ -207,9 +208,9 @@ def test_a_reason_is_one_prefixed_line_ansible_cannot_template():
     ("gpu-0|idle|Unknown|none", Held()),
     ("gpu-1|drained|root|railyard: gpu-1: GPU2 missing", Held(out=True, reason="railyard: gpu-1: GPU2 missing")),
     ("gpu-2|draining|alice|RMA 4711 | reseat", Held(out=True, reason="RMA 4711 | reseat", busy=True)),
-    ("gpu-3|down*|slurm|Not responding", Held(out=True, reason="Not responding", system=True)),
+    ("gpu-3|down*|slurm|Not responding", Held(out=True, reason="Not responding", system=True, responding=False)),
     ("gpu-4|mixed|Unknown|none", Held(busy=True)),
-    ("gpu-5|idle*|Unknown|none", Held()),
+    ("gpu-5|idle*|Unknown|none", Held(responding=False)),
 ])
 def test_sinfo_states_read_as_out_busy_reason_and_who_set_it(line, held):
     assert parse_sinfo(line + "\n", slurm_user="slurm") == {line.split("|")[0]: held}
@@ -522,3 +523,22 @@ def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(
     assert rc == up_rc
     expected = ["up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
     assert calls == expected
+
+
+def test_a_node_is_returned_only_once_its_scheduler_hears_from_it_again():
+    c = Cluster(NODES, transient=["gpu-1"])
+    silent = {"reads": 0}
+    real_read = c.read
+
+    def read():
+        view = real_read()
+        if not view["gpu-1"].out and silent["reads"] < 3:  # slurmd not registered yet: idle*
+            silent["reads"] += 1
+            view["gpu-1"] = Held(responding=False)
+        return view
+
+    act = c.actions()
+    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(read), "drain": c.drain,
+                                   "resume": c.resume})()
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert out.states["gpu-1"].state == "ready" and silent["reads"] == 3
