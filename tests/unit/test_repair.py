@@ -6,6 +6,8 @@ ends in `failed` after two resets with its history, and every change is recorded
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from railyard.model.node_health import MAX_TRIES, PREFIX, Held, NodeState, dump_states, load_states, reason
@@ -56,6 +58,12 @@ class Cluster:
 
     def recheck(self, nodes):
         return {n: f for n, f in self.findings().items() if n in nodes}
+
+    def scheduler(self, read=None, resume=None):
+        """This cluster's Slurm with its read or resume replaced (a controller that stops
+        answering, a node that will not come back)."""
+        return types.SimpleNamespace(name=self.name, read=read or self.read, drain=self.drain,
+                                     resume=resume or self.resume)
 
     def actions(self):
         def sleep(s):
@@ -259,8 +267,7 @@ def test_a_run_that_stops_halfway_has_saved_every_change_and_the_next_run_resets
             raise RepairError("Slurm's controller gpu-0: ssh: connect timed out")
         return real_read()
 
-    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(flaky), "drain": c.drain,
-                                   "resume": c.resume})()
+    act.scheduler = c.scheduler(read=flaky)
     with pytest.raises(RepairError):
         repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
     assert saved["gpu-1"].state == "drained" and c.held["gpu-1"].out
@@ -282,8 +289,7 @@ def test_a_node_that_does_not_come_back_into_service_is_left_drained_and_the_run
             raise RepairError("Invalid node state transition requested")
         real_resume(node)
 
-    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(c.read), "drain": c.drain,
-                                   "resume": staticmethod(stuck)})()
+    act.scheduler = c.scheduler(resume=stuck)
     out = repair({}, c.findings(), NODES, POOLS, {"gpu": 2}, act, drain_timeout=60)
     assert out.states["gpu-1"].state == "drained" and "not back in service" in out.states["gpu-1"].reason
     assert out.states["gpu-2"].state == "ready" and ("reset", "gpu-2") in c.log
@@ -501,7 +507,6 @@ def test_a_failed_node_resumed_in_one_scheduler_is_released_from_the_other_by_th
 def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(monkeypatch, health, loop_rc, up_rc):
     import argparse
     import contextlib
-    import types
 
     from railyard import drivers
     from railyard.commands import stack as stack_cmd, verify as verify_cmd
@@ -538,7 +543,6 @@ def test_a_node_is_returned_only_once_its_scheduler_hears_from_it_again():
         return view
 
     act = c.actions()
-    act.scheduler = type("S", (), {"name": "Slurm", "read": staticmethod(read), "drain": c.drain,
-                                   "resume": c.resume})()
+    act.scheduler = c.scheduler(read=read)
     out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
     assert out.states["gpu-1"].state == "ready" and silent["reads"] == 3
