@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from railyard import drivers
 from railyard.model.errors import SpecError
+from railyard.model.nvlink_domain import domain_name
 from railyard.model.sysfs_discovery import format_cpulist
 
 if TYPE_CHECKING:
@@ -229,6 +230,15 @@ def render(s: dict[str, Any], out: TextIO) -> None:
         w(f"  lossless qos      RoCE priority {q['roce_priority']} (TC{q['roce_traffic_class']}), "
           f"PFC on {q['pfc_priority']}, CNP {q['cnp_priority']}, ECN {q['ecn_min_bytes']}-{q['ecn_max_bytes']} B, "
           f"trust {q['trust']}\n")
+
+    racks = [p for p in s["pools"] if "nvlink_domains" in p]
+    if racks:
+        w("\nNVLink domains (one a rack)\n")
+        for p in racks:
+            d = p["nvlink_domains"]
+            switch_trays = f", {d['switch_trays']} NVLink switch trays" if d["switch_trays"] else ""
+            w(f"  {p['name']} ({p['sku']}): {_n(d['count'])} x {d['name']}: {d['compute_trays']} compute trays"
+              f"{switch_trays}, {d['gpus']} GPUs each ({domain_name(p['name'], 0)} .. {domain_name(p['name'], d['count'] - 1)})\n")
 
     w("\npairing (GPU -> NIC)\n")
     for p in s["pools"]:

@@ -186,6 +186,17 @@ class Reproduces:
 
 
 @dataclass(frozen=True)
+class NvlinkDomainSpec:
+    """A rack-scale machine's NVLink domain: `compute_trays` nodes of this SKU whose GPUs reach each
+    other over NVLink switch trays, one domain per rack. The SKU entry itself is one compute tray."""
+
+    name: str
+    gpus: int
+    compute_trays: int
+    switch_trays: int | None
+
+
+@dataclass(frozen=True)
 class NodeSku:
     id: str
     name: str
@@ -202,6 +213,8 @@ class NodeSku:
     pcie: tuple[PcieBridge, ...]
     reproduces: Reproduces | None
     file: str
+    nvlink_domain: NvlinkDomainSpec | None = None
+    """Set on a rack-scale SKU (a compute tray of an NVL72): nodes come in whole domains."""
 
     @property
     def compute_nics(self) -> tuple[NicSpec, ...]:
@@ -532,7 +545,7 @@ class _Reader(ConfigReader):
 
 _NODE_REQUIRED = ("id", "name", "sources", "cpus", "numa_nodes", "memory_gib", "gpu_interconnect",
                   "gpu_model", "gpus", "nic_models", "nics", "nvme", "pcie")
-_NODE_OPTIONAL = ("assumptions", "reproduces", "notes")
+_NODE_OPTIONAL = ("assumptions", "reproduces", "notes", "nvlink_domain")
 
 
 def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
@@ -704,6 +717,7 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
         numa_nodes=tuple(numa_nodes), memory_gib=memory, nvlink_class=nvlink_class,
         gpu_interconnect=interconnect, gpus=tuple(gpus), nics=tuple(nics), nvme=nvme,
         pcie=tuple(bridges), reproduces=reproduces, file=r.rel,
+        nvlink_domain=_nvlink_domain(r, data.get("nvlink_domain"), len(gpus)),
     )
     try:
         tree = sku.pcie_tree
@@ -719,6 +733,26 @@ def _node(r: _Reader, data: dict, stem: str) -> NodeSku | None:
     if not sku.compute_nics:
         r.problem("nics", "no NIC with role compute", "at least one compute NIC")
     return sku if not r.problems else None
+
+
+def _nvlink_domain(r: _Reader, value: Any, tray_gpus: int) -> NvlinkDomainSpec | None:
+    if value is None:
+        return None
+    m = r.fields(value, "nvlink_domain", "a mapping {name, gpus, compute_trays, switch_trays}")
+    if m is None:
+        return None
+    r.keys(m, "nvlink_domain", ("name", "gpus", "compute_trays", "switch_trays"))
+    name = r.get(m, "name", "nvlink_domain", _text)
+    gpus = r.get(m, "gpus", "nvlink_domain", _int_min(1))
+    trays = r.get(m, "compute_trays", "nvlink_domain", _int_min(1))
+    switch_trays = r.get(m, "switch_trays", "nvlink_domain", _int_min(1), unknown=True)
+    if gpus is None or trays is None or name is None:
+        return None
+    if gpus != trays * tray_gpus:
+        r.problem("nvlink_domain.gpus", str(gpus), f"{trays * tray_gpus} ({trays} compute trays x {tray_gpus} GPUs)",
+                  "the entry describes one compute tray; its GPUs times the trays are the domain's")
+        return None
+    return NvlinkDomainSpec(name, gpus, trays, switch_trays)
 
 
 def _pcie(r: _Reader, value: Any) -> list[PcieBridge]:

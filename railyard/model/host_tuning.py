@@ -89,12 +89,16 @@ class TuningTargets:
     """NCCL_CROSS_NIC: 0 on a rail-optimized fabric (a GPU talks to its own rail's peers), else 2
     (NCCL decides)."""
     cpu_isolation: CpuIsolation | None = None
+    nvlink_domain: str | None = None
+    """A compute tray's NVLink domain (railyard.model.nvlink_domain); None off rack-scale pools."""
+    imex_nodes: tuple[str, ...] = ()
+    """Its domain's trays' management addresses, IMEX's node list; empty off rack-scale pools."""
 
 
 def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drives: int,
-                   cpu_isolation: CpuIsolation | None = None) -> TuningTargets:
+                   cpu_isolation: CpuIsolation | None = None, domain=None) -> TuningTargets:
     """The targets of `node_plan` (a NodePlan of `sku`) under the stack's tuning settings;
-    cpu_isolation: the plan's, from its VMs' pinning."""
+    cpu_isolation: the plan's, from its VMs' pinning; domain: its NVLink domain (an NvlinkDomain)."""
     hp = spec.tuning.hugepages
     pages = hp.pages_for(sku.memory_gib) if (hp.count is not None or sku.memory_gib is not None) else 0
     # In proportion to the GPUs each NUMA node serves (those given to VMs, if any).
@@ -111,7 +115,9 @@ def tuning_targets(spec, sku, node_plan, pairing: Mapping[str, str], cache_drive
     return TuningTargets(hugepage_size=hp.size, hugepages_per_numa=per_numa,
                          hugepages_total=0 if per_numa else pages, compute_pfs=pfs, vfs_per_pf=vfs_per_pf,
                          vfs=vfs, pairing=dict(pairing), cache_drives=cache_drives,
-                         nccl_cross_nic=_cross_nic(spec), cpu_isolation=cpu_isolation)
+                         nccl_cross_nic=_cross_nic(spec), cpu_isolation=cpu_isolation,
+                         nvlink_domain=domain.name if domain is not None else None,
+                         imex_nodes=tuple(domain.addresses) if domain is not None else ())
 
 
 def _cross_nic(spec) -> int:

@@ -23,9 +23,10 @@ from railyard.model.guest_sku import guest_sku
 from railyard.model.guest_topology import GuestTopology, plan_guests, vm_devices
 from railyard.model.host_tuning import CpuIsolation, TuningTargets, guest_targets, tuning_targets
 from railyard.model.kubernetes import KubernetesPlan, plan_kubernetes
+from railyard.model.nvlink_domain import domain_index, domain_name, plan_domains
 from railyard.model.pci_layout import netdev_name
 from railyard.model.plan_types import (  # and re-exported: callers import the records from here
-    ComputeNetworkPlan, NetworkPlan, Networks, NicPlan, NodePlan, Subnet, VfPlan, VmPlan,
+    ComputeNetworkPlan, NetworkPlan, Networks, NicPlan, NodePlan, NvlinkDomain, Subnet, VfPlan, VmPlan,
 )
 from railyard.model.slurm import SlurmPlan, plan_slurm
 from railyard.model.spec.types import Spec, Tenant, host_reserve_threads
@@ -205,7 +206,7 @@ class Plan:
         if plan.name not in self._tuning:
             self._tuning[plan.name] = tuning_targets(self.spec, self.catalog.nodes[plan.sku], plan,
                                                      self.pairing(plan.sku), self._cache_drives(plan.pool),
-                                                     self._isolation(plan.pool))
+                                                     self._isolation(plan.pool), self.nvlink_domain(plan))
         return self._tuning[plan.name]
 
     def _cache_drives(self, pool_name: str) -> int:
@@ -259,6 +260,23 @@ class Plan:
         return sum(self.pool_gpus(p) for p in tenant.pools)
 
     @functools.cached_property
+    def nvlink_domains(self) -> tuple[NvlinkDomain, ...]:
+        """Every rack of the stack's rack-scale pools (railyard.model.nvlink_domain); empty without."""
+        return plan_domains(self)
+
+    def nvlink_domain(self, node: NodePlan | str) -> NvlinkDomain | None:
+        """The NVLink domain `node` is a compute tray of; None off rack-scale pools."""
+        host = self.node_named(node) if isinstance(node, str) else node
+        index = domain_index(self.catalog.nodes[host.sku], host.index)
+        if index is None:
+            return None
+        return self._domains_by_name[domain_name(host.pool, index)]
+
+    @functools.cached_property
+    def _domains_by_name(self) -> dict[str, NvlinkDomain]:
+        return {d.name: d for d in self.nvlink_domains}
+
+    @functools.cached_property
     def acceptance(self) -> AcceptancePlan | None:
         """What `up` checks after tuning (railyard.model.acceptance.AcceptancePlan), None when off."""
         return plan_acceptance(self)
@@ -286,6 +304,11 @@ class Plan:
             entry = {"name": pool.name, "sku": pool.sku, "count": pool.count, "gpus": n_gpus * pool.count,
                      "gpus_per_node": n_gpus, "rails": len(sku.compute_nics),
                      "pairing": self.pairing(pool.sku)}
+            if sku.nvlink_domain is not None:
+                d = sku.nvlink_domain
+                entry["nvlink_domains"] = {"name": d.name, "count": pool.count // d.compute_trays,
+                                           "compute_trays": d.compute_trays, "gpus": d.gpus,
+                                           "switch_trays": d.switch_trays}
             if spec.virtual:
                 entry["vms_per_host"] = pool.vms_per_host
                 entry["vms"] = pool.count * pool.vms_per_host

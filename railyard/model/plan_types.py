@@ -149,6 +149,27 @@ class NodePlan:
         }
 
 
+@dataclass(frozen=True)
+class NvlinkDomain:
+    name: str
+    pool: str
+    index: int
+    """Its ordinal in the pool."""
+    sku: str
+    nodes: tuple[str, ...]
+    """The compute trays, in tray order."""
+    addresses: tuple[str, ...]
+    """Their management addresses, in the same order: what IMEX's nodes_config.cfg lists."""
+    gpus: int
+    switch_trays: int | None
+    unit: str
+    """The scalable unit it sits in."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "pool": self.pool, "sku": self.sku, "unit": self.unit, "gpus": self.gpus,
+                "switchTrays": self.switch_trays, "nodes": list(self.nodes)}
+
+
 class PlanView(Protocol):
     """The part of railyard.model.plan.Plan that the layers made from it read."""
 
@@ -166,3 +187,6 @@ class PlanView(Protocol):
     def pool_gpus(self, pool_name: str) -> int: ...
     def tenants(self) -> list[dict[str, Any]]: ...
     def tuning(self, node: NodePlan | str) -> TuningTargets: ...
+    @property
+    def nvlink_domains(self) -> tuple[NvlinkDomain, ...]: ...
+    def nvlink_domain(self, node: NodePlan | str) -> NvlinkDomain | None: ...

@@ -7,6 +7,13 @@ nodes, which reach each other in one switch hop on every rail. Above it is the u
 (three tiers), and one root: the spines of a two-tier fabric, the cores of a three-tier one. Nodes
 of pools outside the compute fabric hang off a switch of their own, under the root, so every node
 stays schedulable. `--switches=1` therefore means "one scalable unit".
+
+A stack with rack-scale pools (railyard.model.nvlink_domain) adds the NVLink domain below that.
+Slurm 23.11 and later place jobs in it with topology/block: one block per rack, BlockSizes from
+the rack's trays up to a scalable unit of racks (`blocks`, `block_sizes`). Slurm before 23.11 has
+no topology/block; there the rack becomes the tree's leaf, under its scalable unit, so
+`--switches=1` means "one rack". The role picks by the slurmctld it finds (playbooks/roles/slurm).
+Nodes of other pools are a block per scalable unit.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ class SlurmSwitch:
 
 
 @dataclass(frozen=True)
+class SlurmBlock:
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SlurmPlan:
     cluster_name: str
     controller: SlurmNode
@@ -64,6 +77,10 @@ class SlurmPlan:
     nodes: tuple[SlurmNode, ...]
     switches: tuple[SlurmSwitch, ...]
     """Leaves first, then each tier above, the root last: the order topology.conf lists them."""
+    blocks: tuple[SlurmBlock, ...] = ()
+    """topology/block's blocks: one per NVLink domain, one per scalable unit of other nodes;
+    empty on a stack without rack-scale pools, which uses topology/tree alone."""
+    block_sizes: tuple[int, ...] = ()
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -85,6 +102,8 @@ class SlurmPlan:
             "switches": [{"name": s.name, "level": s.level,
                           **({"nodes": hostlist(s.nodes)} if s.nodes else {"switches": hostlist(s.switches)})}
                          for s in self.switches],
+            **({"blocks": [{"name": b.name, "nodes": hostlist(b.nodes)} for b in self.blocks],
+                "block_sizes": list(self.block_sizes)} if self.blocks else {}),
         }
 
 
@@ -128,6 +147,8 @@ def plan_slurm(plan: PlanView) -> SlurmPlan | None:
     groups: dict[str, dict[str, None]] = {}
     counts = {sku_id: sku_counts(sku) for sku_id, sku in plan.catalog.nodes.items()
               if any(p.sku == sku_id for p in plan.spec.node_pools)}
+    units: dict[str, dict[str, None]] = {}  # with racks: a scalable unit's racks, the leaves under it
+    tops: dict[str, None] = {}  # what hangs under the groups or the root: units (or leaves), in plan order
     for host in plan.nodes:
         sku = plan.catalog.nodes[host.sku]
         if host.pool in pooled:
@@ -137,21 +158,50 @@ def plan_slurm(plan: PlanView) -> SlurmPlan | None:
                 groups.setdefault(group_name(host.pool, group), {})[switch] = None
         else:
             switch = host.pool  # off the compute fabric: a switch of the pool's own, under the root
+        tops[switch] = None
+        domain = plan.nvlink_domain(host)
+        if domain is not None:
+            units.setdefault(switch, {})[domain.name] = None
+            switch = domain.name
         leaves.setdefault(switch, []).append(host.name)
         gpus = getattr(sku, "gpus", ())
         nodes.append(SlurmNode(host.name, host.management_ip, switch, **counts[host.sku], gpus=len(gpus),
                                gpu_type=gpu_type(gpus[0].model) if gpus else None))
     switches = [SlurmSwitch(name, 0, nodes=tuple(members)) for name, members in leaves.items()]
+    blocks = leaves if units else {}
+    up = 0  # the levels the racks add below the scalable units
+    if units:
+        switches += [SlurmSwitch(unit, 1, switches=tuple(racks)) for unit, racks in units.items()]
+        leaves = {name: [] for name in tops}
+        up = 1
     if groups:
         grouped = {leaf for members in groups.values() for leaf in members}
-        switches += [SlurmSwitch(name, 1, switches=tuple(members)) for name, members in groups.items()]
+        switches += [SlurmSwitch(name, 1 + up, switches=tuple(members)) for name, members in groups.items()]
         top = list(groups) + [name for name in leaves if name not in grouped]
-        switches.append(SlurmSwitch(ROOT_THREE_TIERS, 2, switches=tuple(top)))
+        switches.append(SlurmSwitch(ROOT_THREE_TIERS, 2 + up, switches=tuple(top)))
     elif len(leaves) > 1:
-        switches.append(SlurmSwitch(ROOT_TWO_TIERS, 1, switches=tuple(leaves)))
+        switches.append(SlurmSwitch(ROOT_TWO_TIERS, 1 + up, switches=tuple(leaves)))
     by_name = {n.name: n for n in nodes}
     return SlurmPlan(spec.cluster_name, by_name[spec.controller], spec.partition, spec.max_switch_wait,
-                     tuple(nodes), tuple(switches))
+                     tuple(nodes), tuple(switches), *_blocks(plan, blocks))
+
+
+def _blocks(plan: PlanView, members: dict[str, list[str]]) -> tuple[tuple[SlurmBlock, ...], tuple[int, ...]]:
+    """topology/block's blocks and BlockSizes: the base is a rack's trays (the smallest block a
+    job is planned in); each larger size doubles it (topology.conf(5): "Successive BlockSizes must
+    be a power of two larger than the prior values"), up to the racks of one scalable unit."""
+    if not members:
+        return (), ()
+    domains = plan.nvlink_domains
+    base = min(len(d.nodes) for d in domains)
+    per_unit: dict[str, int] = {}
+    for d in domains:
+        per_unit[d.unit] = per_unit.get(d.unit, 0) + 1
+    sizes, racks = [base], 2
+    while racks <= max(per_unit.values()):
+        sizes.append(base * racks)
+        racks *= 2
+    return tuple(SlurmBlock(name, tuple(nodes)) for name, nodes in members.items()), tuple(sizes)
 
 
 def hostlist(names: Iterable[str]) -> str:

@@ -394,7 +394,14 @@ def _parse_matrix(text: str, source: str) -> Topology:
         info = affinity.get(label, {})
         numa_text = info.get("NUMA Affinity")
         numa = int(numa_text) if numa_text and numa_text.isdigit() else None
-        if label in affinity and "NUMA Affinity" in extras and numa_text is None:
+        first = re.match(r"(\d+),", numa_text or "")
+        if numa is None and first and info.get("GPU NUMA ID", "").isdigit():
+            # A Grace host (GB200: the GPU's memory is a NUMA node of its own, the GPU NUMA ID column)
+            # lists the node of its CPUs, then the CPU-less nodes of GPU memory: the first is the one.
+            numa = int(first.group(1))
+            notes.append(f"{label}: NUMA Affinity {numa_text!r} lists GPU memory nodes after the CPUs' "
+                         f"(GPU NUMA ID {info['GPU NUMA ID']}): NUMA {numa}, the first")
+        elif label in affinity and "NUMA Affinity" in extras and numa_text is None:
             notes.append(f"{label}: the row stops before its NUMA Affinity")
         elif numa_text in ("", "N/A"):
             unknown.append(label)
@@ -836,9 +843,18 @@ def _build(source: str, fmt: str, complete: bool, gpus: list[_Dev], nics: list[_
     inferred_compute = {n.name: any(classes.get((n.name, g)) in NEAR_CLASSES for g in gpu_names) for n in nics}
     all_known = all((n.name, g) in classes for n in nics for g in gpu_names)
     if nics and gpus and all_known and not any(inferred_compute.values()) and all(n.compute is None for n in nics):
-        # No NIC shares a PCIe complex with a GPU (a workstation, a VM without topology): all may carry compute.
-        inferred_compute = dict.fromkeys(inferred_compute, True)
-        notes.append("no NIC shares a PCIe switch or host bridge with a GPU: every NIC is taken as a compute NIC")
+        # No NIC shares a PCIe complex with a GPU (a workstation, a VM without topology, a Grace host
+        # whose GPUs hang off NVLink-C2C): all may carry compute, but the ports of a multi-port
+        # adapter (PIX to each other) are the storage and management cards where single-port ones
+        # are left for compute (DGX H100 and DGX GB200: single-port compute NICs, dual-port storage).
+        ported = {n.name for n in nics for o in nics if o.name != n.name and classes.get((n.name, o.name)) == "PIX"}
+        if ported and len(ported) < len(nics):
+            inferred_compute = {n.name: n.name not in ported for n in nics}
+            notes.append("no NIC shares a PCIe switch or host bridge with a GPU: the single-port NICs are taken as "
+                         f"compute NICs, not the ports of multi-port adapters ({', '.join(sorted(ported))})")
+        else:
+            inferred_compute = dict.fromkeys(inferred_compute, True)
+            notes.append("no NIC shares a PCIe switch or host bridge with a GPU: every NIC is taken as a compute NIC")
     return Topology(
         source=source, format=fmt, complete=complete,
         gpus=tuple(TopoGpu(g.name, g.index, numa[g.name], g.name not in stated and numa[g.name] is not None,

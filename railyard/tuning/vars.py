@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from railyard import guests
 from railyard.model.boot_args import cpu_vendor
+from railyard.model.nvlink_domain import NCCL_MNNVL
 from railyard.model.sysfs_discovery import format_cpulist
 
 if TYPE_CHECKING:
@@ -77,6 +78,13 @@ def host_vars(spec: Spec, plan: Plan, node: NodePlan | str, *, object_endpoint: 
         for vm in node.vms
     ]
     out["verify_expected_pairing"] = dict(targets.pairing)
+
+    # --- a compute tray of a rack: NCCL told of its NVLink domain, IMEX given the domain's trays
+    # (only there, so other stacks' tuning inputs stay as they were)
+    if targets.nvlink_domain is not None:
+        out["gpu_nic_affinity_nccl_extra"] = dict(NCCL_MNNVL)
+        out["nvlink_domain_name"] = targets.nvlink_domain
+        out["nvlink_domain_imex_nodes"] = list(targets.imex_nodes)
 
     # --- dataset cache: the local NVMe tier and the object tier it is filled from
     cache = spec.storage.local_cache

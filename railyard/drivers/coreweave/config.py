@@ -19,6 +19,9 @@ from railyard.model.spec import Secret
 FABRIC_LABEL = "backend.coreweave.cloud/fabric"
 SUPERPOD_LABEL = "ib.coreweave.cloud/superpod"
 LEAFGROUP_LABEL = "backend.coreweave.cloud/leafgroup"
+# A GB200 or GB300 NVL72 node's rack, "a globally unique rack identifier", which SUNK makes a
+# topology/block block (https://docs.coreweave.com/products/sunk/optimize_workloads/topology-scheduling).
+NVLINK_DOMAIN_LABEL = "ds.coreweave.com/nvlink.domain"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # CoreWeave's Kueue chart (https://docs.coreweave.com/products/cks/clusters/coreweave-charts/kueue):
@@ -30,10 +33,12 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 LIFECYCLE_STATUSES = ("Enabled", "Disabled")
 
 
-def topology_levels(fabric_kind: str) -> tuple[str, ...]:
-    """Kueue's Topology levels on CoreWeave: its own fabric labels, widest first."""
+def topology_levels(fabric_kind: str, racks: bool = False) -> tuple[str, ...]:
+    """Kueue's Topology levels on CoreWeave: its own fabric labels, widest first; with rack-scale
+    pools (racks), the NVLink domain below the leaf group."""
     superpod = (SUPERPOD_LABEL,) if fabric_kind == "infiniband" else ()
-    return (FABRIC_LABEL, *superpod, LEAFGROUP_LABEL, HOSTNAME_LABEL)
+    domain = (NVLINK_DOMAIN_LABEL,) if racks else ()
+    return (FABRIC_LABEL, *superpod, LEAFGROUP_LABEL, *domain, HOSTNAME_LABEL)
 
 
 @dataclass(frozen=True)

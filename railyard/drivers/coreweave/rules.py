@@ -17,6 +17,7 @@ from railyard.drivers.coreweave.config import (
     KUEUE_CHART, KUEUE_NAMESPACE, LIFECYCLE_STATUSES, TAINT_EFFECTS, Cluster, CoreWeaveConfig, KueueChart,
     LifecycleRule, ObjectStorage, PoolConfig, Prefix, Taint, topology_levels,
 )
+from railyard.model.catalog import load_catalog
 from railyard.model.errors import Problem
 from railyard.model.spec import SectionReader, Secret, did_you_mean, is_secret, show
 
@@ -348,11 +349,13 @@ def parse(section: Any, spec: Spec) -> tuple[CoreWeaveConfig | None, list[Proble
     object_storage = _object_storage(r, s, spec)
     kueue = _kueue(r, s, spec)
     kind = spec.fabric.compute.kind if spec.fabric is not None else "infiniband"
+    nodes = load_catalog().nodes
+    racks = any(nodes[p.sku].nvlink_domain is not None for p in spec.node_pools if p.sku in nodes)
     if r.problems or zone is None or cluster is None:
         return None, r.problems
     return CoreWeaveConfig(zone=zone, api_token=token, vpc_name=vpc_name, cluster=cluster, pools=pools,
                            object_storage=object_storage, kueue=kueue,
-                           platform_topology=topology_levels(kind)), r.problems
+                           platform_topology=topology_levels(kind, racks)), r.problems
 
 
 TOKEN_ENV = "COREWEAVE_API_TOKEN"

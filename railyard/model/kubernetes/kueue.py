@@ -3,14 +3,17 @@ pool on it, a ClusterQueue per tenant with its GPU quota, and a LocalQueue in ea
 namespace (one cluster queue and one local queue in `default` when the stack has no tenants).
 
 A job that asks for one scalable unit (`kueue.x-k8s.io/podset-required-topology: <prefix>/su`)
-then gets nodes under the same leaves on every rail.
+then gets nodes under the same leaves on every rail; on a stack with rack-scale pools, one that
+asks for `<prefix>/nvlink-domain` gets the compute trays of one NVL72 rack.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from railyard.model.kubernetes.nodes import GPU_RESOURCE, HOSTNAME, KubeNode, binary_quantity, label_keys
+from railyard.model.kubernetes.nodes import (
+    GPU_RESOURCE, HOSTNAME, NVLINK_DOMAIN, KubeNode, binary_quantity, label_keys,
+)
 
 if TYPE_CHECKING:
     from railyard.model.plan_types import PlanView
@@ -26,6 +29,8 @@ def topology_levels(plan: PlanView, label_prefix: str) -> list[str]:
     """Node labels from the widest tier to a single node."""
     keys = label_keys(label_prefix)
     levels = [keys["su"], HOSTNAME]
+    if plan.nvlink_domains:
+        levels.insert(1, keys[NVLINK_DOMAIN])
     if plan.fabric.tiers == 3:
         levels.insert(0, keys["spine-group"])
     if any(n.vms for n in plan.nodes):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from railyard.model.fabric import group_name, unit_name
+from railyard.model.nvlink_domain import LABEL as NVLINK_DOMAIN
 from railyard.model.spec import os_reserve_gib
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def gib(n: float) -> str:
 def label_keys(prefix: str) -> dict[str, str]:
     """Each Railyard label's key under `prefix`."""
     return {name: f"{prefix}/{name}" for name in
-            ("pool", "sku", "su", "spine-group", "host", "fabric", "fabric-speed")}
+            ("pool", "sku", "su", "spine-group", NVLINK_DOMAIN, "host", "fabric", "fabric-speed")}
 
 
 def cordon_reason_key(label_prefix: str) -> str:
@@ -101,6 +102,7 @@ def kube_nodes(plan: PlanView, label_prefix: str, resource_prefix: str) -> tuple
     spec, fabric = plan.spec, plan.fabric
     keys = label_keys(label_prefix)
     per_pool = {p.name: pool_labels(plan, label_prefix, p.name) for p in spec.node_pools}
+    racks = bool(plan.nvlink_domains)
     out = []
     for host in plan.nodes:
         sku = plan.catalog.nodes[host.sku]
@@ -109,6 +111,10 @@ def kube_nodes(plan: PlanView, label_prefix: str, resource_prefix: str) -> tuple
         group = fabric.spine_group(host.pool, host.index)
         if group is not None:
             labels[keys["spine-group"]] = group_name(host.pool, group)
+        if racks:
+            # Kueue needs every level on every node; an HGX node is an NVLink domain of its own.
+            domain = plan.nvlink_domain(host)
+            labels[keys[NVLINK_DOMAIN]] = domain.name if domain is not None else host.name
         if not host.vms:
             out.append(_host_node(plan, host, sku, labels, resource_prefix))
             continue

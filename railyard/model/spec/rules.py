@@ -87,12 +87,38 @@ class CrossFieldRules(abc.ABC):
                                  f"the name {longest!r} would exceed a 63-character DNS label")
             if fact.sku is None:
                 continue
+            if fact.sku.nvlink_domain is not None:
+                self.check_rack(pool, fact, layout, pools, facts)
             self.check_hugepages(pool, fact, tuning.hugepages, layout)
             self.check_sriov(pool, fact, layout, tuning.sriov)
             if layout == "virtual" and pool.vm is not None:
                 self.check_vm(pool, fact, compute, tuning.hugepages)
             if compute is not None and compute.kind and compute.speed:
                 self.check_nics(pool, fact, compute)
+
+    def check_rack(self, pool: NodePool, fact: _PoolFacts, layout: str | None,
+                   pools: list[NodePool], facts: list[_PoolFacts]) -> None:
+        """A rack-scale SKU (railyard.model.nvlink_domain) comes in whole racks, on bare metal."""
+        sku = fact.known_sku
+        domain = sku.nvlink_domain
+        assert domain is not None, "check_pools checks racks only for rack-scale SKUs"
+        if layout == "virtual" and pool.vms_per_host:
+            self.problem(fact.path + ".sku", _show(pool.sku), "a SKU that runs VMs in the virtual layout",
+                         f"{sku.id} is a compute tray of an {domain.name} rack; no source in the catalog shows "
+                         "its trays as VM hosts with their NVLink domain passed through, so set vmsPerHost: 0 "
+                         f"or {NAMESPACE}:layout: bare-metal")
+        trays = domain.compute_trays
+        if pool.count is None or pool.count % trays == 0:
+            return
+        others = [(p.name, f.path) for p, f in zip(pools, facts)
+                  if p is not pool and p.sku == pool.sku and p.count and p.count % trays]
+        split = sum(p.count or 0 for p in pools if p.sku == pool.sku) % trays == 0 and others
+        hint = (f"an NVLink domain cannot be split across pools (with {', '.join(n or path for n, path in others)}): "
+                f"each pool of {sku.id} holds whole racks" if split else
+                f"{sku.id} is one compute tray of an {domain.name} rack of {trays} trays ({domain.gpus} GPUs), "
+                "and the rack is one NVLink domain")
+        self.problem(fact.path + ".count", _show(pool.count),
+                     f"a multiple of {trays} (whole {domain.name} racks: {trays} compute trays each)", hint)
 
     def check_hugepages(self, pool: NodePool, fact: _PoolFacts, hp: Hugepages, layout: str | None) -> None:
         mem = fact.known_sku.memory_gib
@@ -266,6 +292,31 @@ class CrossFieldRules(abc.ABC):
             fabric_problems = exc.problems
         self.problems.extend(addressing.address_problems(spec, self.catalog, self.fabric_plan))
         self.problems.extend(p for p in fabric_problems if p not in self.problems)
+        if self.fabric_plan is not None:
+            self.check_racks_in_units(spec, self.fabric_plan)
+
+    def check_racks_in_units(self, spec: Spec, fabric: FabricPlan) -> None:
+        """A rack (an NVLink domain) under one scalable unit's leaves, so that the placement layers
+        can nest the domain inside the unit (railyard.model.nvlink_domain)."""
+        placed = {pl.pool.name for pl in fabric.layouts}
+        for pool in spec.node_pools:
+            sku = self.catalog.nodes.get(pool.sku)
+            domain = sku.nvlink_domain if sku is not None else None
+            if domain is None or pool.name not in placed:
+                continue
+            trays = domain.compute_trays
+            for rack in range(pool.count // trays):
+                first, last = rack * trays, (rack + 1) * trays - 1
+                if fabric.scalable_unit(pool.name, first) == fabric.scalable_unit(pool.name, last):
+                    continue
+                fits = fabric.half // trays * trays
+                allowed = (f"{fabric.half - fits}, so that a unit is {fits // trays} whole racks ({fits} of a leaf's "
+                           f"{fabric.half} node ports)" if fits else f"a switch with {2 * trays} ports or more")
+                self.problem(f"{NAMESPACE}:fabric.compute." + ("reservedLeafPorts" if fits else "switch"),
+                             str(fabric.reserved_leaf_ports if fits else spec.fabric.compute.switch), allowed,
+                             f"pool {pool.name}: rack {rack} (trays {first}-{last}) would span two scalable units of "
+                             f"{fabric.su_nodes} nodes; an {domain.name} rack must sit under one unit's leaves")
+                break
 
     def check_topology_labels(self, pools: list[NodePool], facts: list[_PoolFacts]) -> None:
         """With railyard:kubernetes, a node's scalable unit and spine group are label values,

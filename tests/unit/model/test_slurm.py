@@ -156,7 +156,8 @@ def render(template: str, plan, **more) -> str:
                 if isinstance(v, str) and "{{" not in v}
     return env.get_template(template).render(**{**defaults, **internal, "slurm_cluster": plan.slurm.to_json(),
                                                 "slurm_controller": "gpu-0", "slurm_controller_address": "198.18.0.2",
-                                                "__slurm_ctld_host": {"stdout": "dgx-a01"}, **more})
+                                                "__slurm_ctld_host": {"stdout": "dgx-a01"},
+                                                "__slurm_topology_plugin": "topology/tree", **more})
 
 
 def test_each_group_of_nodes_gets_its_own_counts_and_gpus_their_files():

@@ -149,6 +149,14 @@ NOT_CHECKED = {
     "dgx-h100": ["lab-0: link layer not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
                  "lab-0: link speed not checked (unknown on the host): mlx5_1, mlx5_2, mlx5_7, mlx5_8",
                  _pcie(["mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"])],
+    # The BlueField-3: VPI with no PCI class and no speed. No PCIe link, tray memory, NVMe drives or
+    # Grace model number in the sources.
+    "gb200-nvl72": ["lab-0: link layer not checked (unknown on the host): mlx5_2, mlx5_3, mlx5_6, mlx5_7",
+                    "lab-0: link speed not checked (unknown on the host): mlx5_2, mlx5_3, mlx5_6, mlx5_7",
+                    _pcie(_GPUS[:4] + [f"mlx5_{i}" for i in range(8)]),
+                    "lab-0: CPU model not checked (gb200-nvl72's names no model number)",
+                    "lab-0: memory not checked (unknown on the host)",
+                    "lab-0: NVMe drives not checked (unknown on the host)"],
     # No NIC model, CPU model, memory size or NVMe drives in the catalog.
     "hgx-h100": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
                  "lab-0: link speed not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
