@@ -142,19 +142,23 @@ def cleanup(project: StackProject | None, stack: str) -> None:
 
 
 def lab_size(ctx: Context, nodes: int):
+    mgmt, storage = free_networks(2)
+    yield from measure(ctx, stack_name(nodes), lab_config(nodes, mgmt, storage), nodes, f"{nodes} nodes")
+
+
+def measure(ctx: Context, stack: str, config: dict, nodes: int, label: str):
+    """First up, idempotent up and destroy of one lab stack, and the state the up left."""
     from railyard.drivers.lab import gc
 
-    stack = stack_name(nodes)
     gc.destroy_all(stack)  # what a killed earlier run left
     # The previous bench's tuning runs; this one's stay after it for reading (job events, timings).
     shutil.rmtree(paths.runs_dir(stack), ignore_errors=True)
-    mgmt, storage = free_networks(2)
-    base = Path(tempfile.mkdtemp(prefix=f"lab-{nodes}-", dir=ctx.workdir))
+    base = Path(tempfile.mkdtemp(prefix=f"{stack}-", dir=ctx.workdir))
     project: StackProject | None = None
     figures: list[Sample] = []
     destroyed = False
     try:
-        project = StackProject(base, stack, lab_config(nodes, mgmt, storage))
+        project = StackProject(base, stack, config)
         project.pulumi("stack", "init", "--secrets-provider", "passphrase")
 
         def up() -> tuple[proctree.TreeRun, dict]:
@@ -162,7 +166,6 @@ def lab_size(ctx: Context, nodes: int):
                              env=project.env_for("up"), timeout=RUN_TIMEOUT_S)
             return r, check(r, "up")
 
-        label = f"{nodes} nodes"
         first, info = up()
         tuning = step_seconds(info["events"], TUNING_RUN_SUFFIX)
         acceptance = step_seconds(info["events"], ACCEPTANCE_RUN_SUFFIX)
@@ -216,6 +219,21 @@ def run(ctx: Context):
         yield from lab_size(ctx, nodes)
 
 
+def gb200_rack(ctx: Context):
+    """stacks/Pulumi.lab-gb200.yaml as it is: one NVL72 rack, 18 trays, tuning and Kubernetes."""
+    from railyard.engine import control_plane
+    from railyard.model import yamlio
+
+    control_plane.ensure()
+    config = yamlio.load((paths.PROJECT_ROOT / "stacks/Pulumi.lab-gb200.yaml").read_text())["config"]
+    mgmt, storage = free_networks(2)
+    config["railyard:fabric"]["management"]["cidr"] = mgmt
+    config["railyard:fabric"]["storage"]["cidr"] = storage
+    config["railyard:ephemeral"] = {"ttl": "2h"}
+    nodes = config["railyard:nodePools"][0]["count"]
+    yield from measure(ctx, "bench-gb200", config, nodes, f"GB200 NVL72 rack, {nodes} trays")
+
+
 
 
 # A lab node's own lifecycle, below the engine: namespace, 8 rail veths, management and storage
@@ -261,4 +279,6 @@ def node_lifecycle(ctx: Context):
 SECTIONS = (Section("lab", "lab up (tuning included), tuning alone, idempotent up and destroy at 2, 8, 32 nodes",
                     run),
             Section("lab-node", "one lab node's create and delete (namespace, 8 rails, init, sshd, agent)",
-                    node_lifecycle))
+                    node_lifecycle),
+            Section("lab-gb200", "stacks/Pulumi.lab-gb200.yaml: up (tuning, acceptance, Kubernetes), idempotent up "
+                    "and destroy of one NVL72 rack's 18 trays", gb200_rack))

@@ -264,7 +264,7 @@ def test_the_role_picks_topology_block_only_from_slurm_23_11():
         return Templar(loader=DataLoader(), variables=found).template(trust_as_template(expr))
 
     # Debian 12's Slurm, the lab's; topology/block came with 23.11.
-    assert plugin("slurm 22.05.8") == "topology/tree"
+    assert plugin("slurm-wlm 22.05.8") == plugin("slurm 22.05.8") == "topology/tree"
     assert plugin("slurm 23.11.4") == plugin("slurm 24.05.2") == "topology/block"
     assert plugin("") == plugin(None) == "topology/tree"  # not read (no domains, or check mode)
 
