@@ -213,7 +213,7 @@ def render(s: dict[str, Any], out: TextIO) -> None:
         w(f"  {tier:<8}{_n(f['switches'][tier]):>10}   {label:<14}{_n(f['links'][key]):>9}\n")
     w(f"  {'total':<8}{_n(f['switches']['total']):>10}   {'cables':<14}{_n(f['cables']):>9}\n")
     o = f["optics"]
-    w(f"  optics            {_n(o['switch'])} on switches ({o['switch_type']}), "
+    w(f"  optics            {'unknown' if o['switch'] is None else _n(o['switch'])} on switches ({o['switch_type']}), "
       f"{_n(o['host'])} on hosts ({o['host_type']})\n")
     w(f"  oversubscription  {_n(f['oversubscription'])}:1 (asked {_n(f['oversubscription_requested'])}:1)\n")
     w(f"  bisection         {_bandwidth(f['bisection_gbps'])} one direction\n")

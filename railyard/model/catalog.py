@@ -843,8 +843,8 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
             speeds[str(k)] = n
     cm = r.fields(data.get("cages"), "cages", "a mapping {count, type, ports_per_cage, optic}") or {}
     r.keys(cm, "cages", ("count", "type", "ports_per_cage", "optic"))
-    cages = r.get(cm, "count", "cages", _int_min(1))
-    per_cage = r.get(cm, "ports_per_cage", "cages", _int_min(1))
+    cages = r.get(cm, "count", "cages", _int_min(1), unknown=True)
+    per_cage = r.get(cm, "ports_per_cage", "cages", _int_min(1), unknown=True)
     if ports is not None and cages is not None and per_cage is not None and cages * per_cage != ports:
         r.problem("cages", f"{cages} cages x {per_cage} ports", f"{ports} ports in all (the `ports` field)")
     if ports is not None and speeds and ports not in speeds.values():
@@ -853,7 +853,7 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
         id=sid or stem, name=r.get(data, "name", "", _text) or "", family=r.get(data, "family", "", _text) or "",
         kind=r.get(data, "kind", "", _choice(SWITCH_KINDS)) or "", ports=ports or 0,
         port_speed_gbps=r.get(data, "port_speed_gbps", "", _int_min(1)) or 0,
-        speeds=MappingProxyType(speeds), cages=cages, cage_type=r.get(cm, "type", "cages", _text),
+        speeds=MappingProxyType(speeds), cages=cages, cage_type=r.get(cm, "type", "cages", _text, unknown=True),
         ports_per_cage=per_cage, optic=r.get(cm, "optic", "cages", _text, unknown=True),
         aggregate_tbps=r.get(data, "aggregate_tbps", "", _positive, default=None),
         notes=r.get(data, "notes", "", _text, default=None), sources=r.sources(data.get("sources")),

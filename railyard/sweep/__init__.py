@@ -73,6 +73,8 @@ class SweepReport:
     pkeys_checked: int = 0
     pkey_mismatches: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     pkeys: dict[str, set[int]] = field(default_factory=dict)  # what each HCA's P_Key table holds
+    planned_rate: str = ""                                      # the plan's, `4xXDR`
+    trained_rates: list[str] = field(default_factory=list)      # what ibsim's links trained at
 
     @property
     def ok(self) -> bool:
@@ -99,6 +101,7 @@ class SweepReport:
             "config_errors": self.config_errors,
             "sweep_seconds": round(self.seconds, 3), "total_seconds": round(self.total_seconds, 3),
             "ibsim_peak_rss_kib": self.ibsim_rss_kib,
+            "rates": {"planned": self.planned_rate, "trained": self.trained_rates},
             "cabling": {"ok": not self.cabling, "findings": [f.to_json() for f in self.cabling]},
             "hops": [{"label": h.label, "a": h.a, "b": h.b, "planned": h.planned, "traced": h.traced} for h in self.hops],
             "pkeys": {"checked": self.pkeys_checked,
@@ -190,7 +193,8 @@ def sweep(fabric: FabricPlan, tenants: Sequence[Tenant], *, workdir: Path | None
                 refusals=refusals, config_errors=_PARSE.findall(log), seconds=seconds, total_seconds=0.0,
                 ibsim_rss_kib=sim.peak_rss_kib(),
                 # A simulated link trains at ibsim's speeds (0.10: up to HDR), not necessarily the plan's.
-                cabling=[f for f in verify(fabric, after) if f.kind != "link-speed"])
+                cabling=[f for f in verify(fabric, after) if f.kind != "link-speed"],
+                planned_rate=sn.link_rate(fabric), trained_rates=sorted(set(after.named_rates().values())))
             by_desc = after.by_desc()
             for label, a, b in sn.probe_pairs(fabric):
                 traced = None

@@ -94,6 +94,23 @@ def test_ftree_routes_the_planned_fabric_and_it_is_the_plan(tmp_path, clean, nod
     assert "ftree tables configured on all switches" in log and "minhop" not in log
 
 
+def test_an_xdr_scalable_unit_of_b300_on_quantum_x800_is_swept_and_its_rates_said(tmp_path, clean):
+    # NVIDIA's DGX B300 SuperPOD unit: 72 nodes, 8 rails of XDR on 144-port leaves, 4 spines.
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.lab.yaml").read_text())
+    cfg = doc["config"]
+    cfg["railyard:nodePools"] = [{"name": "b300", "sku": "hgx-b300", "count": 72}]
+    cfg["railyard:fabric"]["compute"].update(speed="xdr", switch="q3400")
+    path = tmp_path / "Pulumi.t-sweep-xdr.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    spec, plan = load(str(path))
+    report = sweep(plan.fabric, spec.tenants, workdir=tmp_path / "sim")
+    assert report.problems() == [] and report.engine == "ftree"
+    assert (report.hcas, report.switches) == (576, 12) and report.cabling == []
+    assert {h.label: h.traced for h in report.hops} == {"same rail and leaf": 1, "another rail, same node": 3}
+    # ibsim cannot train XDR: the cabling and routing are swept as planned, the speed is not judged.
+    assert report.planned_rate == "4xXDR" and report.trained_rates and "4xXDR" not in report.trained_rates
+
+
 def test_without_root_guids_ftree_falls_back_on_a_partial_spine_group(tmp_path, clean):
     # The finding of docs/fabric.md: the last group's spines have 8 leaves below, the others 32;
     # ftree refuses the tree as not pure and OpenSM quietly routes min-hop instead.

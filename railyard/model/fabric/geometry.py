@@ -31,6 +31,8 @@ class SwitchGeometry:
     ports_per_cage: int = 1
     cage: str = "OSFP"
     optic: str = "unknown"  # the transceiver the catalog names, if it does
+    cages_known: bool = True
+    """False where the catalog gives no cage table: ports are counted, transceivers are not."""
 
     def label(self, port: int) -> str:
         """Front-panel name of a 1-based port: `cage/lane` when a cage carries several ports."""
@@ -56,6 +58,8 @@ class SwitchGeometry:
 
     @property
     def optic_name(self) -> str:
+        if not self.cages_known:
+            return f"unknown: the catalog gives no cages for {self.model}"
         if self.optic and self.optic != "unknown":
             return self.optic
         if self.ports_per_cage == 1:
@@ -92,4 +96,4 @@ def switch_geometry(switch: Any, speed: str) -> SwitchGeometry:
     if optic and native and SPEED_GBPS.get(speed) not in (None, native):
         optic = None  # the catalog's optic is the native one; a breakout needs its own
     return SwitchGeometry(model=model, radix=radix, gbps=SPEED_GBPS.get(speed, 0), ports_per_cage=ppc,
-                          cage=str(cage or "port"), optic=str(optic or "unknown"))
+                          cage=str(cage or "port"), optic=str(optic or "unknown"), cages_known=isinstance(count, int))

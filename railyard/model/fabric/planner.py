@@ -405,7 +405,10 @@ class FabricPlan(Cabling):
         usage = self.port_usage()
         switches = {"leaf": self.leaves, "spine": self.spines, "core": self.cores}
         host_optics = links["node_leaf"]
-        switch_optics = sum(u["cages"] for u in usage.values())
+        # Without the switch's cage table its transceivers are not counted, only its ports.
+        switch_optics = sum(u["cages"] for u in usage.values()) if self.switch.cages_known else None
+        shown: dict[str, dict[str, int | None]] = {
+            t: {**u, "cages": u["cages"] if self.switch.cages_known else None} for t, u in usage.items()}
         out: dict[str, Any] = {
             "kind": self.kind,
             "topology": "rail-optimized",
@@ -427,9 +430,9 @@ class FabricPlan(Cabling):
                 "switch_type": self.switch.optic_name,
                 "host": host_optics,
                 "host_type": f"one per NIC, {self.gbps}G",
-                "total": switch_optics + host_optics,
+                "total": None if switch_optics is None else switch_optics + host_optics,
             },
-            "ports": usage,
+            "ports": shown,
             "oversubscription": self.oversubscription,
             "oversubscription_requested": _number(self.oversubscription_requested),
             "bisection_gbps": self.bisection_links() * self.gbps,

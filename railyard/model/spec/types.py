@@ -20,7 +20,7 @@ NAMESPACE = "railyard"
 
 LAYOUTS = ("bare-metal", "virtual")
 FABRIC_KINDS = ("infiniband", "roce")
-SPEEDS_BY_KIND = {"infiniband": ("ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
+SPEEDS_BY_KIND = {"infiniband": ("xdr", "ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
 DEFAULT_SPEED = {"infiniband": "ndr", "roce": "400gbe"}
 DEFAULT_SWITCH = {"infiniband": "qm9700", "roce": "sn5600"}
 TOPOLOGIES = ("rail-optimized",)

@@ -205,7 +205,8 @@ def test_vela_nics_are_a_labelled_assumption_of_two_100gbe():
     assert "vela-a100" in readme and "2 x 100GbE" in readme, "catalog README must state the Vela NIC assumption"
 
 
-@pytest.mark.parametrize("switch_id", sorted(CATALOG.switches))
+@pytest.mark.parametrize("switch_id", sorted(s.id for s in CATALOG.switches.values()
+                                             if any(src.file == "tables/switches.csv" for src in s.sources)))
 def test_switch_matches_its_switches_csv_row(switch_id):
     sw = CATALOG.switches[switch_id]
     row = next(r for r in _fixture_rows("switches.csv") if r["switch"].split()[-1].lower() == switch_id)
@@ -213,6 +214,13 @@ def test_switch_matches_its_switches_csv_row(switch_id):
     assert str(sw.port_speed_gbps) in row["port_speed"].replace(" GbE", "").replace(" Gb/s", ""), f"{switch_id}: port_speed_gbps"
     assert sw.cages * sw.ports_per_cage == sw.ports, f"{switch_id}: cages x ports_per_cage"
     assert row["cages"].startswith(str(sw.cages)), f"{switch_id}: cages"
+
+
+def test_the_xdr_switch_has_the_ports_of_nvidias_superpod_table_and_no_invented_cages():
+    q = CATALOG.switches["q3400"]
+    assert (q.kind, q.ports_at("xdr"), q.port_speed_gbps) == ("infiniband", 144, 800)
+    assert q.cages is None and q.ports_per_cage is None  # no NVIDIA cage table was found
+    assert any(s.file == "superpod/dgx_b300_xdr_superpod_table3_excerpt.txt" for s in q.sources)
 
 
 def test_switch_radix_and_kind():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from railyard.model import pci_layout
@@ -28,7 +30,9 @@ def test_gpus_and_nics_are_in_bus_order_as_nvidia_smi_and_mlx5_number_them(sku):
     lay = pci_layout.layout(s)
     gpus = [lay.bus_ids[g.name] for g in sorted(s.gpus, key=lambda g: g.index) if g.name in lay.bus_ids]
     assert gpus == sorted(gpus), f"{sku}: GPU addresses out of index order: {gpus}"
-    nics = [lay.bus_ids[n.rdma] for n in sorted(s.nics, key=lambda n: int(n.rdma.split("_")[1]))
+    # mlx5_N by N; a bonded device (mlx5_bond_0, the kernel's LAG name) after them.
+    nics = [lay.bus_ids[n.rdma] for n in sorted(s.nics, key=lambda n: (not n.rdma.split("_")[1].isdigit(),
+                                                                      int(re.sub(r"\D", "", n.rdma) or 0)))
             if n.rdma in lay.bus_ids]
     assert nics == sorted(nics), f"{sku}: NIC addresses out of mlx5 order: {nics}"
 

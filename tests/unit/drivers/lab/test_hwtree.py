@@ -157,6 +157,13 @@ NOT_CHECKED = {
                     "lab-0: CPU model not checked (gb200-nvl72's names no model number)",
                     "lab-0: memory not checked (unknown on the host)",
                     "lab-0: NVMe drives not checked (unknown on the host)"],
+    # The ConnectX-8 are VPI with no PCI class in the sources (so no link mode); no CPU model,
+    # memory, NVMe drives or PCIe links.
+    "hgx-b300": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(10, 18)),
+                 _pcie(_GPUS + [f"mlx5_{i}" for i in range(10, 18)] + ["mlx5_bond_0"]),
+                 "lab-0: CPU model not checked (unknown on the host)",
+                 "lab-0: memory not checked (unknown on the host)",
+                 "lab-0: NVMe drives not checked (unknown on the host)"],
     # No NIC model, CPU model, memory size or NVMe drives in the catalog.
     "hgx-h100": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
                  "lab-0: link speed not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
