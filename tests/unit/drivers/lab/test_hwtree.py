@@ -164,6 +164,14 @@ NOT_CHECKED = {
                  "lab-0: CPU model not checked (unknown on the host)",
                  "lab-0: memory not checked (unknown on the host)",
                  "lab-0: NVMe drives not checked (unknown on the host)"],
+    # As hgx-b300: ConnectX-7 of no PCI class, the bond of no speed.
+    "hgx-h200": ["lab-0: link layer not checked (unknown on the host): mlx5_0, "
+                 + ", ".join(f"mlx5_{i}" for i in range(3, 10)),
+                 "lab-0: link speed not checked (unknown on the host): mlx5_bond_0",
+                 _pcie(_GPUS + ["mlx5_0"] + [f"mlx5_{i}" for i in range(3, 10)] + ["mlx5_bond_0"]),
+                 "lab-0: CPU model not checked (unknown on the host)",
+                 "lab-0: memory not checked (unknown on the host)",
+                 "lab-0: NVMe drives not checked (unknown on the host)"],
     # No NIC model, CPU model, memory size or NVMe drives in the catalog.
     "hgx-h100": ["lab-0: link layer not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),
                  "lab-0: link speed not checked (unknown on the host): " + ", ".join(f"mlx5_{i}" for i in range(12)),

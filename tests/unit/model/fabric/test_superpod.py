@@ -80,7 +80,8 @@ def test_b300_on_quantum_x800_xdr_matches_nvidias_superpod_table_3(row):
 
 
 @pytest.mark.parametrize("sku,switch,speed,per_su", [
-    ("dgx-b200", "qm9700", "ndr", 32), ("hgx-b300", "q3400", "xdr", 72), ("gb200-nvl72", "qm9700", "ndr", 18)])
+    ("dgx-b200", "qm9700", "ndr", 32), ("hgx-b300", "q3400", "xdr", 72), ("hgx-h200", "qm9700", "ndr", 32),
+    ("gb200-nvl72", "qm9700", "ndr", 18)])
 @pytest.mark.parametrize("units", [1, 2, 4])
 def test_every_new_sku_plans_at_1_2_and_4_scalable_units(sku, switch, speed, per_su, units):
     cfg_nodes = per_su * units
