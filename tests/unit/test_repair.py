@@ -231,6 +231,29 @@ def test_a_node_in_two_partitions_is_read_once_and_slurms_user_is_read_from_its_
     assert slurm_user("ClusterName             = lab\nSlurmUser               = slurm(64030)\n") == "slurm"
 
 
+SLURM_OUTPUT = __import__("pathlib").Path(__file__).resolve().parents[2] / "railyard/data/fixtures/slurm"
+
+
+@pytest.mark.parametrize("capture, held", [
+    ("sinfo_idle.txt", {n: Held() for n in ("gpu-0", "gpu-1", "gpu-2")}),
+    ("sinfo_drained_mixed.txt", {"gpu-0": Held(), "gpu-2": Held(busy=True),
+                                 "gpu-1": Held(out=True, reason="railyard: gpu-lost: GPU3 not on the bus")}),
+    ("sinfo_draining.txt", {"gpu-0": Held(), "gpu-1": Held(out=True, reason="railyard: gpu-lost: GPU3 not on the bus"),
+                            "gpu-2": Held(out=True, reason="maintenance window", busy=True)}),
+    ("sinfo_not_responding.txt", {"gpu-0": Held(responding=False),
+                                  "gpu-1": Held(out=True, reason="railyard: gpu-lost: GPU3 not on the bus",
+                                                responding=False),
+                                  "gpu-2": Held(out=True, reason="maintenance window", busy=True)}),
+])
+def test_real_sinfo_output_of_slurm_22_05_reads_as_each_nodes_hold(capture, held):
+    # Captured from Debian 12's slurm-wlm 22.05.8 run by the slurm role (fixtures/slurm/SOURCES.md).
+    from railyard.repair import slurm_user
+
+    user = slurm_user((SLURM_OUTPUT / "scontrol_show_config.txt").read_text())
+    assert user == "slurm"
+    assert parse_sinfo((SLURM_OUTPUT / capture).read_text(), slurm_user=user) == held
+
+
 def test_a_node_slurm_set_down_itself_is_no_persons_and_is_repaired_at_no_cost_to_the_budget():
     c = Cluster(NODES, transient=["gpu-1"])
     c.held["gpu-1"] = Held(out=True, reason="Not responding", system=True)
