@@ -49,7 +49,7 @@ def region_stacks() -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", ["review.yml", "deploy.yml"])
+@pytest.mark.parametrize("name", ["review.yml", "deploy.yml", "health.yml"])
 def test_workflow_parses_and_runs_only_existing_make_targets(name):
     doc = load(name)
     targets = make_targets()
@@ -62,7 +62,7 @@ def test_workflow_parses_and_runs_only_existing_make_targets(name):
     assert called, f"{name} runs no make target: the workflows go through the make interface"
 
 
-@pytest.mark.parametrize("name", ["review.yml", "deploy.yml"])
+@pytest.mark.parametrize("name", ["review.yml", "deploy.yml", "health.yml"])
 def test_jobs_that_run_make_get_the_team_backend_from_secrets(name):
     for job_id, job, script in run_steps(load(name)):
         if "make " not in script:
@@ -96,3 +96,23 @@ def test_deploy_never_runs_two_ups_on_one_stack():
     assert "${{ matrix.stack }}" in job["concurrency"]["group"]
     assert job["concurrency"]["cancel-in-progress"] is False
     assert job["strategy"]["max-parallel"] == 1
+
+
+def hosts_stacks() -> list[str]:
+    return [path.name[len("Pulumi."):-len(".yaml")] for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
+            if yaml.safe_load(path.read_text())["config"].get("railyard:driver") == "hosts"]
+
+
+def test_health_repairs_every_hosts_stack_on_a_schedule_and_keeps_node_states_between_runs():
+    doc = load("health.yml")
+    assert "schedule" in triggers(doc) and "workflow_dispatch" in triggers(doc)
+    job = doc["jobs"]["repair"]
+    # The stacks whose servers Railyard reads over SSH; verify refuses the region drivers'.
+    assert job["strategy"]["matrix"]["stack"] == hosts_stacks() and hosts_stacks()
+    assert "self-hosted" in job["runs-on"], "on-premises servers are out of a hosted runner's reach"
+    assert ".venv/bin/railyard verify --stack ${{ matrix.stack }} --repair" in "\n".join(s for _, _, s in run_steps(doc))
+    assert job["concurrency"]["cancel-in-progress"] is False and "${{ matrix.stack }}" in job["concurrency"]["group"]
+    caches = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/cache/")]
+    assert [s["with"]["path"] for s in caches] == [".railyard/health", ".railyard/health"]
+    assert caches[0]["with"]["restore-keys"] == "railyard-health-${{ matrix.stack }}-"
+    assert caches[1]["if"] == "always()"  # a failed run's tries count at the next
