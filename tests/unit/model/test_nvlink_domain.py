@@ -11,15 +11,12 @@ import pytest
 import yaml
 
 from railyard.model.catalog import load_catalog
-from railyard.model.errors import SpecError
 from railyard.model.nvlink_domain import NCCL_MNNVL, imex_nodes_config
-from railyard.model.plan import make_plan
 from railyard.model.slurm import hostlist
 from railyard.model.topology import parse_topology_file
 from railyard.paths import PROJECT_ROOT
 from railyard.tuning.vars import host_vars
-from tests.unit.model.model_only import parse_config
-from tests.unit.model.test_slurm import render
+from tests.unit.model.test_slurm import plan_of, problems, render
 
 CATALOG = load_catalog()
 FIXTURES = PROJECT_ROOT / "railyard/data/fixtures"
@@ -40,16 +37,6 @@ def config(*pools: tuple[str, str, int], reserved: int = 14, layout: str = "bare
     if slurm:
         cfg["railyard:slurm"] = {}
     return cfg
-
-
-def plan_of(cfg: dict):
-    return make_plan(parse_config(cfg, stack="t"), CATALOG)
-
-
-def problems(cfg: dict) -> dict[str, str]:
-    with pytest.raises(SpecError) as err:
-        parse_config(cfg, stack="t")
-    return {p.path: f"{p.found} | {p.allowed} | {p.hint}" for p in err.value.problems}
 
 
 # --- the catalog ---------------------------------------------------------------------------------
