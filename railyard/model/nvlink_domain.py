@@ -23,10 +23,12 @@ if TYPE_CHECKING:
     from railyard.model.catalog import NodeSku
 
 # What /etc/nccl.conf says on a compute tray (fixtures/nvlink_domain/nccl_mnnvl_source_excerpt.txt).
-# NCCL checks for multi-node NVLink by itself only for a communicator spanning hosts (MNNVL_ENABLE's
-# default, 2); 1 checks every one. Without cuMem the check returns with MNNVL off and the rack's
-# traffic goes over the compute fabric unannounced; on, a broken IMEX channel is an error naming it.
-NCCL_MNNVL = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+# NCCL's multi-node NVLink check returns with MNNVL off, and the rack's traffic goes over the compute
+# fabric unannounced, when cuMem is off; its default (-2) leaves cuMem to detection, so it is set.
+# With cuMem on, a tray whose IMEX channel is broken fails with an error naming the channel.
+# NCCL_MNNVL_ENABLE keeps its default (2: checked for every communicator spanning trays): 1 would
+# run the check for single-tray jobs too, and fail them on a tray whose IMEX is not up yet.
+NCCL_MNNVL = {"NCCL_CUMEM_ENABLE": "1"}
 
 LABEL = "nvlink-domain"
 """The Kubernetes label (under the stack's prefix) and Kueue level naming a node's domain."""

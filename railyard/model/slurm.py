@@ -13,7 +13,8 @@ Slurm 23.11 and later place jobs in it with topology/block: one block per rack, 
 the rack's trays up to a scalable unit of racks (`blocks`, `block_sizes`). Slurm before 23.11 has
 no topology/block; there the rack becomes the tree's leaf, under its scalable unit, so
 `--switches=1` means "one rack". The role picks by the slurmctld it finds (playbooks/roles/slurm).
-Nodes of other pools are a block per scalable unit.
+Nodes of other pools are a block per scalable unit; where one of those would be smaller than a
+rack, which topology/block refuses, the stack keeps to topology/tree on every Slurm.
 """
 
 from __future__ import annotations
@@ -187,21 +188,29 @@ def plan_slurm(plan: PlanView) -> SlurmPlan | None:
 
 
 def _blocks(plan: PlanView, members: dict[str, list[str]]) -> tuple[tuple[SlurmBlock, ...], tuple[int, ...]]:
-    """topology/block's blocks and BlockSizes: the base is a rack's trays (the smallest block a
-    job is planned in); each larger size doubles it (topology.conf(5): "Successive BlockSizes must
-    be a power of two larger than the prior values"), up to the racks of one scalable unit."""
+    """topology/block's blocks and BlockSizes, or none where the plugin cannot hold the stack.
+
+    The base is a rack's trays, the smallest block a job is planned in; topology.conf(5) wants
+    every block at least that big, so a stack whose other pools give a smaller block keeps to
+    topology/tree. Each larger size doubles the one before ("a power of two larger"), and Slurm
+    pairs blocks in the order they are listed, so a size is kept only while it pairs racks of one
+    scalable unit: its racks count divides every unit's. Racks are listed first, unit by unit."""
     if not members:
         return (), ()
     domains = plan.nvlink_domains
     base = min(len(d.nodes) for d in domains)
+    racks = {d.name for d in domains}
+    if any(len(nodes) < base for name, nodes in members.items() if name not in racks):
+        return (), ()
     per_unit: dict[str, int] = {}
     for d in domains:
         per_unit[d.unit] = per_unit.get(d.unit, 0) + 1
-    sizes, racks = [base], 2
-    while racks <= max(per_unit.values()):
-        sizes.append(base * racks)
-        racks *= 2
-    return tuple(SlurmBlock(name, tuple(nodes)) for name, nodes in members.items()), tuple(sizes)
+    sizes, pair = [base], 2
+    while all(n % pair == 0 for n in per_unit.values()):
+        sizes.append(base * pair)
+        pair *= 2
+    ordered = [d.name for d in domains] + [name for name in members if name not in racks]
+    return tuple(SlurmBlock(name, tuple(members[name])) for name in ordered), tuple(sizes)
 
 
 def hostlist(names: Iterable[str]) -> str:

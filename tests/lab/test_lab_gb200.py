@@ -85,7 +85,8 @@ def test_every_tray_has_imex_list_of_its_rack_and_nccl_told_of_the_domain(projec
         assert project.ssh(node, "cat /etc/nvidia-imex/nodes_config.cfg").stdout.splitlines() == list(rack.addresses)
         conf = dict(line.split("=", 1) for line in project.ssh(node, "cat /etc/nccl.conf").stdout.splitlines()
                     if line and not line.startswith("#"))
-        assert conf["NCCL_MNNVL_ENABLE"] == "1" and conf["NCCL_CUMEM_ENABLE"] == "1"
+        # cuMem on (MNNVL needs it); NCCL_MNNVL_ENABLE left at NCCL's default, 2.
+        assert conf["NCCL_CUMEM_ENABLE"] == "1" and "NCCL_MNNVL_ENABLE" not in conf
         # The tray's four single-port ConnectX-7, found in its presented PCIe tree.
         assert conf["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_4:1,mlx5_5:1"
 

@@ -349,8 +349,11 @@ def parse(section: Any, spec: Spec) -> tuple[CoreWeaveConfig | None, list[Proble
     object_storage = _object_storage(r, s, spec)
     kueue = _kueue(r, s, spec)
     kind = spec.fabric.compute.kind if spec.fabric is not None else "infiniband"
+    # CoreWeave labels only NVL72 nodes with their domain, and Kueue wants every level on every node
+    # of the Topology: with other pools beside the racks, the level is left out.
     nodes = load_catalog().nodes
-    racks = any(nodes[p.sku].nvlink_domain is not None for p in spec.node_pools if p.sku in nodes)
+    racks = bool(spec.node_pools) and all(
+        p.sku in nodes and nodes[p.sku].nvlink_domain is not None for p in spec.node_pools)
     if r.problems or zone is None or cluster is None:
         return None, r.problems
     return CoreWeaveConfig(zone=zone, api_token=token, vpc_name=vpc_name, cluster=cluster, pools=pools,

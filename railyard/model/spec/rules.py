@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 from railyard.model import addressing, guest_topology
 from railyard.model.errors import Problem
 from railyard.model.fabric import FabricError, FabricPlan, group_name, plan_fabric, unit_name
+from railyard.model.nvlink_domain import domain_name
 from railyard.model.spec.show import _fmt, _one_of, _show
 from railyard.model.topology import Topology
 from railyard.model.spec.types import (
@@ -104,9 +105,9 @@ class CrossFieldRules(abc.ABC):
         assert domain is not None, "check_pools checks racks only for rack-scale SKUs"
         if layout == "virtual" and pool.vms_per_host:
             self.problem(fact.path + ".sku", _show(pool.sku), "a SKU that runs VMs in the virtual layout",
-                         f"{sku.id} is a compute tray of an {domain.name} rack; no source in the catalog shows "
-                         "its trays as VM hosts with their NVLink domain passed through, so set vmsPerHost: 0 "
-                         f"or {NAMESPACE}:layout: bare-metal")
+                         f"{sku.id} is a compute tray of an {domain.name} rack; the one kept source of such VMs (a "
+                         "cloud's IMEX guide) gives each VM a whole tray and runs IMEX in the guests, which "
+                         f"Railyard's guests do not model: set {NAMESPACE}:layout: bare-metal")
         trays = domain.compute_trays
         if pool.count is None or pool.count % trays == 0:
             return
@@ -309,7 +310,8 @@ class CrossFieldRules(abc.ABC):
                 first, last = rack * trays, (rack + 1) * trays - 1
                 if fabric.scalable_unit(pool.name, first) == fabric.scalable_unit(pool.name, last):
                     continue
-                fits = fabric.half // trays * trays
+                # The user's own reservation kept where a unit of whole racks fits under it.
+                fits = (fabric.su_nodes if fabric.su_nodes >= trays else fabric.half) // trays * trays
                 allowed = (f"{fabric.half - fits}, so that a unit is {fits // trays} whole racks ({fits} of a leaf's "
                            f"{fabric.half} node ports)" if fits else f"a switch with {2 * trays} ports or more")
                 self.problem(f"{NAMESPACE}:fabric.compute." + ("reservedLeafPorts" if fits else "switch"),
@@ -328,6 +330,9 @@ class CrossFieldRules(abc.ABC):
                 continue
             last = pool.count - 1
             values = [unit_name(pool.name, fabric.scalable_unit(pool.name, last))]
+            domain = fact.sku.nvlink_domain if fact.sku is not None else None
+            if domain is not None:
+                values.append(domain_name(pool.name, last // domain.compute_trays))
             group = fabric.spine_group(pool.name, last) if fabric.tiers == 3 else None
             if group is not None:
                 values.append(group_name(pool.name, group))
@@ -335,7 +340,7 @@ class CrossFieldRules(abc.ABC):
             if len(longest) > 63:
                 self.problem(fact.path + ".name", _show(pool.name),
                              f"at most {63 - (len(longest) - len(pool.name))} characters with railyard:kubernetes",
-                             f"the label value {longest!r} (its scalable unit or spine group) would exceed 63 characters")
+                             f"the label value {longest!r} (its scalable unit, spine group or rack) would exceed 63 characters")
 
 
 def _most_hugepages(hp: Hugepages, key: str, memory_gib: float, reserve_gib: float) -> int:

@@ -117,8 +117,9 @@ def test_a_virtual_layout_on_a_rack_scale_sku_is_refused():
     cfg = config(("gb", "gb200-nvl72", 18), layout="virtual", kubernetes=False, slurm=False)
     cfg["railyard:nodePools"][0].update(vmsPerHost=1, vm={"gpus": 4, "vfs": 1})
     cfg["railyard:tuning"]["sriov"] = {"vfsPerPf": 1}
-    got = problems(cfg)
-    assert got["railyard:nodePools[0].sku"].startswith("'gb200-nvl72' | a SKU that runs VMs in the virtual layout")
+    got = problems(cfg)["railyard:nodePools[0].sku"]
+    assert got.startswith("'gb200-nvl72' | a SKU that runs VMs in the virtual layout")
+    assert got.endswith("set railyard:layout: bare-metal")
 
 
 def test_a_rack_across_two_scalable_units_is_refused_naming_the_reserved_ports_that_fit():
@@ -152,7 +153,7 @@ def test_a_tray_is_tuned_for_its_domain_and_an_hgx_node_is_not():
     tray = host_vars(plan.spec, plan, "gb-3")
     assert tray["nvlink_domain_name"] == "gb-rack0"
     assert tray["nvlink_domain_imex_nodes"] == [plan.node_named(f"gb-{i}").management_ip for i in range(18)]
-    assert tray["gpu_nic_affinity_nccl_extra"] == NCCL_MNNVL == {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+    assert tray["gpu_nic_affinity_nccl_extra"] == NCCL_MNNVL == {"NCCL_CUMEM_ENABLE": "1"}
     hgx = host_vars(plan.spec, plan, "h-0")
     assert not any(k.startswith("nvlink_domain") for k in hgx) and "gpu_nic_affinity_nccl_extra" not in hgx
 
@@ -230,14 +231,39 @@ def test_slurm_topology_block_has_one_block_per_rack_in_the_documented_format():
     assert "TopologyPlugin=topology/block" in render("slurm.conf.j2", plan, __slurm_topology_plugin="topology/block")
 
 
-def test_block_sizes_double_up_to_the_racks_of_one_unit():
-    # RoCE on SN5600 at 400GbE: 64 node ports a leaf, 10 kept free, a unit of 3 racks (54 trays).
-    cfg = config(("gb", "gb200-nvl72", 108), reserved=10)
+def test_block_sizes_double_while_they_pair_racks_of_one_unit():
+    def sizes(count: int, reserved: int):
+        cfg = config(("gb", "gb200-nvl72", count), reserved=reserved)
+        cfg["railyard:fabric"]["compute"].update(kind="roce", speed="400gbe", switch="sn5600")
+        return plan_of(cfg).slurm.block_sizes
+
+    # SN5600 at 400GbE: 64 node ports a leaf. 28 kept free: units of 2 racks, 18 then 36.
+    assert sizes(108, 28) == (18, 36)
+    # 10 kept free: units of 3 racks; Slurm pairs blocks in order, and a pair would join rack 2 of
+    # one unit with rack 3 of the next, so the base alone.
+    assert sizes(108, 10) == (18,)
+
+
+def test_a_mixed_stack_whose_other_blocks_are_smaller_than_a_rack_keeps_to_the_tree():
+    # topology.conf(5): every block at least the base size; 2 HGX nodes would be a block of 2.
+    plan = plan_of(config(("gb", "gb200-nvl72", 36), ("h", "dgx-h100", 2)))
+    assert plan.slurm.blocks == () and "blocks" not in plan.slurm.to_json()
+    assert any(s.name == "gb-rack0" for s in plan.slurm.switches)  # the racks still lead the tree
+    # 18 HGX nodes under one unit are a block as big as a rack: listed after the racks.
+    big = plan_of(config(("gb", "gb200-nvl72", 36), ("h", "dgx-h100", 18)))
+    assert [b.name for b in big.slurm.blocks] == ["gb-rack0", "gb-rack1", "h-su0"]
+
+
+def test_a_rack_label_longer_than_kubernetes_allows_is_refused_with_the_pool_name():
+    got = problems(config(("g" * 58, "gb200-nvl72", 18)))
+    assert "(its scalable unit, spine group or rack) would exceed 63 characters" in got["railyard:nodePools[0].name"]
+
+
+def test_the_reserved_ports_suggested_keep_the_users_own_where_a_whole_rack_unit_fits():
+    cfg = config(("gb", "gb200-nvl72", 72), reserved=2)
     cfg["railyard:fabric"]["compute"].update(kind="roce", speed="400gbe", switch="sn5600")
-    plan = plan_of(cfg)
-    assert [d.unit for d in plan.nvlink_domains] == ["gb-su0"] * 3 + ["gb-su1"] * 3
-    # 18, then 36 (two racks); 72 would be four, more than a unit holds.
-    assert plan.slurm.block_sizes == (18, 36)
+    # 62 node ports: 3 racks (54) fit under the user's 2, so 10, not the 64 - 54 of no reservation.
+    assert problems(cfg)["railyard:fabric.compute.reservedLeafPorts"].startswith("2 | 10, so that a unit is 3 whole racks")
 
 
 def test_the_role_picks_topology_block_only_from_slurm_23_11():
