@@ -41,6 +41,9 @@ def stack_config(mgmt: str, storage: str) -> dict:
     config["railyard:nodePools"][0]["count"] = 36  # two racks, one a scalable unit
     config["railyard:slurm"] = {}
     config["railyard:ephemeral"] = {"ttl": "1h"}
+    # Acceptance's iperf3 over 36 trays x 4 rails is minutes of this machine's CPU, which starved the
+    # bandwidth probes of the lab modules beside it in CI; what it checks is test_lab_acceptance's.
+    config["railyard:acceptance"] = {"enabled": False}
     return config
 
 
