@@ -27,7 +27,7 @@ from railyard.model.spec.reader import ConfigReader
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
 from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, _one_of, _show
 from railyard.model.spec.types import (
-    ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, FABRIC_KINDS,
+    ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, DEFAULT_SWITCH_BY_SPEED, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
     RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
@@ -469,7 +469,8 @@ class _Parser(ConfigReader, CrossFieldRules):
             self.problem(cpath + ".speed", _show(speed), f"for kind {kind}: {_one_of(SPEEDS_BY_KIND[kind])}",
                          f"{speed} is a speed of a {other} fabric; change the speed or set kind: {other}")
             speed = None
-        switch_id = self.string(cm, "switch", cpath + ".switch", default=DEFAULT_SWITCH.get(kind) if kind else None,
+        default_switch = (DEFAULT_SWITCH_BY_SPEED.get(speed or "") or DEFAULT_SWITCH.get(kind)) if kind else None
+        switch_id = self.string(cm, "switch", cpath + ".switch", default=default_switch,
                                 what="a switch id from the catalog")
         switch = None
         if switch_id is not None:

@@ -23,6 +23,8 @@ FABRIC_KINDS = ("infiniband", "roce")
 SPEEDS_BY_KIND = {"infiniband": ("xdr", "ndr", "hdr"), "roce": ("400gbe", "200gbe", "100gbe")}
 DEFAULT_SPEED = {"infiniband": "ndr", "roce": "400gbe"}
 DEFAULT_SWITCH = {"infiniband": "qm9700", "roce": "sn5600"}
+# A speed the kind's default switch does not run has a default switch of its own.
+DEFAULT_SWITCH_BY_SPEED = {"xdr": "q3400", "hdr": "qm8700"}
 TOPOLOGIES = ("rail-optimized",)
 HUGEPAGE_SIZES = {"1G": 1 << 30, "2M": 2 << 20}
 AFFINITY_POLICIES = ("pcie-nearest", "numa", "none")

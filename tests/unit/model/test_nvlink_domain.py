@@ -298,3 +298,14 @@ def test_the_nvlink_domain_role_writes_one_address_a_line_and_nothing_else():
         "nvlink_domain_imex_nodes_config"] == "/etc/nvidia-imex/nodes_config.cfg"
     assert Path(FIXTURES / "gb200_nvl72/crusoe_imex_setup_nodes_config_excerpt.txt").read_text().count(
         "/etc/nvidia-imex/nodes_config.cfg") == 1
+
+
+@pytest.mark.parametrize("speed, switch", [("xdr", "q3400"), ("hdr", "qm8700"), ("ndr", "qm9700")])
+def test_an_infiniband_speed_without_a_switch_gets_the_switch_that_runs_it(speed, switch):
+    cfg = config(("b", "hgx-b300", 72), reserved=0, kubernetes=False, slurm=False)
+    del cfg["railyard:fabric"]["compute"]["switch"]
+    cfg["railyard:fabric"]["compute"]["speed"] = speed
+    if speed == "hdr":
+        cfg["railyard:nodePools"][0]["sku"] = "dgx-a100"
+    plan = plan_of(cfg)
+    assert plan.spec.fabric.compute.switch == switch and plan.fabric.speed == speed
