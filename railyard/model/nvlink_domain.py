@@ -48,6 +48,7 @@ def domain_index(sku: NodeSku, node_index: int) -> int | None:
 def plan_domains(plan: PlanView) -> tuple[NvlinkDomain, ...]:
     """Every NVLink domain of the stack, pool by pool, rack by rack."""
     out = []
+    placed = {pl.pool.name for pl in plan.fabric.layouts}
     for pool in plan.spec.node_pools:
         sku = plan.catalog.nodes[pool.sku]
         spec = sku.nvlink_domain
@@ -56,8 +57,9 @@ def plan_domains(plan: PlanView) -> tuple[NvlinkDomain, ...]:
         hosts = plan.pool_nodes(pool.name)
         for i in range(len(hosts) // spec.compute_trays):
             trays = hosts[i * spec.compute_trays:(i + 1) * spec.compute_trays]
+            # Slurm's name for the unit (railyard.model.slurm): a pool off the fabric is its own.
             unit = unit_name(pool.name, plan.fabric.scalable_unit(pool.name, trays[0].index)) \
-                if any(pl.pool.name == pool.name for pl in plan.fabric.layouts) else pool.name
+                if pool.name in placed else pool.name
             out.append(NvlinkDomain(domain_name(pool.name, i), pool.name, i, pool.sku,
                                     tuple(h.name for h in trays), tuple(h.management_ip for h in trays),
                                     spec.gpus, spec.switch_trays, unit))

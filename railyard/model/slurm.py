@@ -169,22 +169,19 @@ def plan_slurm(plan: PlanView) -> SlurmPlan | None:
         nodes.append(SlurmNode(host.name, host.management_ip, switch, **counts[host.sku], gpus=len(gpus),
                                gpu_type=gpu_type(gpus[0].model) if gpus else None))
     switches = [SlurmSwitch(name, 0, nodes=tuple(members)) for name, members in leaves.items()]
-    blocks = leaves if units else {}
-    up = 0  # the levels the racks add below the scalable units
-    if units:
-        switches += [SlurmSwitch(unit, 1, switches=tuple(racks)) for unit, racks in units.items()]
-        leaves = {name: [] for name in tops}
-        up = 1
+    # The racks add a level below the scalable units, which keep their place under the groups or root.
+    up = 1 if units else 0
+    switches += [SlurmSwitch(unit, 1, switches=tuple(racks)) for unit, racks in units.items()]
     if groups:
         grouped = {leaf for members in groups.values() for leaf in members}
         switches += [SlurmSwitch(name, 1 + up, switches=tuple(members)) for name, members in groups.items()]
-        top = list(groups) + [name for name in leaves if name not in grouped]
+        top = list(groups) + [name for name in tops if name not in grouped]
         switches.append(SlurmSwitch(ROOT_THREE_TIERS, 2 + up, switches=tuple(top)))
-    elif len(leaves) > 1:
-        switches.append(SlurmSwitch(ROOT_TWO_TIERS, 1 + up, switches=tuple(leaves)))
+    elif len(tops) > 1:
+        switches.append(SlurmSwitch(ROOT_TWO_TIERS, 1 + up, switches=tuple(tops)))
     by_name = {n.name: n for n in nodes}
     return SlurmPlan(spec.cluster_name, by_name[spec.controller], spec.partition, spec.max_switch_wait,
-                     tuple(nodes), tuple(switches), *_blocks(plan, blocks))
+                     tuple(nodes), tuple(switches), *_blocks(plan, leaves if units else {}))
 
 
 def _blocks(plan: PlanView, members: dict[str, list[str]]) -> tuple[tuple[SlurmBlock, ...], tuple[int, ...]]:
