@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 from railyard.model.node_health import (
-    MAX_TRIES, OUT, Held, NodeState, after_check, dump_states, load_states, merged, reason, take_out, triage,
+    MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, merged, parse_sinfo, reason,
+    slurm_user, take_out, triage,
 )
 
 if TYPE_CHECKING:
@@ -59,39 +60,6 @@ class Scheduler(Protocol):
     def drain(self, node: str, why: str) -> None: ...
 
     def resume(self, node: str) -> None: ...
-
-
-# `sinfo -N` prints a node once per partition; %T is its state in words, with a suffix for "not
-# responding" (*) and the like; %u who set its reason; %E the reason ("none" without one), last, as
-# it may hold anything.
-SINFO = "sinfo --noheader --Node --format '%N|%T|%u|%E'"
-_OUT_STATES = ("drain", "drained", "draining", "down", "fail", "failing")
-_BUSY_STATES = ("allocated", "mixed", "draining", "completing", "failing")
-
-
-def parse_sinfo(text: str, slurm_user: str = "slurm") -> dict[str, Held]:
-    """SINFO's lines as each node's Held; a reason set by slurm_user (slurmctld's SlurmUser, who
-    sets "Not responding" and the like) is the scheduler's own."""
-    out: dict[str, Held] = {}
-    for line in text.splitlines():
-        if line.count("|") < 3:
-            continue
-        node, state, user, why = (p.strip() for p in line.split("|", 3))
-        base = state.rstrip("*~#!%$@^-+").lower()
-        gone = base in _OUT_STATES
-        out.setdefault(node, Held(out=gone, reason=None if why in ("", "none") else why,
-                                  busy=base in _BUSY_STATES, system=gone and user == slurm_user,
-                                  responding=not state.endswith("*")))
-    return out
-
-
-def slurm_user(config: str) -> str:
-    """SlurmUser from `scontrol show config` ("SlurmUser = slurm(64030)")."""
-    for line in config.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "SlurmUser":
-            return value.strip().split("(", 1)[0]
-    return "slurm"
 
 
 class Slurm:

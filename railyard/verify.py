@@ -93,44 +93,11 @@ def read_facts(hosts: Mapping[str, Target], private_key: str | None, *, workers:
         return dict(pool.map(one, sorted(hosts)))
 
 
-# What the health part runs on each node, in one SSH session: each tool's output under a marker
-# line, or that it is missing. The kernel's log is read only where the NVIDIA driver is there
-# (nvidia-smi is): a node without it has no Xid to show, and a lab node's log is its host's.
-HEALTH_SCRIPT = r"""
-section() { printf '\n@@railyard %s\n' "$1"; }
-if command -v nvidia-smi >/dev/null 2>&1; then
-  section nvidia-smi; nvidia-smi -q -x 2>&1
-  section nvlink; nvidia-smi nvlink --status 2>&1
-  section kernel-log; dmesg 2>&1 || journalctl -k -b --no-pager 2>&1
-else
-  section nvidia-smi-missing
-fi
-if command -v dcgmi >/dev/null 2>&1; then
-  section dcgmi; dcgmi diag -r "$1" -j 2>&1
-else
-  section dcgmi-missing
-fi
-"""
-SECTION = "@@railyard "
-
-
-def split_sections(stdout: str) -> dict[str, str]:
-    """HEALTH_SCRIPT's output by section name."""
-    sections: dict[str, str] = {}
-    current = None
-    for line in stdout.splitlines(keepends=True):
-        if line.startswith(SECTION):
-            current = line[len(SECTION):].strip()
-            sections[current] = ""
-        elif current is not None:
-            sections[current] += line
-    return sections
-
-
 def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: int = 1, workers: int = WORKERS,
                 timeout: float = READ_TIMEOUT_S) -> dict[str, dict[str, str] | str]:
-    """Each node's GPU tools' output by section (HEALTH_SCRIPT), or why it could not be read.
-    level: dcgmi diag's run level (1 quick, 3 deep)."""
+    """Each node's GPU tools' output by section (health_check.HEALTH_SCRIPT), or why it could not
+    be read. level: dcgmi diag's run level (1 quick, 3 deep)."""
+    from railyard.model.health_check import HEALTH_SCRIPT, split_sections
     from railyard.remote.ssh import SshError, run
 
     def one(name: str) -> tuple[str, dict[str, str] | str]:
@@ -151,43 +118,26 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
            addresses: Mapping[str, str] | None = None) -> tuple[list[Finding], list[str], bool]:
     """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
     check that could not run and on which nodes (never a pass), and whether any check ran."""
-    from railyard.model import gpu_health as gh
+    from railyard.model import health_check
     from railyard.model.catalog import load_catalog
 
     catalog = load_catalog()
     out: list[Finding] = []
     not_run: dict[str, list[str]] = {}
+    ran = False
     for node in sorted(readings):
         got = readings[node]
         if isinstance(got, str):
             out.append(Finding(UNREACHABLE, node, (addresses or {}).get(node, node), "reachable over SSH", got,
                                f"{node}: not read ({got})"))
             continue
-        sku = catalog.nodes[plan.node_named(node).sku]
-        found: list[gh.HealthFinding] = []
-        if "nvidia-smi" in got:
-            try:
-                log = gh.parse_nvidia_smi(got["nvidia-smi"])
-            except ValueError as exc:
-                not_run.setdefault(f"nvidia-smi: {exc}", []).append(node)
-            else:
-                first = sku.gpus[0] if sku.gpus else None
-                found += gh.judge_gpus(log, count=len(sku.gpus),
-                                       pci_id=(first.pci_vendor, first.pci_device) if first else (None, None))
-            links = gh.parse_nvlink_status(got.get("nvlink", ""))
-            per_gpu = int(sku.nvlink_class[2:]) if sku.nvlink_class else None
-            if per_gpu and links:
-                found += gh.judge_nvlink(links, per_gpu=per_gpu)
-            found += gh.judge_kernel_log(got.get("kernel-log", ""))
-        else:
-            not_run.setdefault("nvidia-smi missing", []).append(node)
-        if "dcgmi" in got:
-            found += gh.judge_dcgm(gh.parse_dcgm_diag(got["dcgmi"]))
-        else:
-            not_run.setdefault("dcgmi missing", []).append(node)
+        expect = health_check.expect_of(catalog.nodes[plan.node_named(node).sku])
+        found, why_not, ran_here = health_check.judge(got, expect)
+        for why in why_not:
+            not_run.setdefault(why, []).append(node)
+        ran = ran or ran_here
         out += [Finding(f.kind, node, f.gpu or node, f.planned, f.found, f"{node}: {f.message}") for f in found]
     notes = [f"health not run: {why}: {', '.join(nodes)}" for why, nodes in not_run.items()]
-    ran = any(isinstance(r, dict) and ("nvidia-smi" in r or "dcgmi" in r) for r in readings.values())
     return out, notes, ran
 
 

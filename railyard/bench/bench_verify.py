@@ -11,9 +11,13 @@ runs the ssh clients and the check, so the projection is an upper bound.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 from railyard.bench.bench_hosts import lab_servers
 from railyard.bench.harness import Context, Sample, Section
@@ -66,5 +70,78 @@ def run(ctx: Context):
                       f"nodes share the controller's {os.cpu_count()} cores, so an upper bound")
 
 
+# --- slurmd's health check on one node ------------------------------------------------------------
+
+ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "slurm"
+HEALTH_RUNS = 20
+
+
+def install_health_check(root: Path, node: str, expect: dict, path: str) -> Path:
+    """The slurm role's health check laid out under root as the role writes it on a node: the model
+    code copied from the role's files (links to railyard/model), the program from its template,
+    the node's settings. Returns the program."""
+    import jinja2
+
+    lib = root / "lib"
+    lib.mkdir(parents=True)
+    for m in ("health_check.py", "gpu_health.py", "node_health.py"):
+        shutil.copyfile(ROLE / "files" / "health-check" / m, lib / m)
+    config = root / "health-check.json"
+    config.write_text(json.dumps({"node": node, "expect": expect, "path": path}))
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
+    env.filters["to_json"] = json.dumps
+    program = root / "railyard-health-check"
+    program.write_text(env.from_string((ROLE / "templates" / "railyard-health-check.j2").read_text()).render(
+        slurm_health_check_dir=str(lib), __slurm_health_config=str(config)))
+    program.chmod(0o755)
+    return program
+
+
+def run_health_check(ctx: Context):
+    """The program as slurmd runs it on a healthy dgx-h100 lab node: its nvidia-smi the lab's stand-in
+    over the node's hardware tree, Slurm's sinfo a stand-in printing the idle line Debian's prints."""
+    import statistics
+
+    from railyard.drivers.lab import hwtree
+    from railyard.model.catalog import load_catalog
+    from railyard.model.health_check import expect_of
+
+    root = ctx.workdir / "health-check"
+    shutil.rmtree(root, ignore_errors=True)
+    sku = load_catalog().nodes["dgx-h100"]
+    hwtree.build_hwtree(sku, root / "hw")
+    tools = root / "bin"
+    tools.mkdir(parents=True)
+    script = Path(hwtree.__file__).with_name("nvidia_smi.py")
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\nexec /usr/bin/python3 -I -c 'import runpy, sys; "
+                                      f"sys.exit(runpy.run_path(\"{script}\")[\"main\"](sys.argv[1:], \"{root / 'hw'}\"))' \"$@\"\n")
+    (tools / "sinfo").write_text("#!/bin/sh\necho 'gpu-0|idle|Unknown|none'\n")
+    for tool in ("nvidia-smi", "sinfo"):
+        (tools / tool).chmod(0o755)
+    program = install_health_check(root, "gpu-0", expect_of(sku).to_json(), f"{tools}:/usr/bin:/bin")
+    walls, cpus = [], []
+    runs = 5 if ctx.quick else HEALTH_RUNS
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.monotonic()
+        done = subprocess.run([str(program)], env={"SLURMD_NODENAME": "gpu-0"}, capture_output=True, text=True)
+        walls.append(time.monotonic() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+        if done.returncode != 0 or "gpu-0: healthy" not in done.stdout:
+            raise RuntimeError(f"the health check of a healthy node said: {done.stdout}{done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    yield Sample("slurmd's health check, one dgx-h100 node: wall (median)", statistics.median(walls), "s",
+                 note=f"{runs} runs of the installed program: the GPU tools (the lab's nvidia-smi stand-in, no "
+                      "dcgmi), the judges, sinfo; a real nvidia-smi's own time is not in it")
+    yield Sample("slurmd's health check, one dgx-h100 node: CPU-s (median)", statistics.median(cpus), "s",
+                 note="the program and every tool it ran")
+    yield Sample("slurmd's health check: peak RSS of one process", peak, "MiB",
+                 note="the largest child this bench process has waited for: an upper bound on the program's "
+                      "and its tools'")
+
+
 SECTIONS = (Section("verify", "railyard verify: reading 32 and 64 lab nodes over SSH with their SKU check, "
-                              f"projected to the {POD}-node pod (target {TARGET_POD_S:.0f} s)", run),)
+                              f"projected to the {POD}-node pod (target {TARGET_POD_S:.0f} s)", run),
+            Section("health-check", "slurmd's health check (issue 41): what one run costs a node, the program as "
+                                    "the slurm role installs it", run_health_check))

@@ -369,6 +369,14 @@ class Catalog:
 
 
 @functools.cache
+def gpu_tools() -> Mapping[str, Mapping[str, str]]:
+    """How nvidia-smi names each GPU and shows its NVLinks, by PCI device id (catalog/gpu_tools.yaml,
+    from real output of the tool): what the lab's stand-in for it prints."""
+    data = yamlio.load((CATALOG_DIR / "gpu_tools.yaml").read_text(encoding="utf-8"))
+    return MappingProxyType({str(k).lower(): MappingProxyType(dict(v)) for k, v in data.items()})
+
+
+@functools.cache
 def load_catalog(root: Path | None = None) -> Catalog:
     """Read and check every entry under root (default railyard/data/catalog/); raises CatalogError."""
     root = Path(root) if root is not None else CATALOG_DIR

@@ -82,6 +82,9 @@ class SlurmPlan:
     """topology/block's blocks: one per NVLink domain, one per scalable unit of other nodes;
     empty on a stack without rack-scale pools, which uses topology/tree alone."""
     block_sizes: tuple[int, ...] = ()
+    health_check_interval: int = 0
+    """Seconds between slurmd's runs of Railyard's health check (railyard.model.health_check); 0: none."""
+    health_check_node_state: str = "ANY"
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -98,6 +101,8 @@ class SlurmPlan:
             "controller_address": self.controller.address, "partition": self.partition,
             "partition_nodes": hostlist(n.name for n in self.nodes), "max_switch_wait": self.max_switch_wait,
             "gpu_types": list(self.gpu_types),
+            "health_check_interval": self.health_check_interval,
+            "health_check_node_state": self.health_check_node_state,
             "node_groups": [{**dict(counts), "hosts": hostlist(m["name"] for m in members), "nodes": members}
                             for counts, members in groups.items()],
             "switches": [{"name": s.name, "level": s.level,
@@ -180,8 +185,11 @@ def plan_slurm(plan: PlanView) -> SlurmPlan | None:
     elif len(tops) > 1:
         switches.append(SlurmSwitch(ROOT_TWO_TIERS, 1 + up, switches=tuple(tops)))
     by_name = {n.name: n for n in nodes}
+    blocks, block_sizes = _blocks(plan, leaves if units else {})
     return SlurmPlan(spec.cluster_name, by_name[spec.controller], spec.partition, spec.max_switch_wait,
-                     tuple(nodes), tuple(switches), *_blocks(plan, leaves if units else {}))
+                     tuple(nodes), tuple(switches), blocks, block_sizes,
+                     health_check_interval=spec.health_check_interval,
+                     health_check_node_state=spec.health_check_node_state)
 
 
 def _blocks(plan: PlanView, members: dict[str, list[str]]) -> tuple[tuple[SlurmBlock, ...], tuple[int, ...]]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from railyard import guests
 from railyard.model.boot_args import cpu_vendor
+from railyard.model.health_check import expect_of
 from railyard.model.nvlink_domain import NCCL_MNNVL
 from railyard.model.sysfs_discovery import format_cpulist
 
@@ -102,6 +103,8 @@ def host_vars(spec: Spec, plan: Plan, node: NodePlan | str, *, object_endpoint: 
         out["slurm_gpus"] = len(getattr(sku, "gpus", ()))
         out["slurm_controller"] = slurm.controller.name
         out["slurm_controller_address"] = slurm.controller.address
+        if slurm.health_check_interval:
+            out["slurm_health_check_expect"] = expect_of(sku).to_json()
         if node.name == slurm.controller.name:
             out["slurm_cluster"] = slurm.to_json()
     return out

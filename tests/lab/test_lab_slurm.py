@@ -24,10 +24,12 @@ from .stack_project import StackProject
 ROOT = paths.PROJECT_ROOT
 STACK = "tslurm"
 WAIT = 20  # railyard:slurm.maxSwitchWait
+HEALTH_CHECK = 15  # railyard:slurm.healthCheckInterval
 
 
 def stack_config(mgmt: str, storage: str) -> dict:
-    config = lab_config(12, mgmt, storage, **{"railyard:slurm": {"maxSwitchWait": WAIT},
+    config = lab_config(12, mgmt, storage, **{"railyard:slurm": {"maxSwitchWait": WAIT,
+                                                                 "healthCheckInterval": HEALTH_CHECK},
                                               "railyard:ephemeral": {"ttl": "1h"}})
     config["railyard:fabric"]["compute"]["reservedLeafPorts"] = 28
     return config
@@ -41,13 +43,15 @@ def project(tmp_path_factory):
     (mgmt,), storage = free_networks(1, prefix=20), STORAGE
     p = StackProject(tmp_path_factory.mktemp("slurm"), STACK, stack_config(mgmt, storage))
     p.plan = make_plan(parse_config(stack_config(mgmt, storage), stack=STACK))
+    # The program and the `railyard` commands (tune, lab fault) alike keep the lab's runtime under the copy.
+    p.env["RAILYARD_ROOT"] = str(p.dir)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     try:
         p.pulumi("up", "--yes", "--skip-preview", timeout=1500)
         yield p
     finally:
         p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-        gc.destroy_all(STACK)
+        gc.destroy_all(STACK, p.dir)
 
 
 def ctl(p: StackProject, command: str) -> str:
@@ -135,11 +139,57 @@ def test_five_nodes_on_one_switch_wait_then_run_across_two_units(project):
         ctl(project, f"scancel {job_id}")
 
 
+def sinfo_line(p: StackProject, node: str) -> tuple[str, str]:
+    """(state, reason) of one node, as sinfo prints them."""
+    _, state, _, reason = ctl(p, f"sinfo --noheader --Node --nodes {node} --format '%N|%T|%u|%E'").strip().split("|", 3)
+    return state, reason
+
+
+def wait_node(p: StackProject, node: str, done, timeout: float) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = sinfo_line(p, node)
+        if done(*got) or time.monotonic() > deadline:
+            return got
+        time.sleep(1)
+
+
+def test_slurmds_health_check_drains_a_faulty_node_on_its_own_and_returns_it_healthy(project):
+    """No railyard command runs here but the fault, which only changes what the node's own
+    nvidia-smi shows: slurmd's HealthCheckProgram, installed by the slurm role, finds it, drains its
+    node through Slurm with the finding as the reason, and returns the node once it is healthy
+    again; a node a person drained stays theirs through the same checks."""
+    def railyard(*args: str) -> str:
+        done = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=project.dir, env=project.env,
+                              text=True, capture_output=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "HealthCheckInterval=15" in ctl(project, "grep ^HealthCheck /etc/slurm/slurm.conf")
+    ctl(project, "scontrol update NodeName=gpu-10 State=DRAIN Reason='rma 4711'")
+    railyard("lab", "fault", "--stack", STACK, "ecc", "gpu-11", "GPU3", "2")
+    try:
+        state, reason = wait_node(project, "gpu-11", lambda st, _: st == "drained", 3 * HEALTH_CHECK + 30)
+        assert state == "drained", (state, reason)
+        assert reason.startswith("railyard: health check: ") and "2 uncorrectable ECC error(s)" in reason, reason
+        # The check ran on every node meanwhile: the person's drain is as they left it.
+        assert sinfo_line(project, "gpu-10") == ("drained", "rma 4711")
+        # slurmd logged the program's finding, in the node's own log.
+        log = project.ssh("gpu-11", "grep 'health_check failed' /var/log/slurm/slurmd.log").stdout
+        assert "ecc-uncorrectable" in log, log
+    finally:
+        railyard("lab", "fault", "--stack", STACK, "--clear")
+    assert wait_node(project, "gpu-11", lambda st, _: st == "idle", 3 * HEALTH_CHECK + 30) == ("idle", "none")
+    assert sinfo_line(project, "gpu-10") == ("drained", "rma 4711")
+    ctl(project, "scontrol update NodeName=gpu-10 State=RESUME")
+    assert wait_node(project, "gpu-10", lambda st, _: st == "idle", 30)[0] == "idle"
+
+
 def test_a_second_tuning_run_changes_nothing_and_restarts_no_daemon(project):
     daemons = "cat /run/slurmctld.pid /run/munge/munged.pid /run/slurmd.pid"
     pids = ctl(project, daemons)
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "tune", "--stack", STACK],
-                          cwd=project.dir, env={**project.env, "RAILYARD_ROOT": str(project.dir)},
+                          cwd=project.dir, env=project.env,
                           text=True, capture_output=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     hosts = [line for line in proc.stdout.splitlines() if line.startswith("gpu-")]
@@ -154,5 +204,5 @@ def test_destroy_leaves_no_slurm_or_munge_process(project):
     assert len(daemons) >= 1 + 2 * len(project.plan.nodes)  # slurmctld, and munged and slurmd everywhere
     project.pulumi("destroy", "--yes", "--skip-preview")
     assert [p for p in daemons if proc.alive(p.pid)] == []
-    left = gc.inventory(STACK)
+    left = gc.inventory(STACK, project.dir)
     assert left["netns"] == [] and left["processes"] == [], left

@@ -37,7 +37,10 @@ def project(tmp_path_factory):
     binaries.ensure()
     gc.destroy_all(STACK)
     (mgmt,) = free_networks(1, prefix=24)
-    cfg = lab_config(4, mgmt, STORAGE, **{"railyard:slurm": {}, "railyard:acceptance": {"enabled": False},
+    # slurmd's own health check off: these tests hold the loop's every step to account (test_lab_slurm
+    # has the check drain and return a node on its own).
+    cfg = lab_config(4, mgmt, STORAGE, **{"railyard:slurm": {"healthCheckInterval": 0},
+                                         "railyard:acceptance": {"enabled": False},
                                          "railyard:health": {"drainTimeout": 30}, "railyard:kubernetes": {},
                                          "railyard:ephemeral": {"ttl": "2h"}})
     p = StackProject(tmp_path_factory.mktemp("repair"), STACK, cfg)

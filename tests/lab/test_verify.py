@@ -86,10 +86,22 @@ def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
     proc = railyard(project, "verify", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 node(s) of stack tverify verified" in proc.stdout and "as planned" in proc.stdout
-    # The lab's nodes have no GPU tools: the health part did not run, and says so, never a pass.
-    assert "(hardware, fabric; not read: health): as planned" in proc.stdout
-    assert "health not run: nvidia-smi missing: gpu-0, gpu-1" in proc.stdout
-    only_health = railyard(project, "verify", "--stack", STACK, "--only", "health")
+    # The lab's nodes have an nvidia-smi (a stand-in over their hardware tree) and no dcgmi: the
+    # health part ran, and says what did not.
+    assert "(hardware, fabric, health): as planned" in proc.stdout
+    assert "health not run: dcgmi missing: gpu-0, gpu-1" in proc.stdout
+    # Nodes without the GPU tools (no NVIDIA driver installed): not run, and never a pass.
+    stand_ins = [paths.lab_dir(STACK, project.dir) / "nodes" / n / "bin" / "nvidia-smi" for n in ("gpu-0", "gpu-1")]
+    for tool in stand_ins:
+        tool.rename(tool.with_name("nvidia-smi.off"))
+    try:
+        without = railyard(project, "verify", "--stack", STACK)
+        only_health = railyard(project, "verify", "--stack", STACK, "--only", "health")
+    finally:
+        for tool in stand_ins:
+            tool.with_name("nvidia-smi.off").rename(tool)
+    assert without.returncode == 0 and "(hardware, fabric; not read: health): as planned" in without.stdout
+    assert "health not run: nvidia-smi missing: gpu-0, gpu-1" in without.stdout
     assert only_health.returncode == 2 and "nvidia-smi missing" in only_health.stderr
     assert "subnet: " in proc.stdout and "from the lab's subnet (ibsim)" in proc.stdout
     # The firmware is the pin's because the node's sysfs shows it so.
@@ -103,9 +115,14 @@ FAULTS = [
     (("link-down", "gpu-0", "ibp79s0"),  # mlx5_4's rail, by its netdev
      [("nic-down", "gpu-0", "nics.mlx5_4.state"), ("link-missing", "gpu-0", None)]),
     (("link-width", "gpu-0", "mlx5_5", "2"), [("link-width", "gpu-0", None)]),
-    (("gpu-lost", "gpu-1", "GPU6"), [("gpu-missing", "gpu-1", "gpus")]),
+    # The GPU gone from the node's PCI bus, and so from what its nvidia-smi sees.
+    (("gpu-lost", "gpu-1", "GPU6"), [("gpu-missing", "gpu-1", "gpus"), ("gpu-count", "gpu-1", None)]),
     (("pcie-degraded", "gpu-0", "mlx5_9", "8"), [("pcie-degraded", "gpu-0", "nics.mlx5_9.pcie_link")]),
     (("firmware", "gpu-1", "mlx5_11", "28.39.1002"), [("firmware", "gpu-1", "nics.mlx5_11.fw_ver")]),
+    # What only the GPU's driver knows, through the node's nvidia-smi.
+    (("ecc", "gpu-0", "GPU2", "3"), [("ecc-uncorrectable", "gpu-0", None)]),
+    (("nvlink-down", "gpu-1", "GPU0", "5"), [("nvlink-down", "gpu-1", "GPU 0")]),
+    (("xid", "gpu-0", "GPU4", "13"), [("xid", "gpu-0", None)]),
 ]
 
 

@@ -11,7 +11,8 @@ import types
 import pytest
 
 from railyard.model.node_health import MAX_TRIES, PREFIX, Held, NodeState, dump_states, load_states, reason
-from railyard.repair import Actions, RepairError, judge, parse_sinfo, repair
+from railyard.model.node_health import parse_sinfo
+from railyard.repair import Actions, RepairError, judge, repair
 
 
 class Cluster:
@@ -225,7 +226,7 @@ def test_sinfo_states_read_as_out_busy_reason_and_who_set_it(line, held):
 
 
 def test_a_node_in_two_partitions_is_read_once_and_slurms_user_is_read_from_its_config():
-    from railyard.repair import slurm_user
+    from railyard.model.node_health import slurm_user
 
     assert list(parse_sinfo("gpu-0|idle|Unknown|none\ngpu-0|idle|Unknown|none\n")) == ["gpu-0"]
     assert slurm_user("ClusterName             = lab\nSlurmUser               = slurm(64030)\n") == "slurm"
@@ -247,7 +248,7 @@ SLURM_OUTPUT = __import__("pathlib").Path(__file__).resolve().parents[2] / "rail
 ])
 def test_real_sinfo_output_of_slurm_22_05_reads_as_each_nodes_hold(capture, held):
     # Captured from Debian 12's slurm-wlm 22.05.8 run by the slurm role (fixtures/slurm/SOURCES.md).
-    from railyard.repair import slurm_user
+    from railyard.model.node_health import slurm_user
 
     user = slurm_user((SLURM_OUTPUT / "scontrol_show_config.txt").read_text())
     assert user == "slurm"

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from railyard import verify
+from railyard.model import health_check
 from railyard.stack import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,9 +17,9 @@ GPU = ROOT / "railyard" / "data" / "fixtures" / "gpu"
 
 def test_the_node_script_names_each_missing_tool_and_its_sections_split_back():
     # Run here, with a PATH holding neither nvidia-smi nor dcgmi: what a node without them prints.
-    out = subprocess.run(["/bin/sh", "-c", verify.HEALTH_SCRIPT, "health", "1"], capture_output=True, text=True,
+    out = subprocess.run(["/bin/sh", "-c", health_check.HEALTH_SCRIPT, "health", "1"], capture_output=True, text=True,
                          env={"PATH": "/nonexistent"}, check=True).stdout
-    assert list(verify.split_sections(out)) == ["nvidia-smi-missing", "dcgmi-missing"]
+    assert list(health_check.split_sections(out)) == ["nvidia-smi-missing", "dcgmi-missing"]
 
 
 def test_findings_name_their_node_and_missing_tools_are_not_a_pass():

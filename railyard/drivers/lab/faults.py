@@ -9,9 +9,14 @@ verify` finds. Each shows only where the node's own tools would show it:
     gpu-lost NODE GPU            the GPU gone from the node's PCI bus (its hardware tree)
     pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
     firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)
+    ecc NODE GPU COUNT           COUNT uncorrectable ECC errors on the GPU since its driver loaded
+                                 (what the node's nvidia-smi stand-in reports, nvidia_smi.py)
+    nvlink-down NODE GPU LINK    one of the GPU's NVLinks down (nvidia-smi nvlink --status: <inactive>)
+    xid NODE GPU CODE            the NVIDIA driver's Xid CODE for the GPU in the node's kernel log
+                                 (its dmesg stand-in), the line's text copied from a real log
 
 A fault outlives the node's reboots, as a pulled cable or a flashed NIC does; with --transient
-(gpu-lost and pcie-degraded only) the node's next boot clears it, as a reboot brings back a GPU
+(gpu-lost, pcie-degraded, ecc, nvlink-down and xid) the node's next boot clears it, as a reboot brings back a GPU
 that fell off the bus (Xid 79) or retrains a PCIe link more often than not. The repair loop's
 rehearsal (`railyard verify --repair`) needs both.
 
@@ -34,18 +39,20 @@ from railyard import paths
 from railyard.drivers.lab import names, subnet
 from railyard.drivers.lab.node.config import node_dir
 from railyard.drivers.lab.errors import LabError
+from railyard.drivers.lab.hwtree import DMESG, NVIDIA_STATE
 from railyard.model.fabric.subnet import End, hca_name
 
 if TYPE_CHECKING:
     from railyard.model.plan import NodePlan, Plan
 
-KINDS = ("cable-swap", "link-down", "link-width", "gpu-lost", "pcie-degraded", "firmware")
+KINDS = ("cable-swap", "link-down", "link-width", "gpu-lost", "pcie-degraded", "firmware", "ecc", "nvlink-down", "xid")
 ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE", "DEV"), "link-width": ("NODE", "DEV", "WIDTH"),
-        "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION")}
+        "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION"),
+        "ecc": ("NODE", "GPU", "COUNT"), "nvlink-down": ("NODE", "GPU", "LINK"), "xid": ("NODE", "GPU", "CODE")}
 JOURNAL = "faults.json"
 # Faults of the node's own hardware tree that a boot may clear; the others change what outlives
 # the node's boot (the subnet's cables, a NIC's flash).
-TRANSIENT = ("gpu-lost", "pcie-degraded")
+TRANSIENT = ("gpu-lost", "pcie-degraded", "ecc", "nvlink-down", "xid")
 
 
 class FaultError(LabError):
@@ -119,6 +126,30 @@ class _Fault:
         path.write_text(text + "\n")
         os.chmod(path, 0o444)
 
+    def add_line(self, path: Path, line: str) -> None:
+        """One line appended; its undo takes out that line alone, so faults clear in any order
+        (a boot clears the transient ones and keeps the others' lines)."""
+        old = path.read_text() if path.exists() else ""
+        self.undo.append({"op": "line", "path": str(path), "line": line})
+        if path.exists():
+            os.chmod(path, 0o644)
+        path.write_text(old + line + "\n")
+        os.chmod(path, 0o444)
+
+    def gpu_state(self, gpu: str) -> Path:
+        """The GPU's state as its driver holds it (hwtree.NVIDIA_STATE), made where missing; no
+        such directory is in the tree as built."""
+        d = self.device_dir(gpu)
+        if not ((d / "class").read_text().strip().startswith("0x03")):
+            raise FaultError(f"{self.node.name}'s {gpu} is not a GPU")
+        state = self.tree / NVIDIA_STATE / d.name
+        for p in (state.parent, state):
+            p.mkdir(exist_ok=True)
+            # Always: the tree as built has none of these, and the last fault undone (whichever it
+            # is) removes them once they are empty.
+            self.undo.append({"op": "dir", "path": str(p)})
+        return state
+
     def move_away(self, path: Path) -> None:
         hold = paths.lab_dir(self.stack) / "faults" / f"{len(_journal(self.stack))}-{len(self.undo)}"
         hold.parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +181,34 @@ class _Fault:
         port = self.tree / "sys" / "class" / "infiniband" / rdma / "ports" / "1"
         for name, text in PORT_DOWN.items():
             self.write(Path(os.path.realpath(port)) / name, text)
+
+
+def xid_codes() -> dict[int, str]:
+    """Each Xid code a real kernel log kept as a fixture shows, and the text after its code on the
+    first such line (railyard/data/fixtures/gpu/SOURCES.md): what an `xid` fault writes."""
+    from railyard.model.catalog import FIXTURES_DIR
+    from railyard.model.gpu_health import parse_xids
+
+    out: dict[int, str] = {}
+    for log in sorted((FIXTURES_DIR / "gpu").glob("*.txt")):
+        for x in parse_xids(log.read_text()):
+            out.setdefault(x.code, x.detail)
+    return out
+
+
+def xid_detail(code: str) -> str:
+    known = xid_codes()
+    if not code.isdigit() or int(code) not in known:
+        raise FaultError(f"xid takes a code a kept real log shows ({', '.join(map(str, sorted(known)))}), "
+                         f"not {code!r}: the line's text is copied from it")
+    return known[int(code)]
+
+
+def dmesg_stamp() -> str:
+    """dmesg's time stamp: seconds since the (shared) kernel booted, as `[ 1843.308145]`."""
+    with open("/proc/uptime", encoding="ascii") as fh:
+        up = float(fh.read().split()[0])
+    return f"[{int(up):5d}.{int(up % 1 * 1e6):06d}]"
 
 
 def _peer(stack: str, node: str, netdev: str) -> tuple[str, str]:
@@ -214,6 +273,25 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
                 raise FaultError(f"{node}'s {target[1]} shows no PCIe link (its SKU gives none)")
             f.write(d / "current_link_width", target[2])
             said = f"{node}: {target[1]} ({d.name}) PCIe link trained at x{target[2]}"
+        elif kind == "ecc":
+            if not target[2].isdigit() or int(target[2]) < 1:
+                raise FaultError(f"ecc takes a count of errors, not {target[2]!r}")
+            f.write(f.gpu_state(target[1]) / "ecc_volatile_uncorrectable", target[2])
+            said = f"{node}: {target[1]} has {target[2]} uncorrectable ECC error(s)"
+        elif kind == "nvlink-down":
+            manifest = json.loads((f.tree / "railyard-hwtree.json").read_text())
+            links = int((manifest.get("nvidia_smi") or {}).get("nvlinks") or 0)
+            if not target[2].isdigit() or int(target[2]) >= links:
+                raise FaultError(f"nvlink-down takes a link of the GPU's {links} (0 to {links - 1}), not {target[2]!r}"
+                                 if links else f"{node}'s SKU gives its GPUs no NVLinks")
+            f.add_line(f.gpu_state(target[1]) / "nvlinks_down", str(int(target[2])))
+            said = f"{node}: {target[1]}'s NVLink {target[2]} down"
+        elif kind == "xid":
+            d = f.device_dir(target[1])
+            f.gpu_state(target[1])  # refuses a device that is not a GPU
+            line = f"NVRM: Xid (PCI:{d.name.rsplit('.', 1)[0]}): {target[2]}, {xid_detail(target[2])}"
+            f.add_line(f.tree / DMESG, f"{dmesg_stamp()} {line}")
+            said = f"{node}: {target[1]} threw Xid {target[2]}"
         else:  # firmware
             d = f.device_dir(target[1])
             rdma = f.rdma(target[1])
@@ -278,6 +356,23 @@ def _undo(records: list[dict[str, Any]]) -> None:
                 os.rename(r["held"], r["path"])
         elif op == "link":
             subprocess.run(["ip", "-n", r["netns"], "link", "set", "dev", r["dev"], "up"], check=False)
+        elif op == "line":
+            p = Path(r["path"])
+            lines = p.read_text().splitlines() if p.exists() else []
+            if r["line"] in lines:
+                del lines[len(lines) - 1 - lines[::-1].index(r["line"])]
+            if p.exists():
+                os.chmod(p, 0o644)
+                if lines:
+                    p.write_text("".join(x + "\n" for x in lines))
+                    os.chmod(p, 0o444)
+                else:
+                    p.unlink()
+        elif op == "dir":
+            try:
+                os.rmdir(r["path"])
+            except OSError:  # gone already, or another fault's files are still in it
+                pass
         else:
             raise FaultError(f"unknown undo record {op!r}")
 

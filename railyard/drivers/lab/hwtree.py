@@ -20,6 +20,8 @@ reads and writes exactly what it would on the machine:
     sys/block/nvme<i>n1/size            the SKU's NVMe drives
     proc/cmdline  proc/meminfo  proc/cpuinfo  proc/irq/<n>/smp_affinity_list  proc/irq/default_smp_affinity
     railyard-hwtree.json                 what was derived rather than read from the catalog
+    nvidia/<bdf>/*                       a GPU's state as its driver holds it (faults write it)
+    dmesg                                the node's kernel messages, as dmesg prints them (faults write it)
 
 Every value comes from the catalog. What the catalog does not know is either left out (as the
 kernel leaves out sriov_* on a function without SR-IOV) or shown the way the kernel shows it
@@ -57,13 +59,19 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from railyard.model.catalog import NicSpec, NodeSku
+from railyard.model.catalog import NicSpec, NodeSku, gpu_tools
+from railyard.model.health_check import expect_of
 from railyard.model.pci_layout import Function, layout, netdev_name
 from railyard.model.sysfs_discovery import cpumask, format_cpulist, natural_key as _natural
 
 MSI_VECTORS = 4
 FIRST_IRQ = 100
 MANIFEST = "railyard-hwtree.json"
+# The GPUs' own state, which on a real node only the NVIDIA driver holds (nvidia_smi.py reads it,
+# `railyard lab fault` writes it).
+NVIDIA_STATE = "nvidia"
+# The node's own kernel messages (its dmesg stand-in prints them; faults write an Xid there).
+DMESG = "dmesg"
 # What the kernel shows for any PCI-to-PCI bridge (root ports and switch ports alike): base class
 # 0x06 (bridge), subclass 0x04 (PCI-to-PCI). A catalog "root_port" or "switch" is one by definition.
 PCI_BRIDGE_CLASS = "0x060400"
@@ -96,10 +104,11 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
         parts = {p.name for p in root.iterdir()}
         if parts and not replace:
             raise FileExistsError(f"{root} is not empty (pass replace=True to rebuild the hardware tree)")
-        for name in ("sys", "proc"):
+        for name in ("sys", "proc", NVIDIA_STATE):
             if (root / name).is_dir() and not (root / name).is_symlink():
                 shutil.rmtree(root / name)
         (root / MANIFEST).unlink(missing_ok=True)
+        (root / DMESG).unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     lay = layout(sku)
     w = _Writer(root)
@@ -175,11 +184,24 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
         "ib_rates": dict(sorted(rates.items())),
         "nvme": nvme,
         "nic_firmware": nic_firmware,
+        "nvidia_smi": _nvidia_smi(sku),
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     if nic_firmware is not None:
         set_nic_firmware(root, nic_firmware)
     return manifest
+
+
+def _nvidia_smi(sku: NodeSku) -> dict[str, Any] | None:
+    """What the node's nvidia-smi stand-in (nvidia_smi.py) prints that the tree does not hold: the
+    GPU's name as the tool prints it and its NVLinks (count from the SKU, speed from real output);
+    None for a SKU without GPUs."""
+    if not sku.gpus:
+        return None
+    first = sku.gpus[0]
+    tools = gpu_tools().get((first.pci_device or "").lower(), {})
+    return {"product_name": tools.get("product_name") or first.model, "nvlink": tools.get("nvlink"),
+            "nvlinks": expect_of(sku).nvlinks_per_gpu}
 
 
 def set_link_speed(root: str | Path, sku: NodeSku, gbps: int) -> list[str]:

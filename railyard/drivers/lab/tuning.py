@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from railyard.drivers import Reboot, SubnetReading, TuningHooks
 from railyard.drivers.lab.node import HW_TREE
+from railyard.drivers.lab.node.config import NODE_PATH
 
 if TYPE_CHECKING:
     from railyard.model.spec import Spec
@@ -29,7 +30,9 @@ SLURM_VARS = {"slurm_service_manager": "direct", "slurm_install_packages": False
               "slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugin": "task/none",
               "slurm_cgroup_plugin": "cgroup/v1", "slurm_slurmd_parameters": "config_overrides",
               # No GPU driver makes /dev/nvidia<N> in a node: empty files in its own /run/railyard stand in.
-              "slurm_gpu_device_prefix": "/run/railyard/nvidia", "slurm_gpu_stand_ins": True}
+              "slurm_gpu_device_prefix": "/run/railyard/nvidia", "slurm_gpu_stand_ins": True,
+              # The node's stand-ins for the GPU tools (/run/railyard/bin), first, as on its PATH.
+              "slurm_health_check_path": NODE_PATH}
 
 
 def tuning_vars() -> dict[str, Any]:

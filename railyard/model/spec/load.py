@@ -29,7 +29,7 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, DEFAULT_SWITCH_BY_SPEED, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_HEALTH_CHECK_INTERVAL, SLURM_HEALTH_CHECK_STATES, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -687,9 +687,25 @@ class _Parser(ConfigReader, CrossFieldRules):
             self.problem(f"{path}.partition", _show(partition), what)
             partition = None
         wait = self.integer(sm, "maxSwitchWait", f"{path}.maxSwitchWait", default=SLURM_MAX_SWITCH_WAIT, minimum=0)
-        if controller is None or cluster is None or partition is None or wait is None:
+        interval = self.integer(sm, "healthCheckInterval", f"{path}.healthCheckInterval",
+                                default=SLURM_HEALTH_CHECK_INTERVAL, minimum=0, maximum=86400)
+        what = f"Slurm's HealthCheckNodeState: one or more of {', '.join(SLURM_HEALTH_CHECK_STATES)}, comma-separated"
+        states = self.string(sm, "healthCheckNodeState", f"{path}.healthCheckNodeState", default="ANY", what=what)
+        if states is not None:
+            words = [w.strip().upper() for w in states.split(",")]
+            bad = [w for w in words if w not in SLURM_HEALTH_CHECK_STATES]
+            if bad or not words or words == ["CYCLE"]:
+                hint = "CYCLE goes with a state, e.g. ANY,CYCLE" if words == ["CYCLE"] else \
+                    _did_you_mean(bad[0], SLURM_HEALTH_CHECK_STATES, "") if bad else ""
+                self.problem(f"{path}.healthCheckNodeState", _show(states), what, hint)
+                states = None
+            else:
+                states = ",".join(words)
+        if controller is None or cluster is None or partition is None or wait is None or interval is None \
+                or states is None:
             return None
-        return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait)
+        return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait,
+                         health_check_interval=interval, health_check_node_state=states)
 
     # --- acceptance -----------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tuning.sriov": ("vfsPerPf",),
     "tuning.affinity": ("policy",),
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
-    "slurm": ("controller", "clusterName", "partition", "maxSwitchWait"),
+    "slurm": ("controller", "clusterName", "partition", "maxSwitchWait", "healthCheckInterval", "healthCheckNodeState"),
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
@@ -266,6 +266,10 @@ class KubernetesSpec:
 
 # Slurm's own default for how long a job asking for --switches waits for that many switches.
 SLURM_MAX_SWITCH_WAIT = 300
+# slurmd's health check every five minutes, as LBNL's NHC suggests for its own, on nodes in any state.
+SLURM_HEALTH_CHECK_INTERVAL = 300
+# HealthCheckNodeState's words (slurm.conf(5)); CYCLE spreads the runs over the interval.
+SLURM_HEALTH_CHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,9 @@ class SlurmSpec:
     cluster_name: str
     partition: str = "gpu"
     max_switch_wait: int = SLURM_MAX_SWITCH_WAIT
+    health_check_interval: int = SLURM_HEALTH_CHECK_INTERVAL
+    """Seconds between slurmd's runs of Railyard's health check on each node; 0: no health check."""
+    health_check_node_state: str = "ANY"
 
 
 ON_DRIFT = ("fail", "skip-node")

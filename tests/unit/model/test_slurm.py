@@ -152,8 +152,14 @@ def render(template: str, plan, **more) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(role / "templates")), trim_blocks=True,
                              undefined=jinja2.StrictUndefined)
     defaults = yaml.safe_load((role / "defaults/main.yml").read_text())
-    internal = {k: v for k, v in yaml.safe_load((role / "vars/main.yml").read_text()).items()
-                if isinstance(v, str) and "{{" not in v}
+    internal = {}
+    for k, v in yaml.safe_load((role / "vars/main.yml").read_text()).items():
+        if not isinstance(v, str):
+            continue
+        try:  # a variable made of the defaults alone (a path under a default directory) is rendered
+            internal[k] = env.from_string(v).render(**defaults) if "{{" in v else v
+        except (jinja2.UndefinedError, jinja2.TemplateRuntimeError):  # Ansible's own filters and tests
+            pass
     return env.get_template(template).render(**{**defaults, **internal, "slurm_cluster": plan.slurm.to_json(),
                                                 "slurm_controller": "gpu-0", "slurm_controller_address": "198.18.0.2",
                                                 "__slurm_ctld_host": {"stdout": "dgx-a01"},
@@ -177,3 +183,27 @@ def test_each_group_of_nodes_gets_its_own_counts_and_gpus_their_files():
     assert "NodeName=gpu-[0-1] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in gres
     topo = render("topology.conf.j2", plan).splitlines()
     assert "SwitchName=spine Switches=gpu-su0,oem-su0" in topo
+
+
+def test_slurmds_health_check_is_on_by_default_named_in_slurm_conf_and_each_node_gets_its_skus_expectation():
+    from railyard.tuning.vars import host_vars
+
+    plan = plan_of(config())
+    conf = render("slurm.conf.j2", plan)
+    assert "HealthCheckProgram=/var/lib/railyard/health-check/railyard-health-check" in conf
+    assert "HealthCheckInterval=300" in conf and "HealthCheckNodeState=ANY" in conf
+    assert host_vars(plan.spec, plan, "gpu-1")["slurm_health_check_expect"] == {
+        "gpus": 8, "vendor": "0x10de", "device": "0x2330", "nvlinks_per_gpu": 18}
+
+    off = plan_of(config(slurm={"healthCheckInterval": 0}))
+    assert "HealthCheck" not in render("slurm.conf.j2", off)
+    assert "slurm_health_check_expect" not in host_vars(off.spec, off, "gpu-1")  # the role removes the program
+    cycled = plan_of(config(slurm={"healthCheckInterval": 600, "healthCheckNodeState": "idle, cycle"}))
+    assert "HealthCheckInterval=600\nHealthCheckNodeState=IDLE,CYCLE\n" in render("slurm.conf.j2", cycled)
+
+
+def test_bad_health_check_keys_are_named():
+    found = problems(config(slurm={"healthCheckInterval": -5, "healthCheckNodeState": "IDEL"}))
+    assert set(found) == {"railyard:slurm.healthCheckInterval", "railyard:slurm.healthCheckNodeState"}
+    assert "did you mean IDLE?" in found["railyard:slurm.healthCheckNodeState"]
+    assert "ANY,CYCLE" in problems(config(slurm={"healthCheckNodeState": "CYCLE"}))["railyard:slurm.healthCheckNodeState"]

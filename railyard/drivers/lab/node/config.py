@@ -24,6 +24,10 @@ from railyard.drivers.lab.routers import HOST_SIDE
 # directory, one above this package.
 LAB_DIR = Path(__file__).resolve().parent.parent
 SHIM_SCRIPT = LAB_DIR / "lab-shim.sh"
+# The node's nvidia-smi: it answers from the node's hardware tree (a lab node has no GPU or driver).
+NVIDIA_SMI_SCRIPT = LAB_DIR / "nvidia_smi.py"
+# Its dmesg: the node's own kernel messages (the machine's ring buffer is not the node's).
+DMESG_SCRIPT = LAB_DIR / "dmesg.sh"
 
 NODE_PATH = "/run/railyard/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMMED = (
@@ -267,6 +271,8 @@ def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(".lab-shim")
+    _write_if_changed(bin_dir / "nvidia-smi", NVIDIA_SMI_SCRIPT.read_text(), 0o755)
+    _write_if_changed(bin_dir / "dmesg", DMESG_SCRIPT.read_text(), 0o755)
     hostkey = etc / "ssh" / "ssh_host_ed25519_key"
     if not hostkey.exists() or not hostkey.with_suffix(".pub").exists():
         hostkey.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+../../../../../railyard/model/gpu_health.py

@@ -1,0 +1,1 @@
+../../../../../railyard/model/health_check.py

@@ -1,0 +1,1 @@
+../../../../../railyard/model/node_health.py

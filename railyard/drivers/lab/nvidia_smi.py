@@ -1,0 +1,206 @@
+#!/usr/bin/python3 -I
+"""A lab node's stand-in for `nvidia-smi` (standard library only; the node runs this file as
+/run/railyard/bin/nvidia-smi, first on its PATH). A lab node has no GPU and no NVIDIA driver; this
+answers the two queries Railyard's health check runs, from the node's hardware tree
+(/run/railyard/hw), in the formats of real output kept as fixtures (railyard/data/fixtures/gpu):
+
+    nvidia-smi -q -x            nvidia_smi_log as the v12 DTD's XML (the A100 fixture's element
+                                names, order and indentation), one <gpu> per NVIDIA GPU function
+                                on the tree's PCI bus, in bus order
+    nvidia-smi nvlink --status  per GPU its links, as the H100 and GB200 fixtures print them
+                                (-s, and -i INDEX, as the real tool takes them)
+
+It prints a subset of the real tool's fields, never one the real tool lacks: the GPU's names and
+PCI identity, its PCIe link (the tree's current and maximum speed and width), ECC mode and counts,
+page retirement, clock-event reasons. No driver or CUDA version is printed (there is none), and no
+temperatures, clocks, memory or processes. Values the tree cannot give are derived and say so:
+the UUID (a name-based UUID of the node and bus address), the product name and NVLink speed (from
+railyard/data/catalog/gpu_tools.yaml, written into the tree's manifest as `nvidia_smi`).
+
+The GPU's own state, which on a real node only its driver holds, is files in the tree that
+`railyard lab fault` writes and a reboot may clear (faults.py):
+
+    nvidia/<bus id>/ecc_volatile_uncorrectable   uncorrectable ECC errors since the driver loaded
+    nvidia/<bus id>/nvlinks_down                 the links that are down, one a line
+
+A GPU taken off the bus (`railyard lab fault gpu-lost`) is missing here as on a real node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from typing import Any
+
+HW = "/run/railyard/hw"
+GPU_CLASSES = ("0x0300", "0x0302")
+NVIDIA = "0x10de"
+# PCIe generation by link speed, as nvidia-smi reports <current_link_gen>.
+GENERATIONS = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
+CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
+                       "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting")
+USAGE = ("nvidia-smi: this is a lab node's stand-in (railyard/drivers/lab/nvidia_smi.py); it answers `-q -x` and "
+         "`nvlink --status [-i INDEX]` only\n")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def gpus(hw: str = HW) -> list[dict[str, Any]]:
+    """The NVIDIA GPUs on the tree's PCI bus, in bus order, each with its state files read."""
+    devices = os.path.join(hw, "sys", "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(devices))
+    except OSError:
+        return []
+    out = []
+    for bdf in names:
+        d = os.path.join(devices, bdf)
+        if _read(os.path.join(d, "vendor")) != NVIDIA or not (_read(os.path.join(d, "class")) or "").startswith(GPU_CLASSES):
+            continue
+        state = os.path.join(hw, "nvidia", bdf)
+        down = _read(os.path.join(state, "nvlinks_down")) or ""
+        out.append({
+            "bdf": bdf,
+            "device": _read(os.path.join(d, "device")) or "",
+            "link": {k: _read(os.path.join(d, k)) for k in ("current_link_speed", "max_link_speed",
+                                                           "current_link_width", "max_link_width")},
+            "ecc": int(_read(os.path.join(state, "ecc_volatile_uncorrectable")) or 0),
+            "nvlinks_down": {int(x) for x in down.split() if x.isdigit()},
+        })
+    return out
+
+
+def _manifest(hw: str) -> dict[str, Any]:
+    text = _read(os.path.join(hw, "railyard-hwtree.json"))
+    return json.loads(text).get("nvidia_smi", {}) if text else {}
+
+
+def _bus_id(bdf: str) -> str:
+    """nvidia-smi's form: an 8-digit domain (0000:18:00.0 -> 00000000:18:00.0), upper case."""
+    domain, rest = bdf.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def _uuid(bdf: str) -> str:
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'railyard-lab://{socket.gethostname()}/{bdf}')}"
+
+
+def _gen(speed: str | None) -> str:
+    gen = GENERATIONS.get((speed or "").split(" ", 1)[0])
+    return str(gen) if gen else "N/A"
+
+
+def _width(width: str | None) -> str:
+    return f"{width}x" if width else "N/A"
+
+
+def query_xml(hw: str = HW) -> str:
+    info = _manifest(hw)
+    found = gpus(hw)
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
+             "<nvidia_smi_log>", f"    <timestamp>{time.strftime('%a %b %e %H:%M:%S %Y')}</timestamp>",
+             f"    <attached_gpus>{len(found)}</attached_gpus>"]
+    for index, g in enumerate(found):
+        bus = _bus_id(g["bdf"])
+        domain, b, rest = bus.split(":")
+        device_id = f"{g['device'][2:].upper()}{NVIDIA[2:].upper()}" if g["device"].startswith("0x") else "N/A"
+        link = g["link"]
+        lines += [
+            f'    <gpu id="{bus}">',
+            f"        <product_name>{info.get('product_name', 'N/A')}</product_name>",
+            "        <product_brand>NVIDIA</product_brand>",
+            f"        <uuid>{_uuid(g['bdf'])}</uuid>",
+            f"        <minor_number>{index}</minor_number>",
+            "        <pci>",
+            f"            <pci_bus>{b}</pci_bus>",
+            f"            <pci_device>{rest.split('.')[0]}</pci_device>",
+            f"            <pci_domain>{domain[-4:]}</pci_domain>",
+            f"            <pci_device_id>{device_id}</pci_device_id>",
+            f"            <pci_bus_id>{bus}</pci_bus_id>",
+            "            <pci_gpu_link_info>",
+            "                <pcie_gen>",
+            f"                    <max_link_gen>{_gen(link['max_link_speed'])}</max_link_gen>",
+            f"                    <current_link_gen>{_gen(link['current_link_speed'])}</current_link_gen>",
+            "                </pcie_gen>",
+            "                <link_widths>",
+            f"                    <max_link_width>{_width(link['max_link_width'])}</max_link_width>",
+            f"                    <current_link_width>{_width(link['current_link_width'])}</current_link_width>",
+            "                </link_widths>",
+            "            </pci_gpu_link_info>",
+            "        </pci>",
+            "        <clocks_event_reasons>",
+            *[f"            <clocks_event_reason_{r}>Not Active</clocks_event_reason_{r}>" for r in CLOCK_EVENT_REASONS],
+            "        </clocks_event_reasons>",
+            "        <ecc_mode>",
+            "            <current_ecc>Enabled</current_ecc>",
+            "            <pending_ecc>Enabled</pending_ecc>",
+            "        </ecc_mode>",
+            "        <ecc_errors>",
+            "            <volatile>",
+            "                <sram_correctable>0</sram_correctable>",
+            f"                <sram_uncorrectable>{g['ecc']}</sram_uncorrectable>",
+            "                <dram_correctable>0</dram_correctable>",
+            "                <dram_uncorrectable>0</dram_uncorrectable>",
+            "            </volatile>",
+            "            <aggregate>",
+            "                <sram_correctable>0</sram_correctable>",
+            f"                <sram_uncorrectable>{g['ecc']}</sram_uncorrectable>",
+            "                <dram_correctable>0</dram_correctable>",
+            "                <dram_uncorrectable>0</dram_uncorrectable>",
+            "            </aggregate>",
+            "        </ecc_errors>",
+            "        <retired_pages>",
+            "            <pending_blacklist>N/A</pending_blacklist>",
+            "            <pending_retirement>N/A</pending_retirement>",
+            "        </retired_pages>",
+            "    </gpu>",
+        ]
+    lines.append("</nvidia_smi_log>")
+    return "\n".join(lines) + "\n"
+
+
+def nvlink_status(hw: str = HW, only: int | None = None) -> str:
+    info = _manifest(hw)
+    speed, count = info.get("nvlink"), int(info.get("nvlinks") or 0)
+    if not speed or not count:
+        return ""  # no real output of this GPU's links is kept: nothing rather than an invented speed
+    out = []
+    for index, g in enumerate(gpus(hw)):
+        if only is not None and index != only:
+            continue
+        out.append(f"GPU {index}: {info.get('product_name', 'N/A')} (UUID: {_uuid(g['bdf'])})")
+        out += [f"         Link {n}: {'<inactive>' if n in g['nvlinks_down'] else speed}" for n in range(count)]
+    return "".join(line + "\n" for line in out)
+
+
+def main(argv: list[str], hw: str = HW) -> int:
+    if not gpus(hw):
+        sys.stdout.write("No devices were found\n")
+        return 6
+    args = [a for a in argv if a]
+    if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-q", "--xml-format"], ["--query", "-x"]):
+        sys.stdout.write(query_xml(hw))
+        return 0
+    if args[:1] == ["nvlink"] and ("--status" in args or "-s" in args):
+        only = None
+        for flag in ("-i", "--id"):
+            if flag in args and args.index(flag) + 1 < len(args) and args[args.index(flag) + 1].isdigit():
+                only = int(args[args.index(flag) + 1])
+        sys.stdout.write(nvlink_status(hw, only))
+        return 0
+    sys.stderr.write(USAGE)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

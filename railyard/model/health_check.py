@@ -1,0 +1,204 @@
+"""One node's quick GPU health check: what runs on the node, and how its output is judged (issue 41).
+
+Two callers run the same code:
+
+- `railyard verify` runs HEALTH_SCRIPT on every node over SSH and judges each node's sections with
+  `judge` against `expect_of(its SKU)` (railyard.verify);
+- slurmd runs `slurmd_check` on each node as its `HealthCheckProgram` (the slurm role installs
+  this module with the ones it imports): the node checks itself with no controller in the loop,
+  and a finding drains it through Slurm with the finding as the reason (`decide`).
+
+A tool that is missing is `not run`, never a pass: it drains nothing and returns nothing to
+service.
+
+Standard library only, with railyard.model.gpu_health and railyard.model.node_health, so a node
+runs it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+try:
+    from railyard.model import gpu_health as gh
+    from railyard.model import node_health
+except ImportError:  # installed on a node beside its own copies (the slurm role)
+    import gpu_health as gh  # type: ignore[no-redef,import-not-found]
+    import node_health  # type: ignore[no-redef,import-not-found]
+
+# What runs on a node, in one shell: each tool's output under a marker line, or that it is missing.
+# The kernel's log is read only where the NVIDIA driver is (nvidia-smi is): a node without it has
+# no Xid to show. $1 is dcgmi diag's run level.
+HEALTH_SCRIPT = r"""
+section() { printf '\n@@railyard %s\n' "$1"; }
+if command -v nvidia-smi >/dev/null 2>&1; then
+  section nvidia-smi; nvidia-smi -q -x 2>&1
+  section nvlink; nvidia-smi nvlink --status 2>&1
+  section kernel-log; dmesg 2>&1 || journalctl -k -b --no-pager 2>&1
+else
+  section nvidia-smi-missing
+fi
+if command -v dcgmi >/dev/null 2>&1; then
+  section dcgmi; dcgmi diag -r "$1" -j 2>&1
+else
+  section dcgmi-missing
+fi
+"""
+SECTION = "@@railyard "
+
+# The drain reason of slurmd's health check: Railyard's (node_health.PREFIX), and its own, so the
+# check returns to service only the nodes it drained itself, never the repair loop's or a person's.
+SLURMD_PREFIX = f"{node_health.PREFIX} health check:"
+# Where the slurm role puts the check's settings (the node's Expect, its name, the tools' PATH).
+CONFIG = "/etc/railyard/health-check.json"
+# The tools' PATH where the settings give none: slurmd runs the program with an empty environment.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOOLS_TIMEOUT_S = 120
+SCONTROL_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the plan promises a node's GPU tools show: its SKU's GPU count, their PCI ids and
+    NVLinks per GPU. Small and plain, so a node's settings file carries it."""
+
+    gpus: int
+    vendor: str | None = None
+    device: str | None = None
+    nvlinks_per_gpu: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "vendor": self.vendor, "device": self.device,
+                "nvlinks_per_gpu": self.nvlinks_per_gpu}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Expect:
+        return cls(int(d["gpus"]), d.get("vendor"), d.get("device"), d.get("nvlinks_per_gpu"))
+
+
+def expect_of(sku: Any) -> Expect:
+    """A catalog SKU's Expect (duck-typed: this module may not import the catalog's YAML reader)."""
+    first = sku.gpus[0] if sku.gpus else None
+    nvlinks = int(sku.nvlink_class[2:]) if sku.nvlink_class and sku.nvlink_class[2:].isdigit() else None
+    return Expect(len(sku.gpus), first.pci_vendor if first else None, first.pci_device if first else None, nvlinks)
+
+
+def split_sections(stdout: str) -> dict[str, str]:
+    """HEALTH_SCRIPT's output by section name."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(SECTION):
+            current = line[len(SECTION):].strip()
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line
+    return sections
+
+
+def judge(sections: Mapping[str, str], expect: Expect) -> tuple[list[gh.HealthFinding], list[str], bool]:
+    """A node's sections against its Expect: findings, why each check that could not run did not
+    (never a pass), and whether any check ran."""
+    found: list[gh.HealthFinding] = []
+    not_run: list[str] = []
+    if "nvidia-smi" in sections:
+        try:
+            log = gh.parse_nvidia_smi(sections["nvidia-smi"])
+        except ValueError as exc:
+            not_run.append(f"nvidia-smi: {exc}")
+        else:
+            found += gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device))
+        links = gh.parse_nvlink_status(sections.get("nvlink", ""))
+        if expect.nvlinks_per_gpu and links:
+            found += gh.judge_nvlink(links, per_gpu=expect.nvlinks_per_gpu)
+        found += gh.judge_kernel_log(sections.get("kernel-log", ""))
+    else:
+        not_run.append("nvidia-smi missing")
+    if "dcgmi" in sections:
+        found += gh.judge_dcgm(gh.parse_dcgm_diag(sections["dcgmi"]))
+    else:
+        not_run.append("dcgmi missing")
+    return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections
+
+
+# --- slurmd's HealthCheckProgram ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Action:
+    """What the check does to its node in Slurm: "drain" (with reason), "resume", or None (why says)."""
+
+    verb: str | None
+    reason: str | None
+    why: str
+
+
+def decide(findings: Sequence[str], ran: bool, held: node_health.Held) -> Action:
+    """The check's verdict on its node, given its findings' messages and how Slurm holds it now.
+
+    - a finding drains a node in service, with the first finding as the reason;
+    - a node the check drained earlier and now finds clean is returned to service;
+    - a node drained by anyone else (a person, the repair loop, acceptance, Slurm itself) keeps its
+      state and reason: the check neither drains it again nor returns it;
+    - a check that could not run changes nothing."""
+    why = held.reason or ""
+    ours = held.out and why.startswith(SLURMD_PREFIX)
+    if held.out and not ours:
+        return Action(None, None, f"left as it is: out of service already ({why or 'no reason'})")
+    if not ran:
+        return Action(None, None, "no check ran")
+    if findings:
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        text = node_health.reason(f"health check: {findings[0]}{more}")
+        if ours and why == text:
+            return Action(None, None, "drained already for this finding")
+        return Action("drain", text, "found faulty")
+    if ours:
+        return Action("resume", None, "found healthy again")
+    return Action(None, None, "healthy")
+
+
+def _run(argv: list[str], env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=dict(env), timeout=timeout, check=False)
+
+
+def slurmd_check(config: str = CONFIG) -> int:
+    """slurmd's HealthCheckProgram: check this node, drain or return it in Slurm (`decide`), and
+    say what was found on stdout. Exits 1 with a finding (slurmd logs a failed check), 0 otherwise."""
+    with open(config, encoding="utf-8") as fh:
+        settings = json.load(fh)
+    expect = Expect.from_json(settings["expect"])
+    node = os.environ.get("SLURMD_NODENAME") or settings["node"]
+    env = {"PATH": settings.get("path") or DEFAULT_PATH, "LC_ALL": "C"}
+    try:
+        tools = _run(["sh", "-c", HEALTH_SCRIPT, "health", str(settings.get("dcgm_level", 1))], env, TOOLS_TIMEOUT_S)
+        out = tools.stdout
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        print(f"{node}: the GPU tools did not finish in {TOOLS_TIMEOUT_S} s")
+    findings, not_run, ran = judge(split_sections(out), expect)
+    for f in findings:
+        print(f"{node}: {f.kind}: {f.message}")
+    for why in not_run:
+        print(f"{node}: not run: {why}")
+    sinfo = _run(["sh", "-c", f"{node_health.SINFO} --nodes {node}"], env, SCONTROL_TIMEOUT_S)
+    held = node_health.parse_sinfo(sinfo.stdout).get(node)
+    if sinfo.returncode != 0 or held is None:
+        print(f"{node}: Slurm's view of the node not read: {(sinfo.stderr.strip() or 'no output').splitlines()[-1]}")
+        return 1 if findings else 0
+    action = decide([f.message for f in findings], ran, held)
+    if action.verb == "drain":
+        argv = ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={action.reason}"]
+    elif action.verb == "resume":
+        argv = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+    else:
+        print(f"{node}: {action.why}")
+        return 1 if findings else 0
+    done = _run(argv, env, SCONTROL_TIMEOUT_S)
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    print(f"{node}: {action.verb} ({action.why})" + ("" if done.returncode == 0 else f": scontrol exited "
+                                                      f"{done.returncode}: {said[-1] if said else 'no output'}"))
+    return 1 if findings else 0

@@ -1,0 +1,180 @@
+"""The lab node's nvidia-smi stand-in (railyard/drivers/lab/nvidia_smi.py) against the real tool's
+output kept as fixtures: it prints no element and no line shape the real tool lacks, the health
+judges read it as they read the real thing, and the GPU state `railyard lab fault` writes shows in
+it as the real tool would show it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from railyard.drivers.lab import hwtree, nvidia_smi
+from railyard.model import gpu_health as gh
+from railyard.model.catalog import load_catalog
+from railyard.model.health_check import expect_of
+
+ROOT = Path(__file__).resolve().parents[4]
+GPU = ROOT / "railyard" / "data" / "fixtures" / "gpu"
+CATALOG = load_catalog()
+
+
+def paths(e: ET.Element, prefix: str = "") -> set[str]:
+    here = f"{prefix}/{e.tag}"
+    return {here}.union(*(paths(c, here) for c in e))
+
+
+@pytest.fixture
+def h100(tmp_path):
+    hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tmp_path)
+    return tmp_path
+
+
+def query(hw: Path) -> str:
+    return nvidia_smi.query_xml(str(hw))
+
+
+def test_every_element_it_prints_is_one_the_real_tool_prints(h100):
+    real = paths(ET.parse(GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml").getroot())
+    ours = paths(ET.fromstring(query(h100)))
+    assert ours <= real, sorted(ours - real)
+    # and in the real file's header and indentation
+    head = query(h100).splitlines()
+    real_head = (GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml").read_text().splitlines()
+    assert head[:3] == real_head[:3]
+    assert re.fullmatch(r"    <timestamp>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}</timestamp>", head[3])
+
+
+def test_a_healthy_node_reads_as_its_sku_and_the_judges_find_nothing(h100):
+    sku = CATALOG.nodes["dgx-h100"]
+    log = gh.parse_nvidia_smi(query(h100))
+    assert log.attached_gpus == 8 and len(log.gpus) == 8
+    assert {g.product_name for g in log.gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert {g.vendor_device for g in log.gpus} == {("0x10de", "0x2330")}
+    expect = expect_of(sku)
+    assert gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device)) == []
+    links = gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(h100)))
+    assert len(links) == 8 and all(len(v) == 18 and set(v.values()) == {26.562} for v in links.values())
+    assert gh.judge_nvlink(links, per_gpu=18) == []
+
+
+def test_its_nvlink_lines_are_the_real_tools_lines(h100):
+    ours = nvidia_smi.nvlink_status(str(h100), only=0).splitlines()
+    real = (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text().splitlines()
+    assert ours[1:] == real[1:]  # every link line byte for byte; the header's UUID is the node's own
+    assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
+
+
+def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
+    bdfs = sorted(os.listdir(h100 / "sys/bus/pci/devices"))
+    gpus = [g["bdf"] for g in nvidia_smi.gpus(str(h100))]
+    assert len(gpus) == 8 and set(gpus) <= set(bdfs)
+    state = h100 / hwtree.NVIDIA_STATE / gpus[2]
+    state.mkdir(parents=True)
+    (state / "ecc_volatile_uncorrectable").write_text("3\n")
+    (state / "nvlinks_down").write_text("4\n17\n")
+    sku = CATALOG.nodes["dgx-h100"]
+    expect = expect_of(sku)
+    found = gh.judge_gpus(gh.parse_nvidia_smi(query(h100)), count=8, pci_id=(expect.vendor, expect.device))
+    assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "3")]
+    assert found[0].gpu == "00000000:" + gpus[2].split(":", 1)[1].upper()
+    down = gh.judge_nvlink(gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(h100))), per_gpu=18)
+    assert [(f.kind, f.gpu, f.found) for f in down] == [("nvlink-down", "GPU 2", "16")]
+    assert "(down: 4, 17)" in down[0].message
+
+
+def test_a_gpu_off_the_bus_is_missing_from_its_output(h100):
+    gpu = nvidia_smi.gpus(str(h100))[5]["bdf"]
+    (h100 / "sys/bus/pci/devices" / gpu).unlink()
+    log = gh.parse_nvidia_smi(query(h100))
+    found = gh.judge_gpus(log, count=8, pci_id=("0x10de", "0x2330"))
+    assert [(f.kind, f.found) for f in found] == [("gpu-count", "7")]
+
+
+def test_a_sku_whose_links_no_real_output_shows_gets_no_invented_speed(tmp_path):
+    # hgx-h200: no kept nvidia-smi output names its GPU or its NVLinks' speed.
+    hwtree.build_hwtree(CATALOG.nodes["hgx-h200"], tmp_path)
+    assert nvidia_smi.nvlink_status(str(tmp_path)) == ""
+    assert gh.parse_nvidia_smi(query(tmp_path)).gpus[0].product_name == CATALOG.nodes["hgx-h200"].gpus[0].model
+
+
+def test_the_program_runs_as_the_node_runs_it(h100, tmp_path):
+    # As /run/railyard/bin/nvidia-smi: its own interpreter line, the tree where the node binds it.
+    script = ROOT / "railyard" / "drivers" / "lab" / "nvidia_smi.py"
+    assert script.read_text().startswith("#!/usr/bin/python3 -I\n")
+    code = f"import runpy, sys; sys.argv = ['nvidia-smi'] + sys.argv[1:]; " \
+           f"m = runpy.run_path({str(script)!r}); sys.exit(m['main'](sys.argv[1:], {str(h100)!r}))"
+    ok = subprocess.run(["python3", "-I", "-c", code, "-q", "-x"], capture_output=True, text=True)
+    assert ok.returncode == 0 and len(gh.parse_nvidia_smi(ok.stdout).gpus) == 8
+    other = subprocess.run(["python3", "-I", "-c", code, "topo", "-m"], capture_output=True, text=True)
+    assert other.returncode == 2 and "stand-in" in other.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = subprocess.run(["python3", "-I", "-c", code.replace(str(h100), str(empty))], capture_output=True, text=True)
+    assert none.returncode == 6 and none.stdout == "No devices were found\n"
+
+
+def test_the_gpu_faults_show_in_its_output_and_clear_back_to_the_tree_as_built(tmp_path, monkeypatch):
+    from railyard.drivers.lab import faults
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.stack import load
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")  # two dgx-h100
+    tree = node_dir("tfault", "gpu-1") / "hwtree"
+    hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tree)
+    before = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+
+    said = faults.inject("tfault", plan, "ecc", ["gpu-1", "GPU3", "2"], transient=True)
+    assert said == "gpu-1: GPU3 has 2 uncorrectable ECC error(s) (transient: its next boot clears it)"
+    faults.inject("tfault", plan, "nvlink-down", ["gpu-1", "GPU3", "7"])
+    found = gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=("0x10de", "0x2330"))
+    assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "2")]
+    down = gh.judge_nvlink(gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(tree))), per_gpu=18)
+    assert [(f.gpu, f.found) for f in down] == [("GPU 3", "17")]
+
+    # The node's boot clears the transient one and keeps the other, as a reboot would.
+    assert faults.clear_at_boot("tfault", "gpu-1") == [said]
+    assert gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=("0x10de", "0x2330")) == []
+    assert faults.clear("tfault", plan) == ["gpu-1: GPU3's NVLink 7 down"]
+    assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*")) == before
+
+    for bad, why in ((["gpu-1", "mlx5_0", "2"], "not a GPU"), (["gpu-1", "GPU3", "0"], "a count of errors")):
+        with pytest.raises(faults.FaultError, match=why):
+            faults.inject("tfault", plan, "ecc", bad)
+    with pytest.raises(faults.FaultError, match="a link of the GPU's 18"):
+        faults.inject("tfault", plan, "nvlink-down", ["gpu-1", "GPU3", "18"])
+    assert faults.faults("tfault") == [] and sorted(str(p.relative_to(tree)) for p in tree.rglob("*")) == before
+
+
+def test_an_xid_is_a_real_logs_line_in_the_nodes_own_kernel_log_and_a_boot_clears_only_the_transient_one(
+        tmp_path, monkeypatch):
+    from railyard.drivers.lab import faults
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.stack import load
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
+    tree = node_dir("txid", "gpu-0") / "hwtree"
+    hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tree)
+    gpu1 = nvidia_smi.gpus(str(tree))[1]["bdf"]
+    faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "109"], transient=True)
+    faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "13"])
+    log = (tree / hwtree.DMESG).read_text()
+    # dmesg's own stamp, then the real line's text after the bus and code.
+    real = (GPU / "xid-13-109-dmesg.txt").read_text()
+    assert re.fullmatch(r"\[ *\d+\.\d{6}\] NVRM: Xid \(PCI:" + re.escape(gpu1[:-2]) + r"\): 109, (.*)", log.splitlines()[0])
+    assert log.splitlines()[0].split("): 109, ", 1)[1] in real
+    found = gh.judge_kernel_log(log)
+    assert sorted((f.kind, f.gpu, f.found) for f in found) == [("xid", gpu1[:-2], "Xid 109"), ("xid", gpu1[:-2], "Xid 13")]
+    # The boot clears the transient Xid and keeps the later, persistent one.
+    faults.clear_at_boot("txid", "gpu-0")
+    assert [f.found for f in gh.judge_kernel_log((tree / hwtree.DMESG).read_text())] == ["Xid 13"]
+    faults.clear("txid", plan)
+    assert not (tree / hwtree.DMESG).exists()
+    with pytest.raises(faults.FaultError, match=r"a code a kept real log shows \(13, 45, 109\)"):
+        faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "79"])

@@ -1,0 +1,171 @@
+"""slurmd's health check (railyard.model.health_check): what it holds a node to, when it drains or
+returns its node, and the program the slurm role installs, run as slurmd runs it (an empty
+environment, the model code copied beside it, nothing of railyard importable) against tools that
+print what the real ones print: nvidia-smi's XML from the real fixture, sinfo's lines in the format
+captured from Debian's Slurm (railyard/data/fixtures/slurm)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from railyard.bench.bench_verify import install_health_check
+from railyard.model import health_check as hc
+from railyard.model.catalog import load_catalog
+from railyard.model.node_health import Held
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = ROOT / "railyard" / "data" / "fixtures" / "gpu"
+ROLE = ROOT / "playbooks" / "roles" / "slurm"
+A100 = hc.Expect(gpus=1, vendor="0x10de", device="0x20b2")  # the real nvidia-smi fixture's one GPU
+
+
+def test_a_skus_expectation_is_its_gpu_count_pci_id_and_nvlinks():
+    sku = load_catalog().nodes["dgx-h100"]
+    assert hc.expect_of(sku) == hc.Expect(8, "0x10de", "0x2330", 18)
+    assert hc.Expect.from_json(json.loads(json.dumps(hc.expect_of(sku).to_json()))) == hc.expect_of(sku)
+
+
+@pytest.mark.parametrize("findings, ran, held, verb", [
+    # A finding drains a node in service, with the finding as the reason.
+    (["00000000:01:00.0: 2 uncorrectable ECC error(s)"], True, Held(), "drain"),
+    # A node the check drained and now finds healthy goes back.
+    ([], True, Held(out=True, reason=f"{hc.SLURMD_PREFIX} gpu lost"), "resume"),
+    # A person's drain, the repair loop's, acceptance's and Slurm's own are not the check's to lift
+    # or to overwrite, healthy or not.
+    ([], True, Held(out=True, reason="rma 4711"), None),
+    (["x"], True, Held(out=True, reason="rma 4711"), None),
+    ([], True, Held(out=True, reason="railyard: gpu-1: GPU2 not on the bus"), None),
+    (["x"], True, Held(out=True, reason="railyard: acceptance: rail3 down"), None),
+    ([], True, Held(out=True, reason="Not responding", system=True), None),
+    # A check whose tools are missing neither drains nor returns: "not run" is no verdict.
+    ([], False, Held(), None),
+    ([], False, Held(out=True, reason=f"{hc.SLURMD_PREFIX} gpu lost"), None),
+    ([], True, Held(), None),
+])
+def test_the_check_drains_and_returns_only_its_own_nodes(findings, ran, held, verb):
+    assert hc.decide(findings, ran, held).verb == verb
+
+
+def test_a_drain_reason_names_the_first_finding_and_counts_the_rest_within_slurms_column():
+    action = hc.decide(["00000000:01:00.0: 2 uncorrectable ECC error(s) since the driver loaded", "second", "third"],
+                       True, Held())
+    assert action.reason is not None and action.reason.startswith(hc.SLURMD_PREFIX + " 00000000:01:00.0: 2 ")
+    assert action.reason.endswith("(+2 more)") and len(action.reason) <= 120
+    # The same finding again leaves the drain as it is; another one updates its reason.
+    assert hc.decide(["00000000:01:00.0: 2 uncorrectable ECC error(s) since the driver loaded", "second", "third"],
+                     True, Held(out=True, reason=action.reason)).verb is None
+    assert hc.decide(["another"], True, Held(out=True, reason=action.reason)).verb == "drain"
+
+
+# --- the installed program ------------------------------------------------------------------------
+
+# Stand-ins for the node's tools, their settings baked in (the program hands its tools no more
+# than PATH and LC_ALL, as on a node). sinfo prints the node's line as Debian's Slurm does; scontrol
+# records what it was asked and changes that line as slurmctld would; nvidia-smi prints the real
+# A100 output, its volatile SRAM uncorrectable count replaced by the number in the file `ecc`.
+FAKE_SINFO = """#!/bin/sh
+cat {tmp}/state
+"""
+FAKE_SCONTROL = """#!/bin/sh
+printf '%s\\n' "$*" >> {tmp}/log
+node=${{2#NodeName=}}
+case "$3" in
+  State=DRAIN) printf '%s|drained|root|%s\\n' "$node" "${{4#Reason=}}" > {tmp}/state ;;
+  State=RESUME) printf '%s|idle|Unknown|none\\n' "$node" > {tmp}/state ;;
+esac
+"""
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  "-q -x") sed "/<volatile>/,/<\\/volatile>/s/<sram_uncorrectable>0</<sram_uncorrectable>$(cat {tmp}/ecc)</" {xml} ;;
+esac
+"""
+
+
+def install(tmp: Path, *, nvidia_smi: bool) -> Path:
+    """The slurm role's health check laid out as the role writes it (the bench's layout, the model
+    code copied from the role's files), with the stand-in tools in tmp/bin. Returns the program."""
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    tools = [("sinfo", FAKE_SINFO), ("scontrol", FAKE_SCONTROL)] + ([("nvidia-smi", FAKE_NVIDIA_SMI)] if nvidia_smi else [])
+    for name, text in tools:
+        (bindir / name).write_text(text.format(tmp=tmp, xml=GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml"))
+        (bindir / name).chmod(0o755)
+    return install_health_check(tmp / "node", "gpu-1", A100.to_json(), f"{bindir}:/usr/bin:/bin")
+
+
+def run_as_slurmd(program: Path) -> subprocess.CompletedProcess[str]:
+    """As slurmd runs it: SLURMD_NODENAME and nothing else in its environment, not even PATH."""
+    return subprocess.run([str(program)], env={"SLURMD_NODENAME": "gpu-1"}, capture_output=True, text=True,
+                          timeout=60, cwd="/")
+
+
+def test_the_installed_program_drains_its_node_on_a_finding_and_returns_it_when_healthy(tmp_path):
+    program = install(tmp_path, nvidia_smi=True)
+    state, log, ecc = tmp_path / "state", tmp_path / "log", tmp_path / "ecc"
+    state.write_text("gpu-1|idle|Unknown|none\n")
+
+    ecc.write_text("0")
+    healthy = run_as_slurmd(program)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "gpu-1: not run: dcgmi missing" in healthy.stdout and "gpu-1: healthy" in healthy.stdout
+    assert not log.exists()  # nothing asked of Slurm
+
+    ecc.write_text("2")
+    faulty = run_as_slurmd(program)
+    assert faulty.returncode == 1 and "ecc-uncorrectable" in faulty.stdout, faulty.stdout + faulty.stderr
+    assert log.read_text().splitlines() == [
+        "update NodeName=gpu-1 State=DRAIN Reason=railyard: health check: 00000000:01:00.0: 2 uncorrectable "
+        "ECC error(s) since the driver loaded"]
+    assert state.read_text().startswith("gpu-1|drained|root|railyard: health check: ")
+    again = run_as_slurmd(program)  # the next interval: drained already for it, nothing asked
+    assert again.returncode == 1 and len(log.read_text().splitlines()) == 1
+
+    ecc.write_text("0")
+    back = run_as_slurmd(program)
+    assert back.returncode == 0 and log.read_text().splitlines()[-1] == "update NodeName=gpu-1 State=RESUME"
+    assert state.read_text() == "gpu-1|idle|Unknown|none\n"
+
+    # A person's drain is theirs: the check neither overwrites nor lifts it.
+    state.write_text("gpu-1|drained|root|rma 4711\n")
+    ecc.write_text("2")
+    run_as_slurmd(program)
+    ecc.write_text("0")
+    run_as_slurmd(program)
+    assert state.read_text() == "gpu-1|drained|root|rma 4711\n" and len(log.read_text().splitlines()) == 2
+
+
+def test_without_the_gpu_tools_the_program_reports_not_run_and_changes_nothing(tmp_path):
+    program = install(tmp_path, nvidia_smi=False)
+    (tmp_path / "state").write_text("gpu-1|drained|root|railyard: health check: 00000000:01:00.0: gone\n")
+    out = run_as_slurmd(program)
+    assert out.returncode == 0, out.stderr
+    assert "gpu-1: not run: nvidia-smi missing" in out.stdout and "no check ran" in out.stdout
+    assert not (tmp_path / "log").exists()  # neither drained nor returned on no evidence
+
+
+def test_the_roles_copies_are_the_model_code_itself():
+    # The role's files are links, so the node runs byte for byte what verify and these tests run.
+    for m in ("health_check.py", "gpu_health.py", "node_health.py"):
+        link = ROLE / "files" / "health-check" / m
+        assert link.is_symlink() and link.resolve() == ROOT / "railyard" / "model" / m
+
+
+def test_the_modules_a_node_runs_import_only_the_standard_library_and_each_other():
+    import ast
+    import sys
+
+    for m in ("health_check", "gpu_health", "node_health"):
+        tree = ast.parse((ROOT / "railyard" / "model" / f"{m}.py").read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("__future__", "railyard", "gpu_health", "node_health"), \
+                    (m, name)
+                if top == "railyard":
+                    assert name == "railyard.model" and all(a.name in ("gpu_health", "node_health") for a in node.names)
