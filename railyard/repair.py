@@ -214,7 +214,8 @@ class Actions:
     its findings' messages), the clock, and progress lines."""
 
     scheduler: Scheduler
-    reset: Callable[[str], None]
+    reset: Callable[[str], str | None]
+    """Resets the node; returns how (a GPU reset, a reboot), for its history."""
     retune: Callable[[str], None]
     recheck: Callable[[list[str]], dict[str, list[str]]]
     now: Callable[[], float] = time.time
@@ -331,7 +332,9 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
             note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
             try:
-                act.reset(node)
+                how = act.reset(node)
+                if how:
+                    note(f"{node}: {how}")
                 act.retune(node)
                 found = act.recheck([node]).get(node) or []
             except Abort:
@@ -414,8 +417,14 @@ def schedulers(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key:
 
 def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, outputs: dict,
             scheduler: Scheduler | None, recheck: Callable[[list[str]], dict[str, list[str]]],
-            progress: Callable[[str], None]) -> Actions:
-    """The loop's actions on a stack that is up: its schedulers, its driver's reboot, its tuning."""
+            progress: Callable[[str], None],
+            gpu_resets: Callable[[str], list[str] | None] = lambda node: None) -> Actions:
+    """The loop's actions on a stack that is up: its schedulers, its resets, its tuning.
+
+    gpu_resets: the GPUs whose reset alone would clear what the node's last reading found
+    (railyard.model.gpu_health.gpu_reset_targets), or None. A node's first reset in a run is
+    then `nvidia-smi -r` of those GPUs, which keeps the node up; a GPU reset that fails, and any
+    later reset, is the driver's reboot."""
     from railyard import drivers
     from railyard.remote import rollout
     from railyard.remote.ssh import HostKeyMismatch
@@ -426,7 +435,16 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
                           "(railyard:slurm, or railyard:kubernetes with a kubeconfig in its outputs)")
     tuned, secret_vars = runner.stack_hosts(spec, plan, outputs)
 
-    def reset(node: str) -> None:
+    reset_gpus: set[str] = set()
+
+    def reset(node: str) -> str | None:
+        gpus = gpu_resets(node) if node not in reset_gpus else None
+        reset_gpus.add(node)
+        if gpus:
+            said = _gpu_reset(hosts[node], gpus, private_key)
+            if said is None:
+                return f"GPU reset of {', '.join(gpus)}"
+            progress(f"{node}: GPU reset failed ({said}); rebooting instead")
         how = drivers.reboot(spec, plan.node_named(node).pool)
         if how is None:
             raise RepairError(f"the {spec.driver} driver cannot reboot its machines")
@@ -437,6 +455,7 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             raise RepairError(str(exc)) from None
         except HostKeyMismatch as exc:
             raise Abort(f"{node}: {exc}; the run stopped") from None
+        return "rebooted"
 
     def retune(node: str) -> None:
         result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars)
@@ -444,6 +463,24 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             raise RepairError("tuning after the reset failed: " + "; ".join(str(f) for f in result.failures[:3]))
 
     return Actions(scheduler=scheduler, reset=reset, retune=retune, recheck=recheck, progress=progress)
+
+
+def _gpu_reset(host: Target, gpus: list[str], private_key: str | None) -> str | None:
+    """`nvidia-smi -r -i <bus id>` of each GPU on the node; None once every one is reset, else what
+    the tool or SSH said. A GPU some process still holds is refused by the tool itself."""
+    from railyard.remote.ssh import HostKeyMismatch, SshError, run
+
+    script = "; ".join(f"nvidia-smi -r -i {shlex.quote(g)} || exit $?" for g in gpus)
+    try:
+        result = run(host, ["sh", "-c", script], private_key=private_key, timeout=120)
+    except HostKeyMismatch:
+        raise
+    except SshError as exc:
+        return str(exc)
+    if result.rc == 0:
+        return None
+    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    return f"exit {result.rc}: {lines[-1] if lines else 'no output'}"
 
 
 def budgets(spec: Spec, plan: Plan, nodes: list[str]) -> tuple[dict[str, list[str]], dict[str, int]]:

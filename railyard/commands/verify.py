@@ -138,16 +138,23 @@ def _by_node(findings, nodes) -> dict[str, list[str]]:
 def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> repair.Outcome:
     """Each node's health state after this verification: recorded, and with --repair, the loop run."""
     from railyard import verify
+    from railyard.model.gpu_health import gpu_reset_targets
 
     path = paths.node_states(args.stack)
     nodes = sorted(hosts)
     findings = _by_node(report.findings, hosts)
+    # Each node's last reading, whole: whether a GPU reset would clear it (repair.actions).
+    latest = {n: [f for f in report.findings if f.node == n] for n in nodes}
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
         again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
                                deep=args.deep)
+        latest.update({n: [f for f in again.findings if f.node == n] for n in which})
         return _by_node(again.findings, which)
+
+    def gpu_resets(node: str) -> list[str] | None:
+        return gpu_reset_targets((f.kind, f.where) for f in latest.get(node, []))
 
     with ExitStack() as held:
         try:
@@ -161,7 +168,7 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         states = repair.read_states(path)
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
-            act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress)
+            act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
             act.save = lambda now: repair.write_states(path, now)
             pools, budgets = repair.budgets(spec, plan, nodes)
             outcome = repair.repair(states, findings, nodes, pools, budgets, act,

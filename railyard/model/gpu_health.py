@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-KINDS = ("gpu-count", "gpu-model", "ecc-uncorrectable", "row-remap-pending", "row-remap-failed",
+KINDS = ("nvidia-smi-failed", "gpu-count", "gpu-model", "ecc-uncorrectable", "row-remap-pending", "row-remap-failed",
          "page-retirement-pending", "gpu-throttled", "xid", "gpu-fell-off-bus", "nvlink-down", "nvlink-slow",
          "dcgm-diag", "collective-slow", "collective-wrong")
 
@@ -229,6 +229,26 @@ def judge_kernel_log(text: str, *, ignore: Iterable[int] = ()) -> list[HealthFin
     out += [HealthFinding("gpu-fell-off-bus", bdf, f"{bdf}: fallen off the bus", "on the bus", "fallen off")
             for bdf in fallen_off_bus(text)]
     return out
+
+
+# --- what a GPU reset clears -------------------------------------------------------------------
+
+# Findings a reset of the GPU alone clears (`nvidia-smi -r`): its volatile ECC counts start again,
+# and a pending row remap or page retirement is applied. Anything else, or a finding of no one GPU,
+# takes the node's reboot.
+GPU_RESET_CLEARS = ("ecc-uncorrectable", "row-remap-pending", "page-retirement-pending")
+
+
+def gpu_reset_targets(findings: Iterable[tuple[str, str | None]]) -> list[str] | None:
+    """The GPUs (bus ids as nvidia-smi prints them) whose reset would clear every one of a node's
+    findings (kind, GPU), or None where some finding needs more than a GPU reset."""
+    gpus: list[str] = []
+    for kind, gpu in findings:
+        if kind not in GPU_RESET_CLEARS or not gpu:
+            return None
+        if gpu not in gpus:
+            gpus.append(gpu)
+    return gpus or None
 
 
 # --- nvidia-smi nvlink --status ----------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -32,7 +33,8 @@ except ImportError:  # installed on a node beside its own copies (the slurm role
 
 # What runs on a node, in one shell: each tool's output under a marker line, or that it is missing.
 # The kernel's log is read only where the NVIDIA driver is (nvidia-smi is): a node without it has
-# no Xid to show. $1 is dcgmi diag's run level.
+# no Xid to show. $1 is dcgmi diag's run level; 0 runs no diagnostic (slurmd's check: a diagnostic
+# on GPUs a job is using is neither fair to the job nor a fair judge of the GPUs).
 HEALTH_SCRIPT = r"""
 section() { printf '\n@@railyard %s\n' "$1"; }
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -42,10 +44,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   section nvidia-smi-missing
 fi
-if command -v dcgmi >/dev/null 2>&1; then
-  section dcgmi; dcgmi diag -r "$1" -j 2>&1
-else
-  section dcgmi-missing
+if [ "$1" -gt 0 ]; then
+  if command -v dcgmi >/dev/null 2>&1; then
+    section dcgmi; dcgmi diag -r "$1" -j 2>&1
+  else
+    section dcgmi-missing
+  fi
 fi
 """
 SECTION = "@@railyard "
@@ -57,8 +61,15 @@ SLURMD_PREFIX = f"{node_health.PREFIX} health check:"
 CONFIG = "/etc/railyard/health-check.json"
 # The tools' PATH where the settings give none: slurmd runs the program with an empty environment.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TOOLS_TIMEOUT_S = 120
-SCONTROL_TIMEOUT_S = 30
+# slurmd kills its HealthCheckProgram after 60 s (slurm.conf(5)): the tools, sinfo and scontrol
+# together stay well within that, so a hung tool still leaves time to drain and to say why.
+TOOLS_TIMEOUT_S = 35
+SCONTROL_TIMEOUT_S = 8
+# Xids NVIDIA's Xid documentation gives the user's application among their possible causes (a
+# graphics engine exception, an MMU fault, a channel stopped, a preemptive cleanup after another
+# error): `railyard verify` reports them for a person to weigh, but slurmd's check does not drain
+# a node on its own for what may be a job's bug.
+APPLICATION_XIDS = (13, 31, 43, 45)
 
 
 @dataclass(frozen=True)
@@ -100,27 +111,33 @@ def split_sections(stdout: str) -> dict[str, str]:
     return sections
 
 
-def judge(sections: Mapping[str, str], expect: Expect) -> tuple[list[gh.HealthFinding], list[str], bool]:
+def judge(sections: Mapping[str, str], expect: Expect, *,
+          ignore_xids: Sequence[int] = ()) -> tuple[list[gh.HealthFinding], list[str], bool]:
     """A node's sections against its Expect: findings, why each check that could not run did not
-    (never a pass), and whether any check ran."""
+    (never a pass), and whether any check ran. An nvidia-smi that is there and fails (its driver
+    gone, the GPUs unreachable) is a finding, not a check that could not run."""
     found: list[gh.HealthFinding] = []
     not_run: list[str] = []
     if "nvidia-smi" in sections:
         try:
             log = gh.parse_nvidia_smi(sections["nvidia-smi"])
-        except ValueError as exc:
-            not_run.append(f"nvidia-smi: {exc}")
+        except ValueError:
+            said = [line.strip() for line in sections["nvidia-smi"].splitlines() if line.strip()]
+            found.append(gh.HealthFinding("nvidia-smi-failed", None, "nvidia-smi -q -x failed: "
+                                          + (said[0][:160] if said else "no output"), "its XML", "no XML"))
         else:
             found += gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device))
         links = gh.parse_nvlink_status(sections.get("nvlink", ""))
         if expect.nvlinks_per_gpu and links:
             found += gh.judge_nvlink(links, per_gpu=expect.nvlinks_per_gpu)
-        found += gh.judge_kernel_log(sections.get("kernel-log", ""))
+        elif expect.nvlinks_per_gpu:
+            not_run.append("nvidia-smi nvlink --status showed no links")
+        found += gh.judge_kernel_log(sections.get("kernel-log", ""), ignore=ignore_xids)
     else:
         not_run.append("nvidia-smi missing")
     if "dcgmi" in sections:
         found += gh.judge_dcgm(gh.parse_dcgm_diag(sections["dcgmi"]))
-    else:
+    elif "dcgmi-missing" in sections:
         not_run.append("dcgmi missing")
     return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections
 
@@ -161,8 +178,16 @@ def decide(findings: Sequence[str], ran: bool, held: node_health.Held) -> Action
     return Action(None, None, "healthy")
 
 
-def _run(argv: list[str], env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=dict(env), timeout=timeout, check=False)
+def _run(argv: list[str], env: Mapping[str, str], timeout: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr); a command missing or out of time is a status of its own
+    (127, 124, as the shell and timeout(1) give them), never an exception in slurmd's program."""
+    try:
+        done = subprocess.run(argv, capture_output=True, env=dict(env), timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        return 124, (exc.stdout or b"").decode(errors="replace"), f"{argv[0]}: no answer in {timeout:g} s"
+    except OSError as exc:
+        return 127, "", f"{argv[0]}: {exc.strerror or exc}"
+    return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
 
 
 def slurmd_check(config: str = CONFIG) -> int:
@@ -173,21 +198,19 @@ def slurmd_check(config: str = CONFIG) -> int:
     expect = Expect.from_json(settings["expect"])
     node = os.environ.get("SLURMD_NODENAME") or settings["node"]
     env = {"PATH": settings.get("path") or DEFAULT_PATH, "LC_ALL": "C"}
-    try:
-        tools = _run(["sh", "-c", HEALTH_SCRIPT, "health", str(settings.get("dcgm_level", 1))], env, TOOLS_TIMEOUT_S)
-        out = tools.stdout
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        print(f"{node}: the GPU tools did not finish in {TOOLS_TIMEOUT_S} s")
-    findings, not_run, ran = judge(split_sections(out), expect)
+    rc, out, err = _run(["sh", "-c", HEALTH_SCRIPT, "health", str(settings.get("dcgm_level", 0))], env,
+                        TOOLS_TIMEOUT_S)
+    if rc == 124:
+        print(f"{node}: {err}")
+    findings, not_run, ran = judge(split_sections(out), expect, ignore_xids=APPLICATION_XIDS)
     for f in findings:
         print(f"{node}: {f.kind}: {f.message}")
     for why in not_run:
         print(f"{node}: not run: {why}")
-    sinfo = _run(["sh", "-c", f"{node_health.SINFO} --nodes {node}"], env, SCONTROL_TIMEOUT_S)
-    held = node_health.parse_sinfo(sinfo.stdout).get(node)
-    if sinfo.returncode != 0 or held is None:
-        print(f"{node}: Slurm's view of the node not read: {(sinfo.stderr.strip() or 'no output').splitlines()[-1]}")
+    rc, out, err = _run(["sh", "-c", f"{node_health.SINFO} --nodes {shlex.quote(node)}"], env, SCONTROL_TIMEOUT_S)
+    held = node_health.parse_sinfo(out).get(node)
+    if rc != 0 or held is None:
+        print(f"{node}: Slurm's view of the node not read: {(err.strip() or 'no output').splitlines()[-1]}")
         return 1 if findings else 0
     action = decide([f.message for f in findings], ran, held)
     if action.verb == "drain":
@@ -197,8 +220,8 @@ def slurmd_check(config: str = CONFIG) -> int:
     else:
         print(f"{node}: {action.why}")
         return 1 if findings else 0
-    done = _run(argv, env, SCONTROL_TIMEOUT_S)
-    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-    print(f"{node}: {action.verb} ({action.why})" + ("" if done.returncode == 0 else f": scontrol exited "
-                                                      f"{done.returncode}: {said[-1] if said else 'no output'}"))
+    rc, out, err = _run(argv, env, SCONTROL_TIMEOUT_S)
+    said = (err.strip() or out.strip()).splitlines()
+    print(f"{node}: {action.verb} ({action.why})" + ("" if rc == 0 else f": scontrol exited {rc}: "
+                                                      f"{said[-1] if said else 'no output'}"))
     return 1 if findings else 0

@@ -168,11 +168,12 @@ def test_slurmds_health_check_drains_a_faulty_node_on_its_own_and_returns_it_hea
     assert "HealthCheckInterval=15" in ctl(project, "grep ^HealthCheck /etc/slurm/slurm.conf")
     ctl(project, "scontrol update NodeName=gpu-10 State=DRAIN Reason='rma 4711'")
     railyard("lab", "fault", "--stack", STACK, "ecc", "gpu-11", "GPU3", "2")
+    railyard("lab", "fault", "--stack", STACK, "ecc", "gpu-10", "GPU1", "1")  # faulty too, and a person's
     try:
         state, reason = wait_node(project, "gpu-11", lambda st, _: st == "drained", 3 * HEALTH_CHECK + 30)
         assert state == "drained", (state, reason)
         assert reason.startswith("railyard: health check: ") and "2 uncorrectable ECC error(s)" in reason, reason
-        # The check ran on every node meanwhile: the person's drain is as they left it.
+        # The check ran on every node meanwhile: the person's drain of a faulty node is as they left it.
         assert sinfo_line(project, "gpu-10") == ("drained", "rma 4711")
         # slurmd logged the program's finding, in the node's own log.
         log = project.ssh("gpu-11", "grep 'health_check failed' /var/log/slurm/slurmd.log").stdout

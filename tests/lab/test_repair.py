@@ -160,6 +160,43 @@ def test_a_transient_gpu_loss_is_drained_reset_checked_returned_and_takes_jobs_a
     assert verify(project).returncode == 0
 
 
+def test_a_transient_xid_is_named_by_node_gpu_and_code_and_the_loop_reboots_and_returns_the_node(project):
+    # The node's own kernel log (its dmesg) shows the driver's Xid 109 for GPU5, the line copied
+    # from a real log; its next boot clears it, as a reboot clears a GPU's context-switch timeout.
+    fault(project, "--transient", "xid", "gpu-3", "GPU5", "109")
+    manifest = json.loads((paths.lab_dir(STACK, project.dir) / "nodes/gpu-3/hwtree/railyard-hwtree.json").read_text())
+    bus = manifest["bus_ids"]["GPU5"].rsplit(".", 1)[0]
+    plain = railyard(project, "verify", "--stack", STACK, "--only", "health", "--json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    assert [(f["kind"], f["node"], f["where"], f["found"]) for f in json.loads(plain.stdout)] == [
+        ("xid", "gpu-3", bus, "Xid 109")]
+    assert slurm_node(project, "gpu-3")[0] == "idle"
+
+    fixed = railyard(project, "verify", "--stack", STACK, "--only", "hardware,health", "--repair")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    s = states(project)["gpu-3"]
+    assert [c["state"] for c in s["history"]][-4:] == ["suspect", "drained", "repairing", "ready"]
+    assert "Xid 109" in s["history"][-3]["reason"]
+    assert slurm_node(project, "gpu-3") == ("idle", "none")
+    assert railyard(project, "verify", "--stack", STACK, "--only", "health").returncode == 0
+
+
+def test_an_ecc_error_a_gpu_reset_clears_is_repaired_without_a_reboot(project):
+    # The GPU's reset (nvidia-smi -r, the node's stand-in) starts its volatile ECC count again;
+    # the node stays up.
+    before = boots(project, "gpu-1")
+    fault(project, "--transient", "ecc", "gpu-1", "GPU6", "4")
+    fixed = railyard(project, "verify", "--stack", STACK, "--only", "hardware,health", "--repair")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert re.search(r"gpu-1: GPU reset of 0000000\d:[0-9A-F]{2}:00\.0", fixed.stdout + fixed.stderr), fixed.stdout
+    assert boots(project, "gpu-1") == before
+    s = states(project)["gpu-1"]
+    assert [c["state"] for c in s["history"]][-4:] == ["suspect", "drained", "repairing", "ready"]
+    assert "uncorrectable ECC" in s["history"][-3]["reason"]
+    assert slurm_node(project, "gpu-1") == ("idle", "none")
+    fault(project, "--clear")
+
+
 def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(project, api):
     before = boots(project, "gpu-2")
     fault(project, "gpu-lost", "gpu-2", "GPU0")

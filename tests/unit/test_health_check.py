@@ -7,6 +7,7 @@ captured from Debian's Slurm (railyard/data/fixtures/slurm)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -50,6 +51,25 @@ def test_the_check_drains_and_returns_only_its_own_nodes(findings, ran, held, ve
     assert hc.decide(findings, ran, held).verb == verb
 
 
+def test_an_nvidia_smi_that_fails_is_a_finding_and_never_returns_a_node():
+    # The driver gone: nvidia-smi is there and prints its failure instead of XML.
+    sections = {"nvidia-smi": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+                "nvlink": "", "kernel-log": ""}
+    found, not_run, ran = hc.judge(sections, A100)
+    assert [(f.kind, f.message) for f in found] == [
+        ("nvidia-smi-failed", "nvidia-smi -q -x failed: NVIDIA-SMI has failed because it couldn't communicate with "
+                              "the NVIDIA driver.")]
+    drained = Held(out=True, reason=f"{hc.SLURMD_PREFIX} 00000000:01:00.0: 2 uncorrectable ECC error(s)")
+    assert hc.decide([f.message for f in found], ran, drained).verb == "drain"  # its reason updated, not lifted
+
+
+def test_xids_a_job_may_cause_are_verifys_to_report_and_not_slurmds_check_to_drain_for():
+    log = (GPU / "xid-13-109-dmesg.txt").read_text()
+    sections = {"nvidia-smi": (GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml").read_text(), "kernel-log": log}
+    assert sorted(f.found for f in hc.judge(sections, A100)[0]) == ["Xid 109", "Xid 13"]
+    assert [f.found for f in hc.judge(sections, A100, ignore_xids=hc.APPLICATION_XIDS)[0]] == ["Xid 109"]
+
+
 def test_a_drain_reason_names_the_first_finding_and_counts_the_rest_within_slurms_column():
     action = hc.decide(["00000000:01:00.0: 2 uncorrectable ECC error(s) since the driver loaded", "second", "third"],
                        True, Held())
@@ -90,11 +110,16 @@ def install(tmp: Path, *, nvidia_smi: bool) -> Path:
     code copied from the role's files), with the stand-in tools in tmp/bin. Returns the program."""
     bindir = tmp / "bin"
     bindir.mkdir()
-    tools = [("sinfo", FAKE_SINFO), ("scontrol", FAKE_SCONTROL)] + ([("nvidia-smi", FAKE_NVIDIA_SMI)] if nvidia_smi else [])
+    tools = [("sinfo", FAKE_SINFO), ("scontrol", FAKE_SCONTROL), ("dmesg", "#!/bin/sh\n")]
+    tools += [("nvidia-smi", FAKE_NVIDIA_SMI)] if nvidia_smi else []
     for name, text in tools:
         (bindir / name).write_text(text.format(tmp=tmp, xml=GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml"))
         (bindir / name).chmod(0o755)
-    return install_health_check(tmp / "node", "gpu-1", A100.to_json(), f"{bindir}:/usr/bin:/bin")
+    # The PATH holds these and the shell's few tools alone: this machine's own GPU tools, if it has
+    # any, stay out.
+    for tool in ("sh", "cat", "sed"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    return install_health_check(tmp / "node", "gpu-1", A100.to_json(), str(bindir))
 
 
 def run_as_slurmd(program: Path) -> subprocess.CompletedProcess[str]:
@@ -111,7 +136,8 @@ def test_the_installed_program_drains_its_node_on_a_finding_and_returns_it_when_
     ecc.write_text("0")
     healthy = run_as_slurmd(program)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
-    assert "gpu-1: not run: dcgmi missing" in healthy.stdout and "gpu-1: healthy" in healthy.stdout
+    # slurmd's check runs no DCGM diagnostic (a job may hold the GPUs), so none is missing either.
+    assert healthy.stdout.splitlines() == ["gpu-1: healthy"]
     assert not log.exists()  # nothing asked of Slurm
 
     ecc.write_text("2")

@@ -53,6 +53,7 @@ class Cluster:
     def reset(self, node):
         self.log.append(("reset", node))
         self.transient.discard(node)
+        return "rebooted"
 
     def retune(self, node):
         self.log.append(("retune", node))
@@ -98,6 +99,8 @@ def test_a_transient_fault_is_drained_with_railyards_reason_reset_rechecked_and_
     assert drained.reason.startswith(PREFIX) and "GPU2" in drained.reason and drained.finding
     assert [ch.time for ch in s.history] == sorted(ch.time for ch in s.history)
     assert not c.held["gpu-1"].out and out.failed() == {}
+    # How the node was reset is said, between its reset and its return.
+    assert out.done.index("gpu-1: rebooted") == out.done.index("gpu-1: resetting (try 1 of 2)") + 1
 
 
 def test_a_persistent_fault_fails_after_two_resets_and_stays_drained_for_a_person():

@@ -276,14 +276,22 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
         elif kind == "ecc":
             if not target[2].isdigit() or int(target[2]) < 1:
                 raise FaultError(f"ecc takes a count of errors, not {target[2]!r}")
-            f.write(f.gpu_state(target[1]) / "ecc_volatile_uncorrectable", target[2])
+            state = f.gpu_state(target[1])
+            # A line per fault, summed by the node's nvidia-smi: a boot or a clear takes out one
+            # fault's errors and keeps the others'.
+            f.add_line(state / "ecc_volatile_uncorrectable", str(int(target[2])))
+            if not transient:  # its memory keeps failing: a GPU reset brings the errors back
+                f.add_line(state / "ecc_persistent", target[2])
             said = f"{node}: {target[1]} has {target[2]} uncorrectable ECC error(s)"
         elif kind == "nvlink-down":
             manifest = json.loads((f.tree / "railyard-hwtree.json").read_text())
-            links = int((manifest.get("nvidia_smi") or {}).get("nvlinks") or 0)
+            shown = manifest.get("nvidia_smi") or {}
+            links = int(shown.get("nvlinks") or 0)
+            if not links or not shown.get("nvlink"):
+                raise FaultError(f"{node}'s nvidia-smi shows no NVLinks: its SKU gives none, or no real output "
+                                 "of its GPU's links is kept (railyard/data/catalog/gpu_tools.yaml)")
             if not target[2].isdigit() or int(target[2]) >= links:
-                raise FaultError(f"nvlink-down takes a link of the GPU's {links} (0 to {links - 1}), not {target[2]!r}"
-                                 if links else f"{node}'s SKU gives its GPUs no NVLinks")
+                raise FaultError(f"nvlink-down takes a link of the GPU's {links} (0 to {links - 1}), not {target[2]!r}")
             f.add_line(f.gpu_state(target[1]) / "nvlinks_down", str(int(target[2])))
             said = f"{node}: {target[1]}'s NVLink {target[2]} down"
         elif kind == "xid":

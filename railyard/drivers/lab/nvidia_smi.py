@@ -9,19 +9,24 @@ answers the two queries Railyard's health check runs, from the node's hardware t
                                 on the tree's PCI bus, in bus order
     nvidia-smi nvlink --status  per GPU its links, as the H100 and GB200 fixtures print them
                                 (-s, and -i INDEX, as the real tool takes them)
+    nvidia-smi -r -i <bus id>   the GPU reset (below), printing what the real tool prints
 
 It prints a subset of the real tool's fields, never one the real tool lacks: the GPU's names and
 PCI identity, its PCIe link (the tree's current and maximum speed and width), ECC mode and counts,
 page retirement, clock-event reasons. No driver or CUDA version is printed (there is none), and no
 temperatures, clocks, memory or processes. Values the tree cannot give are derived and say so:
-the UUID (a name-based UUID of the node and bus address), the product name and NVLink speed (from
+the UUID (a name-based UUID of the node and bus address), the minor number (the GPU's place in bus
+order, as the lab's device-file stand-ins are numbered), the product name and NVLink speed (from
 railyard/data/catalog/gpu_tools.yaml, written into the tree's manifest as `nvidia_smi`).
 
 The GPU's own state, which on a real node only its driver holds, is files in the tree that
 `railyard lab fault` writes and a reboot may clear (faults.py):
 
     nvidia/<bus id>/ecc_volatile_uncorrectable   uncorrectable ECC errors since the driver loaded
+                                                 (a count a line, one line per fault, summed)
     nvidia/<bus id>/nvlinks_down                 the links that are down, one a line
+    nvidia/<bus id>/ecc_persistent               the GPU's memory keeps failing: a GPU reset
+                                                 (`-r -i <bus id>`) does not clear its count
 
 A GPU taken off the bus (`railyard lab fault gpu-lost`) is missing here as on a real node.
 """
@@ -43,8 +48,8 @@ NVIDIA = "0x10de"
 GENERATIONS = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
                        "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting")
-USAGE = ("nvidia-smi: this is a lab node's stand-in (railyard/drivers/lab/nvidia_smi.py); it answers `-q -x` and "
-         "`nvlink --status [-i INDEX]` only\n")
+USAGE = ("nvidia-smi: this is a lab node's stand-in (railyard/drivers/lab/nvidia_smi.py); it answers `-q -x`, "
+         "`nvlink --status [-i INDEX]` and `-r -i GPU` only\n")
 
 
 def _read(path: str) -> str | None:
@@ -74,7 +79,8 @@ def gpus(hw: str = HW) -> list[dict[str, Any]]:
             "device": _read(os.path.join(d, "device")) or "",
             "link": {k: _read(os.path.join(d, k)) for k in ("current_link_speed", "max_link_speed",
                                                            "current_link_width", "max_link_width")},
-            "ecc": int(_read(os.path.join(state, "ecc_volatile_uncorrectable")) or 0),
+            "ecc": sum(int(x) for x in (_read(os.path.join(state, "ecc_volatile_uncorrectable")) or "").split()
+                       if x.isdigit()),
             "nvlinks_down": {int(x) for x in down.split() if x.isdigit()},
         })
     return out
@@ -120,7 +126,7 @@ def query_xml(hw: str = HW) -> str:
             f"        <product_name>{info.get('product_name', 'N/A')}</product_name>",
             "        <product_brand>NVIDIA</product_brand>",
             f"        <uuid>{_uuid(g['bdf'])}</uuid>",
-            f"        <minor_number>{index}</minor_number>",
+            f"        <minor_number>{index}</minor_number>",  # derived: bus order, as the lab's /run/railyard/nvidia<N>
             "        <pci>",
             f"            <pci_bus>{b}</pci_bus>",
             f"            <pci_device>{rest.split('.')[0]}</pci_device>",
@@ -183,14 +189,38 @@ def nvlink_status(hw: str = HW, only: int | None = None) -> str:
     return "".join(line + "\n" for line in out)
 
 
+def gpu_reset(args: list[str], hw: str = HW) -> int:
+    """`-r -i <bus id>`: the GPU's volatile ECC count starts again, unless its memory keeps failing
+    (a fault made without --transient leaves `ecc_persistent`). Prints what the real tool prints
+    on success (NVIDIA/NVSentinel#1690: `GPU 00000000:1A:00.0 was successfully reset.`)."""
+    wanted = args[args.index("-i") + 1] if "-i" in args and args.index("-i") + 1 < len(args) else None
+    found = gpus(hw)
+    chosen = [g for i, g in enumerate(found)
+              if wanted is not None and wanted.upper() in (str(i), _bus_id(g["bdf"]), g["bdf"].upper())]
+    if wanted is None or not chosen:
+        sys.stdout.write("No devices were found\n")
+        return 6
+    for g in chosen:
+        state = os.path.join(hw, "nvidia", g["bdf"])
+        if not os.path.exists(os.path.join(state, "ecc_persistent")):
+            try:
+                os.unlink(os.path.join(state, "ecc_volatile_uncorrectable"))
+            except OSError:
+                pass
+        sys.stdout.write(f"GPU {_bus_id(g['bdf'])} was successfully reset.\n")
+    return 0
+
+
 def main(argv: list[str], hw: str = HW) -> int:
     if not gpus(hw):
         sys.stdout.write("No devices were found\n")
         return 6
     args = [a for a in argv if a]
-    if sorted(args) in (["-q", "-x"], ["--query", "--xml-format"], ["-q", "--xml-format"], ["--query", "-x"]):
+    if len(args) == 2 and set(args) & {"-q", "--query"} and set(args) & {"-x", "--xml-format"}:
         sys.stdout.write(query_xml(hw))
         return 0
+    if args and args[0] in ("-r", "--gpu-reset"):
+        return gpu_reset(args, hw)
     if args[:1] == ["nvlink"] and ("--status" in args or "-s" in args):
         only = None
         for flag in ("-i", "--id"):

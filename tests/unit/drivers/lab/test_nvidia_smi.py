@@ -102,6 +102,19 @@ def test_a_sku_whose_links_no_real_output_shows_gets_no_invented_speed(tmp_path)
     assert gh.parse_nvidia_smi(query(tmp_path)).gpus[0].product_name == CATALOG.nodes["hgx-h200"].gpus[0].model
 
 
+def test_an_nvlink_fault_is_refused_where_the_nodes_nvidia_smi_shows_no_links(tmp_path, monkeypatch):
+    from railyard.drivers.lab import faults
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.stack import load
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
+    tree = node_dir("tnolink", "gpu-0") / "hwtree"
+    hwtree.build_hwtree(CATALOG.nodes["hgx-h200"], tree)  # no kept output shows an H200's links
+    with pytest.raises(faults.FaultError, match="shows no NVLinks"):
+        faults.inject("tnolink", plan, "nvlink-down", ["gpu-0", "GPU0", "1"])
+
+
 def test_the_program_runs_as_the_node_runs_it(h100, tmp_path):
     # As /run/railyard/bin/nvidia-smi: its own interpreter line, the tree where the node binds it.
     script = ROOT / "railyard" / "drivers" / "lab" / "nvidia_smi.py"
@@ -143,6 +156,15 @@ def test_the_gpu_faults_show_in_its_output_and_clear_back_to_the_tree_as_built(t
     assert faults.clear("tfault", plan) == ["gpu-1: GPU3's NVLink 7 down"]
     assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*")) == before
 
+    # A transient and a persistent ECC fault on one GPU: the boot takes the transient one's errors only.
+    faults.inject("tfault", plan, "ecc", ["gpu-1", "GPU3", "2"], transient=True)
+    faults.inject("tfault", plan, "ecc", ["gpu-1", "GPU3", "5"])
+    assert [f.found for f in gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=(None, None))] == ["7"]
+    faults.clear_at_boot("tfault", "gpu-1")
+    assert [f.found for f in gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=(None, None))] == ["5"]
+    faults.clear("tfault", plan)
+    assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*")) == before
+
     for bad, why in ((["gpu-1", "mlx5_0", "2"], "not a GPU"), (["gpu-1", "GPU3", "0"], "a count of errors")):
         with pytest.raises(faults.FaultError, match=why):
             faults.inject("tfault", plan, "ecc", bad)
@@ -178,3 +200,42 @@ def test_an_xid_is_a_real_logs_line_in_the_nodes_own_kernel_log_and_a_boot_clear
     assert not (tree / hwtree.DMESG).exists()
     with pytest.raises(faults.FaultError, match=r"a code a kept real log shows \(13, 45, 109\)"):
         faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "79"])
+
+
+def test_a_gpu_reset_clears_a_transient_ecc_count_and_not_a_failing_memorys(tmp_path, monkeypatch, capsys):
+    from railyard.drivers.lab import faults
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.stack import load
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
+    tree = node_dir("treset", "gpu-0") / "hwtree"
+    hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tree)
+    found = nvidia_smi.gpus(str(tree))
+    faults.inject("treset", plan, "ecc", ["gpu-0", "GPU1", "2"], transient=True)
+    faults.inject("treset", plan, "ecc", ["gpu-0", "GPU2", "5"])
+
+    def ecc() -> dict[str, int]:
+        return {g.bus_id: g.ecc_volatile_uncorrectable for g in gh.parse_nvidia_smi(query(tree)).gpus
+                if g.ecc_volatile_uncorrectable}
+
+    one, two = (nvidia_smi._bus_id(found[i]["bdf"]) for i in (1, 2))
+    assert ecc() == {one: 2, two: 5}
+    assert nvidia_smi.main(["-r", "-i", one], str(tree)) == 0
+    assert nvidia_smi.main(["--gpu-reset", "-i", two], str(tree)) == 0
+    # What the real tool prints (fixtures/gpu/nvidia-smi-r-reset.txt), and the failing memory's count stays.
+    real = next(line for line in (GPU / "nvidia-smi-r-reset.txt").read_text().splitlines() if line.startswith("GPU "))
+    assert capsys.readouterr().out == "".join(real.replace("00000000:1A:00.0", bus) + "\n" for bus in (one, two))
+    assert ecc() == {two: 5}
+    assert nvidia_smi.main(["-r", "-i", "00000000:FF:00.0"], str(tree)) == 6
+    faults.clear("treset", plan)
+    assert not (tree / hwtree.NVIDIA_STATE).exists()
+
+
+def test_only_findings_a_gpu_reset_clears_are_left_to_one():
+    assert gh.gpu_reset_targets([("ecc-uncorrectable", "00000000:1B:00.0"), ("row-remap-pending", "00000000:43:00.0"),
+                                 ("ecc-uncorrectable", "00000000:1B:00.0")]) == ["00000000:1B:00.0", "00000000:43:00.0"]
+    # An Xid, a GPU gone, a finding of the node (no GPU) or nothing at all: the node's reboot.
+    assert gh.gpu_reset_targets([("ecc-uncorrectable", "00000000:1B:00.0"), ("xid", "0000:1b:00")]) is None
+    assert gh.gpu_reset_targets([("gpu-count", None)]) is None
+    assert gh.gpu_reset_targets([]) is None
