@@ -441,7 +441,10 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         gpus = gpu_resets(node) if node not in reset_gpus else None
         reset_gpus.add(node)
         if gpus:
-            said = _gpu_reset(hosts[node], gpus, private_key)
+            try:
+                said = _gpu_reset(hosts[node], gpus, private_key)
+            except HostKeyMismatch as exc:
+                raise Abort(f"{node}: {exc}; the run stopped") from None
             if said is None:
                 return f"GPU reset of {', '.join(gpus)}"
             progress(f"{node}: GPU reset failed ({said}); rebooting instead")
@@ -474,7 +477,7 @@ def _gpu_reset(host: Target, gpus: list[str], private_key: str | None) -> str | 
     try:
         result = run(host, ["sh", "-c", script], private_key=private_key, timeout=120)
     except HostKeyMismatch:
-        raise
+        raise  # another machine answers: the caller stops the run
     except SshError as exc:
         return str(exc)
     if result.rc == 0:

@@ -112,6 +112,9 @@ def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
 FAULTS = [
     (("cable-swap", "gpu-1", "mlx5_0", "mlx5_3"),
      [("cable-swapped", "gpu-1", "gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1")]),
+    # Two nodes' cables of one rail exchanged at their leaf: one swap, naming both.
+    (("cable-swap", "gpu-0", "mlx5_5", "gpu-1:mlx5_5"),
+     [("cable-swapped", "gpu-0", "gpu-0 mlx5_5 port 1 and gpu-1 mlx5_5 port 1")]),
     (("link-down", "gpu-0", "ibp79s0"),  # mlx5_4's rail, by its netdev
      [("nic-down", "gpu-0", "nics.mlx5_4.state"), ("link-missing", "gpu-0", None)]),
     (("link-width", "gpu-0", "mlx5_5", "2"), [("link-width", "gpu-0", None)]),

@@ -1,7 +1,8 @@
 """Faults put into a running lab on purpose (`railyard lab fault`), to rehearse what `railyard
 verify` finds. Each shows only where the node's own tools would show it:
 
-    cable-swap NODE DEV1 DEV2    two rails of a node exchanged at the node: the lab's subnet
+    cable-swap NODE DEV1 DEV2    two rails of a node exchanged at the node, or (DEV2 as OTHER:DEV)
+                                 a rail of each of two nodes: the lab's subnet
     link-down NODE DEV           a rail's cable pulled: the fabric's end of its veth down (the node's
                                  interface loses carrier), its IB port DOWN, the cable gone from
                                  the subnet
@@ -244,8 +245,14 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
     node = target[0]
     try:
         if kind == "cable-swap":
-            f.edit_subnet("swap", f.end(target[1]), f.end(target[2]))
-            said = f"{node}: the cables of {target[1]} and {target[2]} exchanged"
+            other, _, dev2 = target[2].rpartition(":")
+            if other:  # another node's rail (two nodes on one leaf): OTHER:DEV
+                far = _Fault(stack, plan, kind, [other]).end(dev2)
+                said = f"{node}: the cables of {target[1]} and {other}'s {dev2} exchanged"
+            else:
+                far = f.end(dev2)
+                said = f"{node}: the cables of {target[1]} and {dev2} exchanged"
+            f.edit_subnet("swap", f.end(target[1]), far)
         elif kind == "link-down":
             f.edit_subnet("unplug", f.end(target[1]))
             f.pull(target[1])

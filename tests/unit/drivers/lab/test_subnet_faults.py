@@ -55,3 +55,21 @@ def test_an_unplugged_cable_is_missing_and_a_narrow_one_is_a_width_finding(plan)
 def test_an_end_the_subnet_has_no_cable_on_is_refused_by_name(plan):
     with pytest.raises(KeyError, match="no cable on gpu-9 mlx5_0 port 1"):
         subnet.swap(subnet.planned(plan.fabric), End("gpu-9 mlx5_0", 1), End(hca_name("gpu-0", "mlx5_0"), 1))
+
+
+def test_a_swap_of_two_nodes_cables_is_one_fault_found_as_one_swap_and_cleared_with_either(plan, tmp_path, monkeypatch):
+    from railyard.drivers.lab import faults, hwtree
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.model.catalog import load_catalog
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    for node in ("gpu-0", "gpu-1"):
+        hwtree.build_hwtree(load_catalog().nodes["dgx-h100"], node_dir("tswap", node) / "hwtree")
+    said = faults.inject("tswap", plan, "cable-swap", ["gpu-0", "mlx5_5", "gpu-1:mlx5_5"])
+    assert said == "gpu-0: the cables of mlx5_5 and gpu-1's mlx5_5 exchanged"
+    a, b = End(hca_name("gpu-0", "mlx5_5"), 1), End(hca_name("gpu-1", "mlx5_5"), 1)
+    assert _found(plan, subnet.path("tswap").read_text()) == [("cable-swapped", f"{a} and {b}", "gpu-0")]
+    with pytest.raises(faults.FaultError, match="no node gpu-7"):
+        faults.inject("tswap", plan, "cable-swap", ["gpu-0", "mlx5_5", "gpu-7:mlx5_5"])
+    assert faults.clear("tswap", plan, "gpu-0") == [said]
+    assert not subnet.path("tswap").exists()  # the plan's subnet again
