@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
+from typing import Mapping
 
 from railyard import drivers, paths, repair
 from railyard.engine import pulumi
@@ -126,13 +127,17 @@ def handle(args) -> int:
     return 1
 
 
-def _by_node(findings, nodes) -> dict[str, list[str]]:
-    """Each node's findings' messages, for the nodes given."""
-    out: dict[str, list[str]] = {}
+def _by_node(findings, nodes) -> dict[str, list]:
+    """Each node's findings, for the nodes given (nodes without any left out)."""
+    out: dict[str, list] = {}
     for f in findings:
         if f.node in nodes:
-            out.setdefault(f.node, []).append(f.message)
+            out.setdefault(f.node, []).append(f)
     return out
+
+
+def _messages(by_node: Mapping[str, list]) -> dict[str, list[str]]:
+    return {n: [f.message for f in fs] for n, fs in by_node.items()}
 
 
 def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> repair.Outcome:
@@ -142,16 +147,18 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
 
     path = paths.node_states(args.stack)
     nodes = sorted(hosts)
-    findings = _by_node(report.findings, hosts)
-    # Each node's last reading, whole: whether a GPU reset would clear it (repair.actions).
-    latest = {n: [f for f in report.findings if f.node == n] for n in nodes}
+    # Each node's last reading, whole: its messages for the loop, its kinds for whether a GPU
+    # reset would clear it (repair.actions).
+    latest = _by_node(report.findings, hosts)
+    findings = _messages(latest)
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
         again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
                                deep=args.deep)
-        latest.update({n: [f for f in again.findings if f.node == n] for n in which})
-        return _by_node(again.findings, which)
+        read = _by_node(again.findings, which)
+        latest.update({n: read.get(n, []) for n in which})
+        return _messages(read)
 
     def gpu_resets(node: str) -> list[str] | None:
         return gpu_reset_targets((f.kind, f.where) for f in latest.get(node, []))

@@ -29,6 +29,7 @@ undoes them newest first, giving back the planned state byte for byte.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -40,8 +41,9 @@ from railyard import paths
 from railyard.drivers.lab import names, subnet
 from railyard.drivers.lab.node.config import node_dir
 from railyard.drivers.lab.errors import LabError
-from railyard.drivers.lab.hwtree import DMESG, NVIDIA_STATE
+from railyard.drivers.lab.hwtree import DMESG, MANIFEST, NVIDIA_STATE
 from railyard.model.fabric.subnet import End, hca_name
+from railyard.model.sysfs_discovery import GPU_CLASSES
 
 if TYPE_CHECKING:
     from railyard.model.plan import NodePlan, Plan
@@ -102,9 +104,14 @@ class _Fault:
 
     # the node's hardware tree ---------------------------------------------------------------
 
+    @functools.cached_property
+    def manifest(self) -> dict[str, Any]:
+        """The node's hardware tree's manifest (hwtree.MANIFEST), read once a fault."""
+        return json.loads((self.tree / MANIFEST).read_text())
+
     def device_dir(self, device: str) -> Path:
         """The PCI function directory of a GPU (GPU3), an RDMA device (mlx5_3) or its netdev."""
-        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        manifest = self.manifest
         rdma = {v: k for k, v in manifest["netdevs"].items()}.get(device, device)
         bdf = manifest["bus_ids"].get(rdma)
         link = self.tree / "sys" / "bus" / "pci" / "devices" / (bdf or "-")
@@ -113,7 +120,7 @@ class _Fault:
         return Path(os.path.realpath(link))
 
     def rdma(self, device: str) -> str:
-        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        manifest = self.manifest
         name = {v: k for k, v in manifest["netdevs"].items()}.get(device, device)
         if name not in manifest["netdevs"]:
             raise FaultError(f"{self.node.name} has no RDMA device or rail netdev {device}")
@@ -137,13 +144,17 @@ class _Fault:
         path.write_text(old + line + "\n")
         os.chmod(path, 0o444)
 
+    def gpu_dir(self, gpu: str) -> Path:
+        """The PCI function directory of a GPU; refused for any other device."""
+        d = self.device_dir(gpu)
+        if not (d / "class").read_text().strip().startswith(GPU_CLASSES):
+            raise FaultError(f"{self.node.name}'s {gpu} is not a GPU")
+        return d
+
     def gpu_state(self, gpu: str) -> Path:
         """The GPU's state as its driver holds it (hwtree.NVIDIA_STATE), made where missing; no
         such directory is in the tree as built."""
-        d = self.device_dir(gpu)
-        if not ((d / "class").read_text().strip().startswith("0x03")):
-            raise FaultError(f"{self.node.name}'s {gpu} is not a GPU")
-        state = self.tree / NVIDIA_STATE / d.name
+        state = self.tree / NVIDIA_STATE / self.gpu_dir(gpu).name
         for p in (state.parent, state):
             p.mkdir(exist_ok=True)
             # Always: the tree as built has none of these, and the last fault undone (whichever it
@@ -173,7 +184,7 @@ class _Fault:
 
     def pull(self, device: str) -> None:
         """The fabric's end of the rail's veth down: the cable a technician pulls."""
-        manifest = json.loads((self.tree / "railyard-hwtree.json").read_text())
+        manifest = self.manifest
         rdma = self.rdma(device)
         netdev = manifest["netdevs"][rdma]
         ns, peer = _peer(self.stack, self.node.name, netdev)
@@ -291,8 +302,7 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
                 f.add_line(state / "ecc_persistent", target[2])
             said = f"{node}: {target[1]} has {target[2]} uncorrectable ECC error(s)"
         elif kind == "nvlink-down":
-            manifest = json.loads((f.tree / "railyard-hwtree.json").read_text())
-            shown = manifest.get("nvidia_smi") or {}
+            shown = f.manifest.get("nvidia_smi") or {}
             links = int(shown.get("nvlinks") or 0)
             if not links or not shown.get("nvlink"):
                 raise FaultError(f"{node}'s nvidia-smi shows no NVLinks: its SKU gives none, or no real output "
@@ -302,9 +312,8 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
             f.add_line(f.gpu_state(target[1]) / "nvlinks_down", str(int(target[2])))
             said = f"{node}: {target[1]}'s NVLink {target[2]} down"
         elif kind == "xid":
-            d = f.device_dir(target[1])
-            f.gpu_state(target[1])  # refuses a device that is not a GPU
-            line = f"NVRM: Xid (PCI:{d.name.rsplit('.', 1)[0]}): {target[2]}, {xid_detail(target[2])}"
+            bus = f.gpu_dir(target[1]).name.rsplit(".", 1)[0]
+            line = f"NVRM: Xid (PCI:{bus}): {target[2]}, {xid_detail(target[2])}"
             f.add_line(f.tree / DMESG, f"{dmesg_stamp()} {line}")
             said = f"{node}: {target[1]} threw Xid {target[2]}"
         else:  # firmware

@@ -42,6 +42,8 @@ import uuid
 from typing import Any
 
 HW = "/run/railyard/hw"
+# The GPUs' state in the tree (hwtree.NVIDIA_STATE; a node's program imports nothing of the lab).
+STATE = "nvidia"
 GPU_CLASSES = ("0x0300", "0x0302")
 NVIDIA = "0x10de"
 # PCIe generation by link speed, as nvidia-smi reports <current_link_gen>.
@@ -72,7 +74,7 @@ def gpus(hw: str = HW) -> list[dict[str, Any]]:
         d = os.path.join(devices, bdf)
         if _read(os.path.join(d, "vendor")) != NVIDIA or not (_read(os.path.join(d, "class")) or "").startswith(GPU_CLASSES):
             continue
-        state = os.path.join(hw, "nvidia", bdf)
+        state = os.path.join(hw, STATE, bdf)
         down = _read(os.path.join(state, "nvlinks_down")) or ""
         out.append({
             "bdf": bdf,
@@ -110,9 +112,9 @@ def _width(width: str | None) -> str:
     return f"{width}x" if width else "N/A"
 
 
-def query_xml(hw: str = HW) -> str:
+def query_xml(hw: str = HW, found: list[dict[str, Any]] | None = None) -> str:
     info = _manifest(hw)
-    found = gpus(hw)
+    found = gpus(hw) if found is None else found
     lines = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">',
              "<nvidia_smi_log>", f"    <timestamp>{time.strftime('%a %b %e %H:%M:%S %Y')}</timestamp>",
              f"    <attached_gpus>{len(found)}</attached_gpus>"]
@@ -175,13 +177,13 @@ def query_xml(hw: str = HW) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nvlink_status(hw: str = HW, only: int | None = None) -> str:
+def nvlink_status(hw: str = HW, only: int | None = None, found: list[dict[str, Any]] | None = None) -> str:
     info = _manifest(hw)
     speed, count = info.get("nvlink"), int(info.get("nvlinks") or 0)
     if not speed or not count:
         return ""  # no real output of this GPU's links is kept: nothing rather than an invented speed
     out = []
-    for index, g in enumerate(gpus(hw)):
+    for index, g in enumerate(gpus(hw) if found is None else found):
         if only is not None and index != only:
             continue
         out.append(f"GPU {index}: {info.get('product_name', 'N/A')} (UUID: {_uuid(g['bdf'])})")
@@ -189,19 +191,19 @@ def nvlink_status(hw: str = HW, only: int | None = None) -> str:
     return "".join(line + "\n" for line in out)
 
 
-def gpu_reset(args: list[str], hw: str = HW) -> int:
+def gpu_reset(args: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None) -> int:
     """`-r -i <bus id>`: the GPU's volatile ECC count starts again, unless its memory keeps failing
     (a fault made without --transient leaves `ecc_persistent`). Prints what the real tool prints
     on success (NVIDIA/NVSentinel#1690: `GPU 00000000:1A:00.0 was successfully reset.`)."""
     wanted = args[args.index("-i") + 1] if "-i" in args and args.index("-i") + 1 < len(args) else None
-    found = gpus(hw)
+    found = gpus(hw) if found is None else found
     chosen = [g for i, g in enumerate(found)
               if wanted is not None and wanted.upper() in (str(i), _bus_id(g["bdf"]), g["bdf"].upper())]
     if wanted is None or not chosen:
         sys.stdout.write("No devices were found\n")
         return 6
     for g in chosen:
-        state = os.path.join(hw, "nvidia", g["bdf"])
+        state = os.path.join(hw, STATE, g["bdf"])
         if not os.path.exists(os.path.join(state, "ecc_persistent")):
             try:
                 os.unlink(os.path.join(state, "ecc_volatile_uncorrectable"))
@@ -212,21 +214,22 @@ def gpu_reset(args: list[str], hw: str = HW) -> int:
 
 
 def main(argv: list[str], hw: str = HW) -> int:
-    if not gpus(hw):
+    found = gpus(hw)  # one reading of the tree a run
+    if not found:
         sys.stdout.write("No devices were found\n")
         return 6
     args = [a for a in argv if a]
     if len(args) == 2 and set(args) & {"-q", "--query"} and set(args) & {"-x", "--xml-format"}:
-        sys.stdout.write(query_xml(hw))
+        sys.stdout.write(query_xml(hw, found))
         return 0
     if args and args[0] in ("-r", "--gpu-reset"):
-        return gpu_reset(args, hw)
+        return gpu_reset(args, hw, found)
     if args[:1] == ["nvlink"] and ("--status" in args or "-s" in args):
         only = None
         for flag in ("-i", "--id"):
             if flag in args and args.index(flag) + 1 < len(args) and args[args.index(flag) + 1].isdigit():
                 only = int(args[args.index(flag) + 1])
-        sys.stdout.write(nvlink_status(hw, only))
+        sys.stdout.write(nvlink_status(hw, only, found))
         return 0
     sys.stderr.write(USAGE)
     return 2
