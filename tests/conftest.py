@@ -137,6 +137,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     top = sorted(modules[tail].items(), key=lambda kv: -kv[1])[:8]
     terminalreporter.write_line(f"the last to finish, {tail}, spent longest in: "
                                 + ", ".join(f"{Path(m).stem} {s:.0f} s" for m, s in top))
+    start, end = (_cpu_at_start or [None])[0], _machine_cpu()
+    if start is not None and end is not None and end[1] > start[1]:
+        cpu_busy, cpu_all = end[0] - start[0], end[1] - start[1]
+        terminalreporter.write_line(f"the machine's {os.cpu_count()} CPUs were {cpu_busy / cpu_all:.0%} busy over the "
+                                    f"run ({cpu_busy:.0f} CPU-s, every process on the machine)")
     out = Path(config.rootpath) / ".railyard" / "test-timeline.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_timeline))
@@ -148,6 +153,24 @@ _config: list[pytest.Config] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     _config[:] = [config]
+    _cpu_at_start[:] = [_machine_cpu()]
+
+
+# The whole machine's CPU over the run, read from /proc/stat: the lab's daemons (sshd, slurmd, the
+# API server) are not the run's children, so `time make test` leaves them out. Both cores busy
+# through the run means more workers cannot make it shorter; only less CPU can (docs/benchmarks.md).
+_cpu_at_start: list[tuple[float, float] | None] = []
+
+
+def _machine_cpu() -> tuple[float, float] | None:
+    """(busy, all) CPU-seconds of every CPU since boot; None where /proc/stat cannot be read."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle and iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
 
 
 def _reporter():
