@@ -30,17 +30,13 @@ _TIERS = {"unit": "unit (the model, commands, drivers under mocks)", "roles": "r
           "engine": "engine (the real Pulumi engine)", "lab": "lab (namespaces, SSH, the real engine end to end)"}
 _started: set[str] = set()
 
-# Measured (each module's busy time in `make test`'s .railyard/test-timeline.json, 2026-12-06): the
-# lab modules that take 100 s or more of one worker, longest first, so that the run ends on short
-# modules rather than waiting on one long one drawn late (in that run test_repair, 266 s, was the
-# last module handed out and ran alone for its last 110 s). A module missing here runs after these,
-# in its collected place. test_lab_gb200 (36 trays) leads although test_hosts_up is longer: drawn
-# mid-run, its tuning of 36 hosts starved the timing and bandwidth checks of the small modules
-# beside it.
+# Measured (make test's --durations, 2026-12-05): the lab modules that take two minutes or more,
+# longest first. Scheduled ahead of the others so that the last worker to finish is not the one
+# that drew a long module near the end. A module missing here only runs in its collected place.
+# test_lab_gb200 (36 trays, 3 minutes alone) leads: drawn mid-run, its tuning of 36 hosts starved
+# the timing and bandwidth checks of the small modules beside it.
 LONG_LAB_MODULES = ("test_lab_gb200", "test_hosts_up", "test_lab_kubernetes", "test_lab_acceptance", "test_lab_slurm",
-                    "test_lab_guests", "test_repair", "test_reap", "test_hosts_redfish", "test_no_behaviour_change",
-                    "test_lab_recover", "test_verify", "test_merged_node_storage", "test_fabric_opensm",
-                    "test_lab_virtual", "test_lab_tuning", "test_lab_stack", "test_lab_gc_all")
+                    "test_lab_guests", "test_hosts_redfish", "test_reap", "test_no_behaviour_change")
 
 
 def _tier(nodeid: str) -> str:
