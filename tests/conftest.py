@@ -133,7 +133,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     top = sorted(modules[tail].items(), key=lambda kv: -kv[1])[:8]
     terminalreporter.write_line(f"the last to finish, {tail}, spent longest in: "
                                 + ", ".join(f"{Path(m).stem} {s:.0f} s" for m, s in top))
-    start, end = (_cpu_at_start or [None])[0], _machine_cpu()
+    start, end = _cpu_at_start[0] if _cpu_at_start else None, _machine_cpu()
     if start is not None and end is not None and end[1] > start[1]:
         cpu_busy, cpu_all = end[0] - start[0], end[1] - start[1]
         terminalreporter.write_line(f"the machine's {os.cpu_count()} CPUs were {cpu_busy / cpu_all:.0%} busy over the "
@@ -149,7 +149,8 @@ _config: list[pytest.Config] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     _config[:] = [config]
-    _cpu_at_start[:] = [_machine_cpu()]
+    if not hasattr(config, "workerinput"):  # the summary is the controller's alone
+        _cpu_at_start[:] = [_machine_cpu()]
 
 
 # The whole machine's CPU over the run, read from /proc/stat: the lab's daemons (sshd, slurmd, the
