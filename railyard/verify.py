@@ -93,17 +93,19 @@ def read_facts(hosts: Mapping[str, Target], private_key: str | None, *, workers:
         return dict(pool.map(one, sorted(hosts)))
 
 
-def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: int = 1, workers: int = WORKERS,
+def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: int = 1,
+                gpus: Mapping[str, int] | None = None, workers: int = WORKERS,
                 timeout: float = READ_TIMEOUT_S) -> dict[str, dict[str, str] | str]:
     """Each node's GPU tools' output by section (health_check.HEALTH_SCRIPT), or why it could not
-    be read. level: dcgmi diag's run level (1 quick, 3 deep)."""
+    be read. level: dcgmi diag's run level (1 quick, 3 deep, which also runs all_reduce_perf over
+    the node's planned `gpus`)."""
     from railyard.model.health_check import HEALTH_SCRIPT, split_sections
     from railyard.remote.ssh import SshError, run
 
     def one(name: str) -> tuple[str, dict[str, str] | str]:
         try:
-            result = run(hosts[name], ["sh", "-c", HEALTH_SCRIPT, "health", str(level)], private_key=private_key,
-                         timeout=timeout)
+            argv = ["sh", "-c", HEALTH_SCRIPT, "health", str(level), str((gpus or {}).get(name, 0))]
+            result = run(hosts[name], argv, private_key=private_key, timeout=timeout)
         except SshError as exc:
             return name, str(exc).split(": ", 1)[-1]
         return name, split_sections(result.stdout)
@@ -115,11 +117,13 @@ def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: 
 
 
 def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
-           addresses: Mapping[str, str] | None = None) -> tuple[list[Finding], list[str], bool]:
+           addresses: Mapping[str, str] | None = None, *,
+           tolerance: float | None = None) -> tuple[list[Finding], list[str], bool]:
     """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
-    check that could not run and on which nodes (never a pass), and whether any check ran."""
-    from railyard.model import health_check
-    from railyard.model.catalog import load_catalog
+    check that could not run and on which nodes (never a pass), and whether any check ran.
+    tolerance: railyard:health.collectiveTolerance."""
+    from railyard.model import gpu_health, health_check
+    from railyard.model.catalog import load_catalog, nvlink_gbs
 
     catalog = load_catalog()
     out: list[Finding] = []
@@ -131,8 +135,10 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
             out.append(Finding(UNREACHABLE, node, (addresses or {}).get(node, node), "reachable over SSH", got,
                                f"{node}: not read ({got})"))
             continue
-        expect = health_check.expect_of(catalog.nodes[plan.node_named(node).sku])
-        found, why_not, ran_here = health_check.judge(got, expect)
+        sku = catalog.nodes[plan.node_named(node).sku]
+        found, why_not, ran_here = health_check.judge(
+            got, health_check.expect_of(sku, nvlink_gbs(sku)),
+            tolerance=gpu_health.COLLECTIVE_TOLERANCE if tolerance is None else tolerance)
         for why in why_not:
             not_run.setdefault(why, []).append(node)
         ran = ran or ran_here
@@ -235,9 +241,15 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         facts = read_facts(hosts, private_key, timeout=timeout)
         report.findings += hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
     if "health" in parts:
-        progress(f"reading {len(hosts)} node(s)' GPU tools" + (" (DCGM level 3)" if deep else ""))
-        found, notes, ran = health(plan, read_health(hosts, private_key, level=3 if deep else 1, timeout=timeout),
-                                   {n: t.address for n, t in hosts.items()})
+        progress(f"reading {len(hosts)} node(s)' GPU tools"
+                 + (" (DCGM level 3, all_reduce_perf over NVLink)" if deep else ""))
+        from railyard.model.catalog import load_catalog
+
+        skus = load_catalog().nodes
+        gpus = {n: len(skus[plan.node_named(n).sku].gpus) for n in hosts}
+        readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
+        found, notes, ran = health(plan, readings, {n: t.address for n, t in hosts.items()},
+                                   tolerance=spec.health.collective_tolerance)
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
         report.findings += [f for f in found if (f.kind, f.node) not in seen]

@@ -112,7 +112,7 @@ def run_health_check(ctx: Context):
     hwtree.build_hwtree(sku, root / "hw")
     tools = root / "bin"
     tools.mkdir(parents=True)
-    script = Path(hwtree.__file__).with_name("nvidia_smi.py")
+    script = Path(hwtree.__file__).with_name("gpu_tools.py")
     (tools / "nvidia-smi").write_text(f"#!/bin/sh\nexec /usr/bin/python3 -I -c 'import runpy, sys; "
                                       f"sys.exit(runpy.run_path(\"{script}\")[\"main\"](sys.argv[1:], \"{root / 'hw'}\"))' \"$@\"\n")
     (tools / "sinfo").write_text("#!/bin/sh\necho 'gpu-0|idle|Unknown|none'\n")

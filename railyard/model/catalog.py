@@ -376,6 +376,14 @@ def gpu_tools() -> Mapping[str, Mapping[str, str]]:
     return MappingProxyType({str(k).lower(): MappingProxyType(dict(v)) for k, v in data.items()})
 
 
+def nvlink_gbs(sku: NodeSku) -> float | None:
+    """One NVLink of the SKU's GPU, in GB/s, as nvidia-smi shows it (gpu_tools.yaml); None where
+    no real output of its links is kept."""
+    device = (sku.gpus[0].pci_device or "").lower() if sku.gpus else ""
+    shown = gpu_tools().get(device, {}).get("nvlink")
+    return float(shown.split()[0]) if shown else None
+
+
 @functools.cache
 def load_catalog(root: Path | None = None) -> Catalog:
     """Read and check every entry under root (default railyard/data/catalog/); raises CatalogError."""

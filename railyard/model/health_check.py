@@ -34,7 +34,9 @@ except ImportError:  # installed on a node beside its own copies (the slurm role
 # What runs on a node, in one shell: each tool's output under a marker line, or that it is missing.
 # The kernel's log is read only where the NVIDIA driver is (nvidia-smi is): a node without it has
 # no Xid to show. $1 is dcgmi diag's run level; 0 runs no diagnostic (slurmd's check: a diagnostic
-# on GPUs a job is using is neither fair to the job nor a fair judge of the GPUs).
+# on GPUs a job is using is neither fair to the job nor a fair judge of the GPUs). The deep check
+# (level 3) also runs nccl-tests' all_reduce_perf over the node's $2 GPUs, one process, so only
+# NVLink carries it: messages of 8 B to 8 GiB, doubling, as nccl-tests' README runs it.
 HEALTH_SCRIPT = r"""
 section() { printf '\n@@railyard %s\n' "$1"; }
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -49,6 +51,13 @@ if [ "$1" -gt 0 ]; then
     section dcgmi; dcgmi diag -r "$1" -j 2>&1
   else
     section dcgmi-missing
+  fi
+fi
+if [ "$1" -ge 3 ] && [ "${2:-0}" -gt 0 ]; then
+  if command -v all_reduce_perf >/dev/null 2>&1; then
+    section all_reduce_perf; all_reduce_perf -b 8 -e 8G -f 2 -g "$2" 2>&1
+  else
+    section all_reduce_perf-missing
   fi
 fi
 """
@@ -81,21 +90,33 @@ class Expect:
     vendor: str | None = None
     device: str | None = None
     nvlinks_per_gpu: int | None = None
+    nvlink_gbs: float | None = None
+    """One NVLink's speed as nvidia-smi gives it (GB/s); None where no real output of it is kept."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"gpus": self.gpus, "vendor": self.vendor, "device": self.device,
-                "nvlinks_per_gpu": self.nvlinks_per_gpu}
+        out = {"gpus": self.gpus, "vendor": self.vendor, "device": self.device, "nvlinks_per_gpu": self.nvlinks_per_gpu}
+        # slurmd's check runs no collective: its settings file (and the tuning digest) stays as it was.
+        return out | ({"nvlink_gbs": self.nvlink_gbs} if self.nvlink_gbs is not None else {})
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Expect:
-        return cls(int(d["gpus"]), d.get("vendor"), d.get("device"), d.get("nvlinks_per_gpu"))
+        return cls(int(d["gpus"]), d.get("vendor"), d.get("device"), d.get("nvlinks_per_gpu"), d.get("nvlink_gbs"))
+
+    @property
+    def nvlink_busbw(self) -> float | None:
+        """What all_reduce_perf within the node should reach (gpu_health.expected_busbw_node)."""
+        if not self.nvlinks_per_gpu or not self.nvlink_gbs:
+            return None
+        return gh.expected_busbw_node(nvlinks=self.nvlinks_per_gpu, link_gbs=self.nvlink_gbs)
 
 
-def expect_of(sku: Any) -> Expect:
-    """A catalog SKU's Expect (duck-typed: this module may not import the catalog's YAML reader)."""
+def expect_of(sku: Any, nvlink_gbs: float | None = None) -> Expect:
+    """A catalog SKU's Expect (duck-typed: this module may not import the catalog's YAML reader);
+    nvlink_gbs: its GPU's link speed (catalog.nvlink_gbs)."""
     first = sku.gpus[0] if sku.gpus else None
     nvlinks = int(sku.nvlink_class[2:]) if sku.nvlink_class and sku.nvlink_class[2:].isdigit() else None
-    return Expect(len(sku.gpus), first.pci_vendor if first else None, first.pci_device if first else None, nvlinks)
+    return Expect(len(sku.gpus), first.pci_vendor if first else None, first.pci_device if first else None, nvlinks,
+                  nvlink_gbs if nvlinks else None)
 
 
 def split_sections(stdout: str) -> dict[str, str]:
@@ -111,11 +132,12 @@ def split_sections(stdout: str) -> dict[str, str]:
     return sections
 
 
-def judge(sections: Mapping[str, str], expect: Expect, *,
-          ignore_xids: Sequence[int] = ()) -> tuple[list[gh.HealthFinding], list[str], bool]:
+def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[int] = (),
+          tolerance: float = gh.COLLECTIVE_TOLERANCE) -> tuple[list[gh.HealthFinding], list[str], bool]:
     """A node's sections against its Expect: findings, why each check that could not run did not
-    (never a pass), and whether any check ran. An nvidia-smi that is there and fails (its driver
-    gone, the GPUs unreachable) is a finding, not a check that could not run."""
+    (never a pass), and whether any check ran. A tool that is there and fails (nvidia-smi with its
+    driver gone, all_reduce_perf short of GPUs) is a finding, not a check that could not run.
+    tolerance: how far below the plan's bus bandwidth all_reduce_perf may fall (a fraction)."""
     found: list[gh.HealthFinding] = []
     not_run: list[str] = []
     if "nvidia-smi" in sections:
@@ -139,7 +161,25 @@ def judge(sections: Mapping[str, str], expect: Expect, *,
         found += gh.judge_dcgm(gh.parse_dcgm_diag(sections["dcgmi"]))
     elif "dcgmi-missing" in sections:
         not_run.append("dcgmi missing")
-    return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections
+    collective = "all_reduce_perf" in sections and expect.nvlink_busbw is not None
+    if collective:
+        found += _collective(sections["all_reduce_perf"], expect, tolerance)
+    elif "all_reduce_perf" in sections:
+        not_run.append("all_reduce_perf: no real output of this GPU's NVLinks is kept to plan its bandwidth from")
+    elif "all_reduce_perf-missing" in sections:
+        not_run.append("all_reduce_perf missing")
+    return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections or collective
+
+
+def _collective(text: str, expect: Expect, tolerance: float) -> list[gh.HealthFinding]:
+    try:
+        run = gh.parse_all_reduce_perf(text)
+    except ValueError:
+        said = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+        return [gh.HealthFinding("collective-failed", None, "all_reduce_perf failed: "
+                                 + (said[0][:160] if said else "no result row"), "its table", "no table")]
+    assert expect.nvlink_busbw is not None
+    return gh.judge_collective(run, expected_gbs=expect.nvlink_busbw, tolerance=tolerance)
 
 
 # --- slurmd's HealthCheckProgram ------------------------------------------------------------------

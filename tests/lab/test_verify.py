@@ -161,6 +161,27 @@ def test_several_faults_at_once_and_a_clear_of_one_node_keeps_the_others(project
     assert verify(project) == (0, [])
 
 
+def test_the_deep_check_runs_all_reduce_perf_over_each_nodes_nvlinks_and_finds_a_slow_one(project):
+    """--deep runs all_reduce_perf within each node (the lab's stand-in, over the node's NVLinks as
+    its hardware tree gives them) and holds it to the SKU's NVLinks: 18 x 26.562 GB/s for an H100,
+    15% tolerance by default. Three of GPU 0's 18 links down leave 398 GB/s: a slow collective,
+    beside the links nvidia-smi shows down; the quick check reads only the links."""
+    proc = railyard(project, "verify", "--stack", STACK, "--deep")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all_reduce_perf" not in proc.stdout and "health not run: dcgmi missing: gpu-0, gpu-1" in proc.stdout
+    for link in ("0", "7", "11"):
+        fault(project, "nvlink-down", "gpu-1", "GPU0", link)
+    try:
+        rc, deep = verify(project, "--deep")
+        assert rc == 1 and sorted((f["kind"], f["node"]) for f in deep) == [
+            ("collective-slow", "gpu-1"), ("nvlink-down", "gpu-1")], deep
+        slow = next(f for f in deep if f["kind"] == "collective-slow")
+        assert (slow["planned"], slow["found"]) == ("478 GB/s", "397.98 GB/s") and "(gpu-1)" in slow["message"]
+        assert [f["kind"] for f in verify(project)[1]] == ["nvlink-down"]
+    finally:
+        fault(project, "--clear")
+
+
 def test_an_unreachable_node_is_a_finding_and_the_others_are_still_read(project):
     """gpu-1's management cable pulled (the fabric's end of its veth down): SSH cannot reach it
     within its connect timeout, and gpu-0's fault is still reported."""

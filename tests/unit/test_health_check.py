@@ -25,9 +25,46 @@ A100 = hc.Expect(gpus=1, vendor="0x10de", device="0x20b2")  # the real nvidia-sm
 
 
 def test_a_skus_expectation_is_its_gpu_count_pci_id_and_nvlinks():
+    from railyard.model.catalog import nvlink_gbs
+
     sku = load_catalog().nodes["dgx-h100"]
     assert hc.expect_of(sku) == hc.Expect(8, "0x10de", "0x2330", 18)
     assert hc.Expect.from_json(json.loads(json.dumps(hc.expect_of(sku).to_json()))) == hc.expect_of(sku)
+    # One link's speed as the real nvidia-smi shows an H100's; none kept for an H200's.
+    assert nvlink_gbs(sku) == 26.562 and nvlink_gbs(load_catalog().nodes["hgx-h200"]) is None
+    full = hc.expect_of(sku, nvlink_gbs(sku))
+    assert full.nvlink_busbw == pytest.approx(478.116)
+    assert hc.Expect.from_json(json.loads(json.dumps(full.to_json()))) == full
+
+
+H100 = hc.Expect(8, "0x10de", "0x2330", 18, 26.562)
+REAL_2NODE = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+REAL_SLOW = (GPU / "all_reduce_perf-h100-8node-64gpu-slow.txt").read_text()
+
+
+def test_the_deep_checks_collective_is_judged_against_the_nodes_nvlinks():
+    # The real healthy run reaches 469 GB/s: within 15% of an H100 node's 478.
+    # (Each case reads only the collective: nvidia-smi is not among the sections, so it is not run.)
+    found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, H100)
+    assert (found, not_run, ran) == ([], ["nvidia-smi missing"], True)
+    # The real slow run (320 GB/s) is a finding, naming what was planned and what was found.
+    [slow], _, _ = hc.judge({"all_reduce_perf": REAL_SLOW}, H100)
+    assert (slow.kind, slow.planned, slow.found) == ("collective-slow", "478 GB/s", "320.7 GB/s")
+    # A tolerance the stack widens lets it pass.
+    assert hc.judge({"all_reduce_perf": REAL_SLOW}, H100, tolerance=0.4)[0] == []
+
+
+def test_a_collective_that_fails_is_a_finding_and_one_that_cannot_be_judged_is_not_run():
+    failed = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 "
+              "agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n"
+              "Invalid number of GPUs: 8 requested but only 7 were found.\n")
+    [f], not_run, ran = hc.judge({"all_reduce_perf": failed}, H100)
+    assert f.kind == "collective-failed" and "8 requested but only 7 were found" in f.message and ran
+    assert hc.judge({"all_reduce_perf-missing": ""}, H100)[1:] == (["nvidia-smi missing", "all_reduce_perf missing"],
+                                                                   False)
+    # No real output gives this GPU's link speed: no yardstick, so not run rather than a guess.
+    found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, hc.Expect(8, "0x10de", "0x2335", 18))
+    assert found == [] and not ran and "no real output of this GPU's NVLinks" in not_run[1]
 
 
 @pytest.mark.parametrize("findings, ran, held, verb", [

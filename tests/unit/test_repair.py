@@ -362,14 +362,21 @@ def test_the_health_keys_are_read_and_a_bad_one_is_named_by_its_path():
     from railyard.model.errors import SpecError
     from railyard.stack import from_config
 
-    spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0, "repair": True}), "t")
-    assert (spec.health.max_unavailable, spec.health.drain_timeout_s, spec.health.repair) == (2, 0, True)
+    spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0, "repair": True,
+                                   "collectiveTolerance": 0.25}), "t")
+    assert (spec.health.max_unavailable, spec.health.drain_timeout_s, spec.health.repair,
+            spec.health.collective_tolerance) == (2, 0, True, 0.25)
     default = from_config(_config(None), "t")[0].health
-    assert (default.max_unavailable, default.drain_timeout_s, default.repair) == (None, 600, False)
+    assert (default.max_unavailable, default.drain_timeout_s, default.repair,
+            default.collective_tolerance) == (None, 600, False, 0.15)
     with pytest.raises(SpecError) as err:
-        from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": "sometimes"}), "t")
+        from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": "sometimes",
+                             "collectiveTolerance": 15}), "t")
     assert {p.path for p in err.value.problems} == {
-        "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair"}
+        "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair",
+        "railyard:health.collectiveTolerance"}
+    # A percentage where a fraction is asked is refused, saying what the key takes.
+    assert "a number > 0 and < 1, e.g. 0.15 for 15%" in str(err.value)
 
 
 def test_each_pools_budget_is_the_stacks_else_its_drivers():

@@ -11,7 +11,7 @@ verify` finds. Each shows only where the node's own tools would show it:
     pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
     firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)
     ecc NODE GPU COUNT           COUNT uncorrectable ECC errors on the GPU since its driver loaded
-                                 (what the node's nvidia-smi stand-in reports, nvidia_smi.py)
+                                 (what the node's nvidia-smi stand-in reports, gpu_tools.py)
     nvlink-down NODE GPU LINK    one of the GPU's NVLinks down (nvidia-smi nvlink --status: <inactive>)
     xid NODE GPU CODE            the NVIDIA driver's Xid CODE for the GPU in the node's kernel log
                                  (its dmesg stand-in), the line's text copied from a real log

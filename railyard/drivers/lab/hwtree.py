@@ -53,13 +53,15 @@ Pure Python, no root needed, and the same SKU always gives the same bytes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from railyard.model.catalog import NicSpec, NodeSku, gpu_tools
+from railyard.model.catalog import FIXTURES_DIR, NicSpec, NodeSku, gpu_tools
+from railyard.model.gpu_health import parse_all_reduce_perf
 from railyard.model.health_check import expect_of
 from railyard.model.pci_layout import Function, layout, netdev_name
 from railyard.model.sysfs_discovery import cpumask, format_cpulist, natural_key as _natural
@@ -67,9 +69,11 @@ from railyard.model.sysfs_discovery import cpumask, format_cpulist, natural_key 
 MSI_VECTORS = 4
 FIRST_IRQ = 100
 MANIFEST = "railyard-hwtree.json"
-# The GPUs' own state, which on a real node only the NVIDIA driver holds (nvidia_smi.py reads it,
+# The GPUs' own state, which on a real node only the NVIDIA driver holds (gpu_tools.py reads it,
 # `railyard lab fault` writes it).
 NVIDIA_STATE = "nvidia"
+# The real all_reduce_perf run (healthy, NVLS, 16 H100s) whose curve the node's stand-in prints.
+COLLECTIVE_RUN = "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt"
 # The node's own kernel messages (its dmesg stand-in prints them; faults write an Xid there).
 DMESG = "dmesg"
 # What the kernel shows for any PCI-to-PCI bridge (root ports and switch ports alike): base class
@@ -185,6 +189,7 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
         "nvme": nvme,
         "nic_firmware": nic_firmware,
         "nvidia_smi": _nvidia_smi(sku),
+        "all_reduce_perf": {"rows": _collective_rows(), "source": f"fixtures/gpu/{COLLECTIVE_RUN}"} if sku.gpus else None,
     }
     w.file(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     if nic_firmware is not None:
@@ -192,8 +197,16 @@ def build_hwtree(sku: NodeSku, root: str | Path, *, replace: bool = False,
     return manifest
 
 
+@functools.cache
+def _collective_rows() -> list[list[float]]:
+    """The kept all_reduce_perf run's times by size, [size, out-of-place us, in-place us], whose
+    curve the node's all_reduce_perf stand-in scales to the node's NVLinks (gpu_tools.py)."""
+    run = parse_all_reduce_perf((FIXTURES_DIR / "gpu" / COLLECTIVE_RUN).read_text(encoding="utf-8"))
+    return [[r.size, r.time_oop_us, r.time_ip_us] for r in run.rows]
+
+
 def _nvidia_smi(sku: NodeSku) -> dict[str, Any] | None:
-    """What the node's nvidia-smi stand-in (nvidia_smi.py) prints that the tree does not hold: the
+    """What the node's nvidia-smi stand-in (gpu_tools.py) prints that the tree does not hold: the
     GPU's name as the tool prints it and its NVLinks (count from the SKU, speed from real output);
     None for a SKU without GPUs."""
     if not sku.gpus:

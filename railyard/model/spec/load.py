@@ -22,6 +22,7 @@ import yaml
 from railyard.model import addressing, mount_points, mtu, yamlio
 from railyard.model.errors import Problem, SpecError
 from railyard.model.fabric import FabricPlan
+from railyard.model.gpu_health import COLLECTIVE_TOLERANCE
 from railyard.model.guest_topology import default_vcpus, pinning, vm_devices
 from railyard.model.spec.reader import ConfigReader
 from railyard.model.spec.rules import CrossFieldRules, _feeds_plan, _PoolFacts
@@ -758,8 +759,11 @@ class _Parser(ConfigReader, CrossFieldRules):
         drain = self.integer(hm, "drainTimeout", f"{path}.drainTimeout", default=HEALTH_DRAIN_TIMEOUT_S, minimum=0,
                              maximum=86400)
         repair = self.boolean(hm, "repair", f"{path}.repair", default=False)
+        tolerance = self.number(hm, "collectiveTolerance", f"{path}.collectiveTolerance", default=COLLECTIVE_TOLERANCE,
+                                below=1, example="0.15 for 15%")
         return HealthSpec(repair=bool(repair), max_unavailable=budget,
-                          drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S)
+                          drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S,
+                          collective_tolerance=tolerance if tolerance is not None else COLLECTIVE_TOLERANCE)
 
     def switch_guids(self, vm: Mapping, path: str) -> tuple[tuple[str, int], ...]:
         """{planned switch name: "0x<node GUID>"}; names are checked against the plan in check_plan."""

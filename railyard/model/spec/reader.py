@@ -93,14 +93,16 @@ class ConfigReader:
             return None
         return value
 
-    def number(self, m: Mapping | None, key: str, path: str, *, default: float | None) -> float | None:
-        allowed = "a number > 0"
+    def number(self, m: Mapping | None, key: str, path: str, *, default: float | None,
+               below: float | None = None, example: str | None = None) -> float | None:
+        allowed = "a number > 0" + (f" and < {below:g}" if below is not None else "") + (f", e.g. {example}" if example else "")
         value = self.raw(m, key, path, required=False, what=allowed)
         if value is _ABSENT:
             return default
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value)
+                or (below is not None and value >= below)):
             self.problem(path, _show(value), allowed)
             return None
         return value

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from railyard.model.errors import Problem
+from railyard.model.gpu_health import COLLECTIVE_TOLERANCE
 from railyard.model.speeds import SPEED_GBPS
 
 NAMESPACE = "railyard"
@@ -103,7 +104,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
-    "health": ("repair", "maxUnavailable", "drainTimeout"),
+    "health": ("repair", "maxUnavailable", "drainTimeout", "collectiveTolerance"),
     "ephemeral": ("ttl",),
 }
 
@@ -344,6 +345,9 @@ class HealthSpec:
     drain_timeout_s: int = HEALTH_DRAIN_TIMEOUT_S
     """How long a drained node's running jobs are waited for before the run leaves it drained
     for the next one (never reset under a job)."""
+    collective_tolerance: float = COLLECTIVE_TOLERANCE
+    """How far below the plan's bus bandwidth `railyard verify --deep`'s all_reduce_perf may
+    fall before it is a finding, as a fraction (0.15: 15%)."""
 
 
 @dataclass(frozen=True)

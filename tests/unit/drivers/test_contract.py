@@ -461,7 +461,7 @@ def test_the_yaml_read_check_sees_a_plain_load():
 # the ones above it, never one below.
 LAB_LAYERS = (
     ("plumbing", ("errors", "names", "net", "proc", "mountns")),
-    ("programs", ("agent", "node_init", "hwtree", "nvidia_smi", "control_plane.api", "control_plane.pki")),
+    ("programs", ("agent", "node_init", "hwtree", "gpu_tools", "control_plane.api", "control_plane.pki")),
     ("objects", ("fabric", "routers", "node", "sriov", "vm", "storage", "control_plane", "subnet", "faults")),
     ("driver", ("resources", "driver", "rules", "tuning", "cli", "gc")),
 )

@@ -25,7 +25,7 @@ from railyard.drivers.lab.routers import HOST_SIDE
 LAB_DIR = Path(__file__).resolve().parent.parent
 SHIM_SCRIPT = LAB_DIR / "lab-shim.sh"
 # The node's nvidia-smi: it answers from the node's hardware tree (a lab node has no GPU or driver).
-NVIDIA_SMI_SCRIPT = LAB_DIR / "nvidia_smi.py"
+GPU_TOOLS_SCRIPT = LAB_DIR / "gpu_tools.py"
 # Its dmesg: the node's own kernel messages (the machine's ring buffer is not the node's).
 DMESG_SCRIPT = LAB_DIR / "dmesg.sh"
 
@@ -271,7 +271,8 @@ def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(".lab-shim")
-    _write_if_changed(bin_dir / "nvidia-smi", NVIDIA_SMI_SCRIPT.read_text(), 0o755)
+    for tool in ("nvidia-smi", "all_reduce_perf"):  # one program, answering as the name it is run by
+        _write_if_changed(bin_dir / tool, GPU_TOOLS_SCRIPT.read_text(), 0o755)
     _write_if_changed(bin_dir / "dmesg", DMESG_SCRIPT.read_text(), 0o755)
     hostkey = etc / "ssh" / "ssh_host_ed25519_key"
     if not hostkey.exists() or not hostkey.with_suffix(".pub").exists():

@@ -1,10 +1,12 @@
-"""The lab node's nvidia-smi stand-in (railyard/drivers/lab/nvidia_smi.py) against the real tool's
-output kept as fixtures: it prints no element and no line shape the real tool lacks, the health
+"""The lab node's nvidia-smi and all_reduce_perf stand-ins (railyard/drivers/lab/gpu_tools.py) against
+the real tools' output kept as fixtures: it prints no element and no line shape the real tool lacks, the health
 judges read it as they read the real thing, and the GPU state `railyard lab fault` writes shows in
 it as the real tool would show it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from railyard.drivers.lab import hwtree, nvidia_smi
+from railyard.drivers.lab import gpu_tools, hwtree
 from railyard.model import gpu_health as gh
 from railyard.model.catalog import load_catalog
 from railyard.model.health_check import expect_of
@@ -35,7 +37,7 @@ def h100(tmp_path):
 
 
 def query(hw: Path) -> str:
-    return nvidia_smi.query_xml(str(hw))
+    return gpu_tools.query_xml(str(hw))
 
 
 def test_every_element_it_prints_is_one_the_real_tool_prints(h100):
@@ -57,13 +59,13 @@ def test_a_healthy_node_reads_as_its_sku_and_the_judges_find_nothing(h100):
     assert {g.vendor_device for g in log.gpus} == {("0x10de", "0x2330")}
     expect = expect_of(sku)
     assert gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device)) == []
-    links = gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(h100)))
+    links = gh.parse_nvlink_status(gpu_tools.nvlink_status(str(h100)))
     assert len(links) == 8 and all(len(v) == 18 and set(v.values()) == {26.562} for v in links.values())
     assert gh.judge_nvlink(links, per_gpu=18) == []
 
 
 def test_its_nvlink_lines_are_the_real_tools_lines(h100):
-    ours = nvidia_smi.nvlink_status(str(h100), only=0).splitlines()
+    ours = gpu_tools.nvlink_status(str(h100), only=0).splitlines()
     real = (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text().splitlines()
     assert ours[1:] == real[1:]  # every link line byte for byte; the header's UUID is the node's own
     assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
@@ -71,7 +73,7 @@ def test_its_nvlink_lines_are_the_real_tools_lines(h100):
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
     bdfs = sorted(os.listdir(h100 / "sys/bus/pci/devices"))
-    gpus = [g["bdf"] for g in nvidia_smi.gpus(str(h100))]
+    gpus = [g["bdf"] for g in gpu_tools.gpus(str(h100))]
     assert len(gpus) == 8 and set(gpus) <= set(bdfs)
     state = h100 / hwtree.NVIDIA_STATE / gpus[2]
     state.mkdir(parents=True)
@@ -82,13 +84,66 @@ def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
     found = gh.judge_gpus(gh.parse_nvidia_smi(query(h100)), count=8, pci_id=(expect.vendor, expect.device))
     assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "3")]
     assert found[0].gpu == "00000000:" + gpus[2].split(":", 1)[1].upper()
-    down = gh.judge_nvlink(gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(h100))), per_gpu=18)
+    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(h100))), per_gpu=18)
     assert [(f.kind, f.gpu, f.found) for f in down] == [("nvlink-down", "GPU 2", "16")]
     assert "(down: 4, 17)" in down[0].message
 
 
+ROW = re.compile(r"^\s+\d+\s+\d+\s+float")
+KEPT_RUN = GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt"
+
+
+def collective(hw: Path, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = gpu_tools.main(list(args), str(hw), name="all_reduce_perf")
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_all_reduce_perf_prints_the_real_tools_lines_and_reaches_the_nodes_nvlink_bandwidth(h100):
+    rc, out, _ = collective(h100, "-b", "8", "-e", "8G", "-f", "2", "-g", "8")
+    assert rc == 0
+    real = KEPT_RUN.read_text().splitlines()
+    lines = out.splitlines()
+    # Every line is one the real tool prints: the header and footer lines byte for byte where they
+    # carry no figure, each result row digit for digit in the kept run's column shapes.
+    shape = lambda line: re.sub(r"\d", "9", line)  # noqa: E731
+    assert lines[0] == real[1].replace("nGpus 1", "nGpus 8").replace("17179869184", "8589934592")
+    assert {ln for ln in lines if ln.startswith("#") and "Rank" not in ln and ":" not in ln} <= set(real)
+    rows = [ln for ln in lines if ROW.match(ln)]
+    assert len(rows) == 31 and {shape(r) for r in rows} <= {shape(r) for r in real if ROW.match(r)}
+    assert all(re.fullmatch(r"#  Rank  \d Group  0 Pid [ \d]{6} on [ \S]{10,} device  \d \[0000:[0-9a-f]{2}:00\] "
+                            r"NVIDIA H100 80GB HBM3", ln) for ln in lines if "Rank" in ln)
+    run = gh.parse_all_reduce_perf(out)
+    expect = expect_of(CATALOG.nodes["dgx-h100"], 26.562)
+    assert run.ranks == 8 and expect.nvlink_busbw == pytest.approx(478.116)
+    assert run.peak_busbw == pytest.approx(477.6, abs=0.5)
+    assert gh.judge_collective(run, expected_gbs=expect.nvlink_busbw, tolerance=gh.COLLECTIVE_TOLERANCE) == []
+
+
+def test_an_nvlink_down_makes_the_collective_slow_and_a_lost_gpu_makes_it_fail(h100):
+    gpus = [g["bdf"] for g in gpu_tools.gpus(str(h100))]
+    state = h100 / hwtree.NVIDIA_STATE / gpus[3]
+    state.mkdir(parents=True)
+    (state / "nvlinks_down").write_text("".join(f"{n}\n" for n in range(6)))
+    rc, out, _ = collective(h100, "-b", "8", "-e", "8G", "-f", "2", "-g", "8")
+    expect = expect_of(CATALOG.nodes["dgx-h100"], 26.562)
+    [slow] = gh.judge_collective(gh.parse_all_reduce_perf(out), expected_gbs=expect.nvlink_busbw, tolerance=0.15)
+    assert rc == 0 and slow.kind == "collective-slow" and slow.found.startswith("318.")  # 12 of 18 links
+    (h100 / "sys/bus/pci/devices" / gpus[5]).unlink()
+    rc, out, err = collective(h100, "-b", "8", "-e", "8G", "-f", "2", "-g", "8")
+    # nccl-tests' own words (util.cu, writeDeviceReport).
+    assert rc == 1 and err.startswith("Invalid number of GPUs: 8 requested but only 7 were found.\n")
+    assert not any(ROW.match(ln) for ln in out.splitlines())
+
+
+def test_all_reduce_perf_answers_only_the_sizes_its_kept_run_has(h100):
+    rc, out, err = collective(h100, "-b", "3", "-e", "300", "-f", "3", "-g", "8")
+    assert rc == 2 and out == "" and "stand-in" in err
+
+
 def test_a_gpu_off_the_bus_is_missing_from_its_output(h100):
-    gpu = nvidia_smi.gpus(str(h100))[5]["bdf"]
+    gpu = gpu_tools.gpus(str(h100))[5]["bdf"]
     (h100 / "sys/bus/pci/devices" / gpu).unlink()
     log = gh.parse_nvidia_smi(query(h100))
     found = gh.judge_gpus(log, count=8, pci_id=("0x10de", "0x2330"))
@@ -98,7 +153,7 @@ def test_a_gpu_off_the_bus_is_missing_from_its_output(h100):
 def test_a_sku_whose_links_no_real_output_shows_gets_no_invented_speed(tmp_path):
     # hgx-h200: no kept nvidia-smi output names its GPU or its NVLinks' speed.
     hwtree.build_hwtree(CATALOG.nodes["hgx-h200"], tmp_path)
-    assert nvidia_smi.nvlink_status(str(tmp_path)) == ""
+    assert gpu_tools.nvlink_status(str(tmp_path)) == ""
     assert gh.parse_nvidia_smi(query(tmp_path)).gpus[0].product_name == CATALOG.nodes["hgx-h200"].gpus[0].model
 
 
@@ -117,7 +172,7 @@ def test_an_nvlink_fault_is_refused_where_the_nodes_nvidia_smi_shows_no_links(tm
 
 def test_the_program_runs_as_the_node_runs_it(h100, tmp_path):
     # As /run/railyard/bin/nvidia-smi: its own interpreter line, the tree where the node binds it.
-    script = ROOT / "railyard" / "drivers" / "lab" / "nvidia_smi.py"
+    script = ROOT / "railyard" / "drivers" / "lab" / "gpu_tools.py"
     assert script.read_text().startswith("#!/usr/bin/python3 -I\n")
     code = f"import runpy, sys; sys.argv = ['nvidia-smi'] + sys.argv[1:]; " \
            f"m = runpy.run_path({str(script)!r}); sys.exit(m['main'](sys.argv[1:], {str(h100)!r}))"
@@ -147,7 +202,7 @@ def test_the_gpu_faults_show_in_its_output_and_clear_back_to_the_tree_as_built(t
     faults.inject("tfault", plan, "nvlink-down", ["gpu-1", "GPU3", "7"])
     found = gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=("0x10de", "0x2330"))
     assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "2")]
-    down = gh.judge_nvlink(gh.parse_nvlink_status(nvidia_smi.nvlink_status(str(tree))), per_gpu=18)
+    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tree))), per_gpu=18)
     assert [(f.gpu, f.found) for f in down] == [("GPU 3", "17")]
 
     # The node's boot clears the transient one and keeps the other, as a reboot would.
@@ -183,7 +238,7 @@ def test_an_xid_is_a_real_logs_line_in_the_nodes_own_kernel_log_and_a_boot_clear
     _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
     tree = node_dir("txid", "gpu-0") / "hwtree"
     hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tree)
-    gpu1 = nvidia_smi.gpus(str(tree))[1]["bdf"]
+    gpu1 = gpu_tools.gpus(str(tree))[1]["bdf"]
     faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "109"], transient=True)
     faults.inject("txid", plan, "xid", ["gpu-0", "GPU1", "13"])
     log = (tree / hwtree.DMESG).read_text()
@@ -211,7 +266,7 @@ def test_a_gpu_reset_clears_a_transient_ecc_count_and_not_a_failing_memorys(tmp_
     _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
     tree = node_dir("treset", "gpu-0") / "hwtree"
     hwtree.build_hwtree(CATALOG.nodes["dgx-h100"], tree)
-    found = nvidia_smi.gpus(str(tree))
+    found = gpu_tools.gpus(str(tree))
     faults.inject("treset", plan, "ecc", ["gpu-0", "GPU1", "2"], transient=True)
     faults.inject("treset", plan, "ecc", ["gpu-0", "GPU2", "5"])
 
@@ -219,15 +274,15 @@ def test_a_gpu_reset_clears_a_transient_ecc_count_and_not_a_failing_memorys(tmp_
         return {g.bus_id: g.ecc_volatile_uncorrectable for g in gh.parse_nvidia_smi(query(tree)).gpus
                 if g.ecc_volatile_uncorrectable}
 
-    one, two = (nvidia_smi._bus_id(found[i]["bdf"]) for i in (1, 2))
+    one, two = (gpu_tools._bus_id(found[i]["bdf"]) for i in (1, 2))
     assert ecc() == {one: 2, two: 5}
-    assert nvidia_smi.main(["-r", "-i", one], str(tree)) == 0
-    assert nvidia_smi.main(["--gpu-reset", "-i", two], str(tree)) == 0
+    assert gpu_tools.main(["-r", "-i", one], str(tree)) == 0
+    assert gpu_tools.main(["--gpu-reset", "-i", two], str(tree)) == 0
     # What the real tool prints (fixtures/gpu/nvidia-smi-r-reset.txt), and the failing memory's count stays.
     real = next(line for line in (GPU / "nvidia-smi-r-reset.txt").read_text().splitlines() if line.startswith("GPU "))
     assert capsys.readouterr().out == "".join(real.replace("00000000:1A:00.0", bus) + "\n" for bus in (one, two))
     assert ecc() == {two: 5}
-    assert nvidia_smi.main(["-r", "-i", "00000000:FF:00.0"], str(tree)) == 6
+    assert gpu_tools.main(["-r", "-i", "00000000:FF:00.0"], str(tree)) == 6
     faults.clear("treset", plan)
     assert not (tree / hwtree.NVIDIA_STATE).exists()
 

@@ -1,8 +1,9 @@
 #!/usr/bin/python3 -I
-"""A lab node's stand-in for `nvidia-smi` (standard library only; the node runs this file as
-/run/railyard/bin/nvidia-smi, first on its PATH). A lab node has no GPU and no NVIDIA driver; this
-answers the two queries Railyard's health check runs, from the node's hardware tree
-(/run/railyard/hw), in the formats of real output kept as fixtures (railyard/data/fixtures/gpu):
+"""A lab node's stand-ins for NVIDIA's GPU tools (standard library only; the node runs this file as
+/run/railyard/bin/nvidia-smi and /run/railyard/bin/all_reduce_perf, first on its PATH, and it
+answers as the name it was run by). A lab node has no GPU and no NVIDIA driver; this answers the
+queries Railyard's health check runs, from the node's hardware tree (/run/railyard/hw), in the
+formats of real output kept as fixtures (railyard/data/fixtures/gpu):
 
     nvidia-smi -q -x            nvidia_smi_log as the v12 DTD's XML (the A100 fixture's element
                                 names, order and indentation), one <gpu> per NVIDIA GPU function
@@ -10,14 +11,23 @@ answers the two queries Railyard's health check runs, from the node's hardware t
     nvidia-smi nvlink --status  per GPU its links, as the H100 and GB200 fixtures print them
                                 (-s, and -i INDEX, as the real tool takes them)
     nvidia-smi -r -i <bus id>   the GPU reset (below), printing what the real tool prints
+    all_reduce_perf -b -e -f -g nccl-tests' table for one process over the node's GPUs (below)
 
-It prints a subset of the real tool's fields, never one the real tool lacks: the GPU's names and
-PCI identity, its PCIe link (the tree's current and maximum speed and width), ECC mode and counts,
-page retirement, clock-event reasons. No driver or CUDA version is printed (there is none), and no
-temperatures, clocks, memory or processes. Values the tree cannot give are derived and say so:
-the UUID (a name-based UUID of the node and bus address), the minor number (the GPU's place in bus
-order, as the lab's device-file stand-ins are numbered), the product name and NVLink speed (from
-railyard/data/catalog/gpu_tools.yaml, written into the tree's manifest as `nvidia_smi`).
+nvidia-smi prints a subset of the real tool's fields, never one the real tool lacks: the GPU's
+names and PCI identity, its PCIe link (the tree's current and maximum speed and width), ECC mode
+and counts, page retirement, clock-event reasons. No driver or CUDA version is printed (there is
+none), and no temperatures, clocks, memory or processes. Values the tree cannot give are derived
+and say so: the UUID (a name-based UUID of the node and bus address), the minor number (the GPU's
+place in bus order, as the lab's device-file stand-ins are numbered), the product name and NVLink
+speed (from railyard/data/catalog/gpu_tools.yaml, written into the tree's manifest as `nvidia_smi`).
+
+all_reduce_perf measures nothing: there is no GPU to measure. Its table is the one real run kept
+(the manifest's `all_reduce_perf`: each size's out-of-place and in-place times, from
+all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt) with every time scaled by one factor, so that
+the bus bandwidth at the run's largest size is what the node's NVLinks give: the links up on its
+worst GPU times one link's speed. A healthy H100 node reads 478 GB/s; an NVLink down shows as a
+slower collective, as it would. Only sizes the kept run has are answered (8 B to 16 GiB, doubling);
+the lines are the real tool's, less the ones NCCL itself prints (there is no NCCL).
 
 The GPU's own state, which on a real node only its driver holds, is files in the tree that
 `railyard lab fault` writes and a reboot may clear (faults.py):
@@ -50,8 +60,17 @@ NVIDIA = "0x10de"
 GENERATIONS = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
                        "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting")
-USAGE = ("nvidia-smi: this is a lab node's stand-in (railyard/drivers/lab/nvidia_smi.py); it answers `-q -x`, "
+USAGE = ("nvidia-smi: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py); it answers `-q -x`, "
          "`nvlink --status [-i INDEX]` and `-r -i GPU` only\n")
+COLLECTIVE_USAGE = ("all_reduce_perf: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py); it answers "
+                    "-b/-e/-f/-g with sizes its kept run has (8 B to 16 GiB, doubling) only\n")
+# nccl-tests' own header lines, as the kept run prints them (all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt).
+COLLECTIVE_HEADER = (
+    "#\n"
+    "#                                                              out-of-place                       in-place\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+SIZE_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 
 
 def _read(path: str) -> str | None:
@@ -88,9 +107,9 @@ def gpus(hw: str = HW) -> list[dict[str, Any]]:
     return out
 
 
-def _manifest(hw: str) -> dict[str, Any]:
+def _manifest(hw: str, key: str = "nvidia_smi") -> dict[str, Any]:
     text = _read(os.path.join(hw, "railyard-hwtree.json"))
-    return json.loads(text).get("nvidia_smi", {}) if text else {}
+    return (json.loads(text).get(key) or {}) if text else {}
 
 
 def _bus_id(bdf: str) -> str:
@@ -213,7 +232,80 @@ def gpu_reset(args: list[str], hw: str = HW, found: list[dict[str, Any]] | None 
     return 0
 
 
-def main(argv: list[str], hw: str = HW) -> int:
+def _size(text: str) -> int:
+    """A size as nccl-tests parses one: a number, optionally K, M or G (powers of 1024)."""
+    unit = SIZE_UNITS.get(text[-1:].upper(), 1)
+    return int(text[:-1] if unit > 1 else text) * unit
+
+
+def _time(usec: float) -> str:
+    """A time as the kept run's nccl-tests prints one: fewer decimals as it grows."""
+    return f"{usec:7.0f}" if usec >= 10000 else f"{usec:7.1f}" if usec >= 100 else f"{usec:7.2f}"
+
+
+def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None) -> int:
+    opts = {"-b": "32M", "-e": "32M", "-f": "1", "-g": "1"}
+    args = [a for a in argv if a]
+    for i, a in enumerate(args[:-1]):
+        if a in opts:
+            opts[a] = args[i + 1]
+    try:
+        low, high, factor, ngpus = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"]), int(opts["-g"])
+    except ValueError:
+        sys.stderr.write(COLLECTIVE_USAGE)
+        return 2
+    info = _manifest(hw)
+    kept = {int(size): (oop, ip) for size, oop, ip in _manifest(hw, "all_reduce_perf").get("rows", ())}
+    sizes = [low]
+    while factor > 1 and sizes[-1] * factor <= high:
+        sizes.append(sizes[-1] * factor)
+    if not kept or any(size not in kept for size in sizes) or ngpus < 1:
+        sys.stderr.write(COLLECTIVE_USAGE)
+        return 2
+    found = gpus(hw) if found is None else found
+    out = [f"# nThread 1 nGpus {ngpus} minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: 5 "
+           "iters: 20 agg iters: 1 validation: 1 graph: 0\n", "#\n", "# Using devices\n"]
+    if ngpus > len(found):
+        sys.stdout.write("".join(out))
+        sys.stderr.write(f"Invalid number of GPUs: {ngpus} requested but only {len(found)} were found.\n"
+                         "Please check the number of processes and GPUs per process.\n")
+        return 1
+    speed, links = info.get("nvlink"), int(info.get("nvlinks") or 0)
+    up = min(links - len(g["nvlinks_down"] & set(range(links))) for g in found[:ngpus]) if links else 0
+    if not speed or up <= 0:
+        sys.stdout.write("".join(out))
+        sys.stderr.write("all_reduce_perf: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py): "
+                         + ("no real output of this GPU's NVLinks is kept" if not speed else "a GPU has no NVLink up")
+                         + ", and a run over PCIe is not modelled\n")
+        return 1
+    factor_bw = 2 * (ngpus - 1) / ngpus
+    # Times scaled so the kept run's largest size reaches this node's bus bandwidth.
+    largest = max(kept)
+    scale = largest / (kept[largest][0] * 1e3) * factor_bw / (up * float(speed.split()[0])) if ngpus > 1 else 1.0
+    host, pid = socket.gethostname(), os.getpid()
+    for rank, g in enumerate(found[:ngpus]):
+        domain, bus, rest = g["bdf"].split(":")
+        out.append(f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10s} device {rank:2d} "
+                   f"[{int(domain, 16):04x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}] "
+                   f"{info.get('product_name', 'N/A')}\n")
+    out.append(COLLECTIVE_HEADER)
+    busbws = []
+    for size in sizes:
+        row = f"{size:12d}  {size // 4:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}"
+        for t in kept[size]:
+            usec = t * scale
+            algbw = size / (usec * 1e3)
+            busbws.append(algbw * factor_bw)
+            row += f"  {_time(usec)}  {algbw:6.2f}  {algbw * factor_bw:6.2f}  {0:5g}"
+        out.append(row + "\n")
+    out += ["# Out of bounds values : 0 OK\n", f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):g}\n", "#\n"]
+    sys.stdout.write("".join(out))
+    return 0
+
+
+def main(argv: list[str], hw: str = HW, name: str = "nvidia-smi") -> int:
+    if name == "all_reduce_perf":
+        return all_reduce_perf(argv, hw)
     found = gpus(hw)  # one reading of the tree a run
     if not found:
         sys.stdout.write("No devices were found\n")
@@ -236,4 +328,4 @@ def main(argv: list[str], hw: str = HW) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], name=os.path.basename(sys.argv[0])))
