@@ -36,6 +36,8 @@ def bring_up(tmp_path_factory, stack: str, cfg: dict):
         pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
     gc.destroy_all(stack)
     p = StackProject(tmp_path_factory.mktemp(stack), stack, cfg)
+    # The program and `railyard lab fault` alike keep the lab's runtime under the copy.
+    p.env["RAILYARD_ROOT"] = str(p.dir)
     p.cfg = cfg
     p.plan = make_plan(parse_config(cfg, stack=stack))
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
@@ -53,7 +55,7 @@ def two(tmp_path_factory):
     finally:
         if p is not None:
             p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-        gc.destroy_all(TWO)
+        gc.destroy_all(TWO, p.dir if p is not None else None)
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +69,20 @@ def eight(tmp_path_factory):
     finally:
         if p is not None:
             p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-        gc.destroy_all(EIGHT)
+        gc.destroy_all(EIGHT, p.dir if p is not None else None)
 
 
-def in_node(p: StackProject, node: str, *argv: str) -> None:
-    subprocess.run(["ip", "netns", "exec", names.node_ns(p.stack, node), *argv], check=True, capture_output=True)
+def in_node(p: StackProject, node: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", "netns", "exec", names.node_ns(p.stack, node), *argv], check=True,
+                          capture_output=True, text=True)
+
+
+def lab_fault(p: StackProject, *args: str) -> str:
+    """`railyard lab fault`, as a user runs it in the project; its output."""
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "lab", "fault", "--stack", p.stack, *args],
+                          cwd=p.dir, env=p.env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def rerun(p: StackProject, check: bool = True) -> subprocess.CompletedProcess:
@@ -98,8 +109,15 @@ def test_a_clean_two_node_run_passes_and_reports_every_rail_pair(two):
 
 def test_a_rail_slowed_in_a_node_is_the_only_one_flagged(two):
     dev = netdev(two, "gpu-0", 3)
-    in_node(two, "gpu-0", "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "100mbit", "burst", "32kb",
-            "latency", "100ms")  # a burst above the MTU: the pings pass, the bandwidth does not
+    # `railyard lab fault link-slow`: a token bucket on the node's netdev, whose burst is above the
+    # MTU: the pings pass, the bandwidth does not.
+    made = lab_fault(two, "link-slow", "gpu-0", dev, "100")
+    assert made == f"gpu-0: {dev} slowed to 100 Mbit/s\n"
+    assert "tbf" in in_node(two, "gpu-0", "tc", "qdisc", "show", "dev", dev).stdout
+    # A second token bucket on the same rail is refused, and nothing changes.
+    again = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "lab", "fault", "--stack", TWO, "link-slow",
+                            "gpu-0", dev, "50"], cwd=two.dir, env=two.env, capture_output=True, text=True)
+    assert again.returncode != 0 and "slowed already" in again.stderr
     try:
         proc = rerun(two, check=False)
         assert proc.returncode != 0
@@ -109,7 +127,8 @@ def test_a_rail_slowed_in_a_node_is_the_only_one_flagged(two):
         assert ("gpu-0", "3", "bandwidth") in found and {(rail, check) for _, rail, check in found} == \
             {("3", "bandwidth")}, proc.stdout[-3000:] + proc.stderr[-2000:]
     finally:
-        in_node(two, "gpu-0", "tc", "qdisc", "del", "dev", dev, "root")
+        assert lab_fault(two, "--clear") == f"cleared: gpu-0: {dev} slowed to 100 Mbit/s\n"
+    assert "tbf" not in in_node(two, "gpu-0", "tc", "qdisc", "show", "dev", dev).stdout
 
 
 def test_a_rail_taken_down_fails_up_naming_node_and_rail(two):

@@ -7,6 +7,9 @@ verify` finds. Each shows only where the node's own tools would show it:
                                  interface loses carrier), its IB port DOWN, the cable gone from
                                  the subnet
     link-width NODE DEV WIDTH    a rail's cable trained narrower (2x, 1x) in the subnet
+    link-slow NODE DEV MBIT      a rail that carries no more than MBIT Mbit/s out of the node: a
+                                 token bucket (tc tbf) on the node's own netdev, which real
+                                 traffic (acceptance's iperf3) meets
     gpu-lost NODE GPU            the GPU gone from the node's PCI bus (its hardware tree)
     pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
     firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)
@@ -48,8 +51,9 @@ from railyard.model.sysfs_discovery import GPU_CLASSES
 if TYPE_CHECKING:
     from railyard.model.plan import NodePlan, Plan
 
-KINDS = ("cable-swap", "link-down", "link-width", "gpu-lost", "pcie-degraded", "firmware", "ecc", "nvlink-down", "xid")
+KINDS = ("cable-swap", "link-down", "link-width", "link-slow", "gpu-lost", "pcie-degraded", "firmware", "ecc", "nvlink-down", "xid")
 ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE", "DEV"), "link-width": ("NODE", "DEV", "WIDTH"),
+        "link-slow": ("NODE", "DEV", "MBIT"),
         "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION"),
         "ecc": ("NODE", "GPU", "COUNT"), "nvlink-down": ("NODE", "GPU", "LINK"), "xid": ("NODE", "GPU", "CODE")}
 JOURNAL = "faults.json"
@@ -195,6 +199,24 @@ class _Fault:
             self.write(Path(os.path.realpath(port)) / name, text)
 
 
+    def throttle(self, device: str, mbit: int) -> str:
+        """A token bucket on the rail's netdev in the node: what leaves the node by that rail goes
+        at `mbit` at most. Its burst is above any MTU, so pings at the planned MTU still pass and
+        only bandwidth shows the fault. Returns the netdev."""
+        netdev = self.manifest["netdevs"][self.rdma(device)]
+        ns = names.node_ns(self.stack, self.node.name)
+        shown = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", netdev, "root"], capture_output=True,
+                               text=True)
+        if shown.returncode != 0:
+            raise FaultError(f"{self.node.name} has no interface {netdev}: {shown.stderr.strip()}")
+        if " tbf " in shown.stdout:
+            raise FaultError(f"{self.node.name}'s {device} is slowed already: clear that fault first")
+        subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", netdev, "root", "tbf", "rate", f"{mbit}mbit",
+                        "burst", "32kb", "latency", "100ms"], check=True, capture_output=True)
+        self.undo.append({"op": "qdisc", "netns": ns, "dev": netdev})
+        return netdev
+
+
 def xid_codes() -> dict[int, str]:
     """Each Xid code a real kernel log kept as a fixture shows, and the text after its code on the
     first such line (railyard/data/fixtures/gpu/SOURCES.md): what an `xid` fault writes."""
@@ -278,6 +300,12 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
             rate, _ = subnet.simulated_rate(plan.fabric)
             f.edit_subnet("retrain", f.end(target[1]), f"{width}x{rate.split('x', 1)[1]}")
             said = f"{node}: {target[1]}'s cable trained at {width}x"
+        elif kind == "link-slow":
+            if not target[2].isdigit() or int(target[2]) < 1:
+                raise FaultError(f"link-slow takes a rate in Mbit/s, not {target[2]!r}")
+            netdev = f.throttle(target[1], int(target[2]))
+            named = target[1] if target[1] == netdev else f"{target[1]} ({netdev})"
+            said = f"{node}: {named} slowed to {int(target[2])} Mbit/s"
         elif kind == "gpu-lost":
             d = f.device_dir(target[1])
             f.move_away(f.tree / "sys" / "bus" / "pci" / "devices" / d.name)
@@ -380,6 +408,9 @@ def _undo(records: list[dict[str, Any]]) -> None:
                 os.rename(r["held"], r["path"])
         elif op == "link":
             subprocess.run(["ip", "-n", r["netns"], "link", "set", "dev", r["dev"], "up"], check=False)
+        elif op == "qdisc":
+            subprocess.run(["tc", "-n", r["netns"], "qdisc", "del", "dev", r["dev"], "root"], check=False,
+                           capture_output=True)
         elif op == "line":
             p = Path(r["path"])
             lines = p.read_text().splitlines() if p.exists() else []

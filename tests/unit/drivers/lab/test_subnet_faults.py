@@ -73,3 +73,20 @@ def test_a_swap_of_two_nodes_cables_is_one_fault_found_as_one_swap_and_cleared_w
         faults.inject("tswap", plan, "cable-swap", ["gpu-0", "mlx5_5", "gpu-7:mlx5_5"])
     assert faults.clear("tswap", plan, "gpu-0") == [said]
     assert not subnet.path("tswap").exists()  # the plan's subnet again
+
+
+def test_a_slowed_link_with_a_bad_rate_or_device_is_refused_before_anything_changes(plan, tmp_path, monkeypatch):
+    from railyard.drivers.lab import faults, hwtree
+    from railyard.drivers.lab.node.config import node_dir
+    from railyard.model.catalog import load_catalog
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    hwtree.build_hwtree(load_catalog().nodes["dgx-h100"], node_dir("tslow", "gpu-0") / "hwtree")
+    for rate in ("0", "fast", "1.5"):
+        with pytest.raises(faults.FaultError, match="link-slow takes a rate in Mbit/s"):
+            faults.inject("tslow", plan, "link-slow", ["gpu-0", "mlx5_3", rate])
+    with pytest.raises(faults.FaultError, match="has no RDMA device or rail netdev mlx5_99"):
+        faults.inject("tslow", plan, "link-slow", ["gpu-0", "mlx5_99", "100"])
+    with pytest.raises(faults.FaultError, match="outlives a reboot"):
+        faults.inject("tslow", plan, "link-slow", ["gpu-0", "mlx5_3", "100"], transient=True)
+    assert faults.faults("tslow") == []
