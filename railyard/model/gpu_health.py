@@ -307,7 +307,7 @@ class DiagResult:
 
 def parse_dcgm_diag(text: str) -> list[DiagResult]:
     """Every test result in `dcgmi diag -j` output (DCGM 4's schema: tests with `name` and
-    `results`, each result an entity with a `status`). The test objects are read wherever they
+    `results`, each result an entity with a `status`, its info lines and then its warnings' text). The test objects are read wherever they
     stand, so a document cut short still gives the tests it holds whole."""
     decoder = json.JSONDecoder()
     out = []
@@ -321,8 +321,9 @@ def parse_dcgm_diag(text: str) -> list[DiagResult]:
         for r in obj["results"]:
             if isinstance(r, dict) and "status" in r:
                 entity = f"{r.get('entity_group', '?')} {r.get('entity_id', '?')}"
+                warned = [w.get("warning") for w in r.get("warnings") or () if isinstance(w, dict)]
                 out.append(DiagResult(str(obj["name"]), entity, str(r["status"]),
-                                      tuple(str(i) for i in r.get("info") or ())))
+                                      tuple(str(i) for i in [*(r.get("info") or ()), *warned] if i)))
     return out
 
 

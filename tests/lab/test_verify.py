@@ -86,22 +86,23 @@ def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
     proc = railyard(project, "verify", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 node(s) of stack tverify verified" in proc.stdout and "as planned" in proc.stdout
-    # The lab's nodes have an nvidia-smi (a stand-in over their hardware tree) and no dcgmi: the
-    # health part ran, and says what did not.
-    assert "(hardware, fabric, health): as planned" in proc.stdout
-    assert "health not run: dcgmi missing: gpu-0, gpu-1" in proc.stdout
-    # Nodes without the GPU tools (no NVIDIA driver installed): not run, and never a pass.
-    stand_ins = [paths.lab_dir(STACK, project.dir) / "nodes" / n / "bin" / "nvidia-smi" for n in ("gpu-0", "gpu-1")]
+    # The lab's nodes have an nvidia-smi and a dcgmi (stand-ins over their hardware trees): the
+    # health part ran both, and nothing is left unrun.
+    assert "(hardware, fabric, health): as planned" in proc.stdout and "health not run" not in proc.stdout
+    # Nodes without the GPU tools (no NVIDIA driver or DCGM installed): not run, and never a pass.
+    stand_ins = [paths.lab_dir(STACK, project.dir) / "nodes" / n / "bin" / tool
+                 for n in ("gpu-0", "gpu-1") for tool in ("nvidia-smi", "dcgmi")]
     for tool in stand_ins:
-        tool.rename(tool.with_name("nvidia-smi.off"))
+        tool.rename(tool.with_name(tool.name + ".off"))
     try:
         without = railyard(project, "verify", "--stack", STACK)
         only_health = railyard(project, "verify", "--stack", STACK, "--only", "health")
     finally:
         for tool in stand_ins:
-            tool.with_name("nvidia-smi.off").rename(tool)
+            tool.with_name(tool.name + ".off").rename(tool)
     assert without.returncode == 0 and "(hardware, fabric; not read: health): as planned" in without.stdout
     assert "health not run: nvidia-smi missing: gpu-0, gpu-1" in without.stdout
+    assert "health not run: dcgmi missing: gpu-0, gpu-1" in without.stdout
     assert only_health.returncode == 2 and "nvidia-smi missing" in only_health.stderr
     assert "subnet: " in proc.stdout and "from the lab's subnet (ibsim)" in proc.stdout
     # The firmware is the pin's because the node's sysfs shows it so.
@@ -162,13 +163,15 @@ def test_several_faults_at_once_and_a_clear_of_one_node_keeps_the_others(project
 
 
 def test_the_deep_check_runs_all_reduce_perf_over_each_nodes_nvlinks_and_finds_a_slow_one(project):
-    """--deep runs all_reduce_perf within each node (the lab's stand-in, over the node's NVLinks as
-    its hardware tree gives them) and holds it to the SKU's NVLinks: 18 x 26.562 GB/s for an H100,
-    15% tolerance by default. Three of GPU 0's 18 links down leave 398 GB/s: a slow collective,
-    beside the links nvidia-smi shows down; the quick check reads only the links."""
+    """--deep runs DCGM's level 3 and all_reduce_perf within each node (the lab's stand-ins, over the
+    node's GPUs and NVLinks as its hardware tree gives them) and holds the collective to the SKU's
+    NVLinks: 18 x 26.562 GB/s for an H100, 15% tolerance by default. Three of GPU 0's 18 links down
+    leave 398 GB/s: a slow collective, beside the links nvidia-smi shows down; the quick check
+    reads only the links. A GPU whose memory keeps failing fails DCGM's memory test, which only
+    --deep runs."""
     proc = railyard(project, "verify", "--stack", STACK, "--deep")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "all_reduce_perf" not in proc.stdout and "health not run: dcgmi missing: gpu-0, gpu-1" in proc.stdout
+    assert "health not run" not in proc.stdout and "DCGM level 3, all_reduce_perf" in proc.stderr + proc.stdout
     for link in ("0", "7", "11"):
         fault(project, "nvlink-down", "gpu-1", "GPU0", link)
     try:
@@ -178,6 +181,16 @@ def test_the_deep_check_runs_all_reduce_perf_over_each_nodes_nvlinks_and_finds_a
         slow = next(f for f in deep if f["kind"] == "collective-slow")
         assert (slow["planned"], slow["found"]) == ("478 GB/s", "397.98 GB/s") and "(gpu-1)" in slow["message"]
         assert [f["kind"] for f in verify(project)[1]] == ["nvlink-down"]
+    finally:
+        fault(project, "--clear")
+    fault(project, "ecc", "gpu-0", "GPU2", "3")
+    try:
+        rc, deep = verify(project, "--deep")
+        assert rc == 1 and sorted((f["kind"], f["node"], f["where"]) for f in deep) == sorted([
+            ("ecc-uncorrectable", "gpu-0", next(f["where"] for f in deep if f["kind"] == "ecc-uncorrectable")),
+            ("dcgm-diag", "gpu-0", "GPU 2")]), deep
+        assert "Detected 3 ecc_dbe_volatile_total for GPU 2" in next(f["message"] for f in deep if f["kind"] == "dcgm-diag")
+        assert [f["kind"] for f in verify(project)[1]] == ["ecc-uncorrectable"]
     finally:
         fault(project, "--clear")
 

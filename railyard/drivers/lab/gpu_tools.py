@@ -1,7 +1,7 @@
 #!/usr/bin/python3 -I
 """A lab node's stand-ins for NVIDIA's GPU tools (standard library only; the node runs this file as
-/run/railyard/bin/nvidia-smi and /run/railyard/bin/all_reduce_perf, first on its PATH, and it
-answers as the name it was run by). A lab node has no GPU and no NVIDIA driver; this answers the
+/run/railyard/bin/nvidia-smi, all_reduce_perf and dcgmi, first on its PATH, and it answers as the
+name it was run by). A lab node has no GPU and no NVIDIA driver; this answers the
 queries Railyard's health check runs, from the node's hardware tree (/run/railyard/hw), in the
 formats of real output kept as fixtures (railyard/data/fixtures/gpu):
 
@@ -12,6 +12,7 @@ formats of real output kept as fixtures (railyard/data/fixtures/gpu):
                                 (-s, and -i INDEX, as the real tool takes them)
     nvidia-smi -r -i <bus id>   the GPU reset (below), printing what the real tool prints
     all_reduce_perf -b -e -f -g nccl-tests' table for one process over the node's GPUs (below)
+    dcgmi diag -r 1|2|3 -j      DCGM's diagnostic report as JSON (below)
 
 nvidia-smi prints a subset of the real tool's fields, never one the real tool lacks: the GPU's
 names and PCI identity, its PCIe link (the tree's current and maximum speed and width), ECC mode
@@ -28,6 +29,18 @@ the bus bandwidth at the run's largest size is what the node's NVLinks give: the
 worst GPU times one link's speed. A healthy H100 node reads 478 GB/s; an NVLink down shows as a
 slower collective, as it would. Only sizes the kept run has are answered (8 B to 16 GiB, doubling);
 the lines are the real tool's, less the ones NCCL itself prints (there is no NCCL).
+
+dcgmi's report has the shape of DCGM 4's (NVIDIA/DCGM's own schema of it,
+testing/python3/dcgm_diag_schema.json) and the layout of the excerpt kept
+(dcgmi-diag-r3-v4-pass-8gpu-excerpt.json: tab indents, ` : `, keys in order), with the tests DCGM
+runs at each level (nvvs's FillTestVectors: 1 software; 2 also pcie and memory; 3 also diagnostic,
+memory_bandwidth, targeted_stress and targeted_power), one result per GPU on the bus. DCGM judges
+a GPU by what changes while its tests run (DcgmRecorder reads the error fields' difference over
+the test), so a fault already there when it starts passes, as it would on a real node; the one
+fault that keeps happening is a GPU whose memory keeps failing (an `ecc` fault without
+--transient), which fails the memory test with DCGM's own message for it and the exit status
+dcgmi gives an error that calls for isolating the GPU. No info lines (they are measurements), no
+metadata (there is no driver or DCGM version to give).
 
 The GPU's own state, which on a real node only its driver holds, is files in the tree that
 `railyard lab fault` writes and a reboot may clear (faults.py):
@@ -71,6 +84,18 @@ COLLECTIVE_HEADER = (
     "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
 SIZE_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+DCGMI_USAGE = ("dcgmi: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py); it answers "
+               "`diag -r 1|2|3 -j` only\n")
+# DCGM's tests by run level and category, in its order (nvvs NvidiaValidationSuite::FillTestVectors;
+# categories from PluginStrings.h).
+DCGM_TESTS = (("Deployment", "software", 1), ("Integration", "pcie", 2), ("Hardware", "memory", 2),
+              ("Hardware", "diagnostic", 3), ("Stress", "memory_bandwidth", 3), ("Stress", "targeted_stress", 3),
+              ("Stress", "targeted_power", 3))
+# DCGM_FR_DBE_VIOLATION (dcgm_errors.h): its message and next step, its category (hardware memory)
+# and its severity (isolate); dcgmi's exit status for it is DCGM_ST_NVVS_ISOLATE_ERROR (-51).
+DBE_VIOLATION = {"error_category": 10, "error_id": 103, "error_severity": 2}
+DBE_WARNING = "Detected {count} ecc_dbe_volatile_total for GPU {gpu} Run a field diagnostic on the GPU."
+EXIT_ISOLATE = 256 - 51
 
 
 def _read(path: str) -> str | None:
@@ -103,6 +128,8 @@ def gpus(hw: str = HW) -> list[dict[str, Any]]:
             "ecc": sum(int(x) for x in (_read(os.path.join(state, "ecc_volatile_uncorrectable")) or "").split()
                        if x.isdigit()),
             "nvlinks_down": {int(x) for x in down.split() if x.isdigit()},
+            "ecc_persistent": sum(int(x) for x in (_read(os.path.join(state, "ecc_persistent")) or "").split()
+                                  if x.isdigit()),
         })
     return out
 
@@ -303,9 +330,61 @@ def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] |
     return 0
 
 
+def _styled(value: Any, depth: int) -> str:
+    """A JSON container as dcgmi writes one (jsoncpp's styled writer): a tab per level, `key : value`,
+    a container's brackets on lines of their own."""
+    tab, inner = "\t" * depth, "\t" * (depth + 1)
+
+    def member(v: Any) -> str:
+        return "\n" + _styled(v, depth + 1) if isinstance(v, (dict, list)) else " " + json.dumps(v)
+
+    if isinstance(value, dict):
+        body = ",\n".join(f"{inner}{json.dumps(k)} :{member(v)}" for k, v in sorted(value.items()))
+        return f"{tab}{{\n{body}\n{tab}}}"
+    body = ",\n".join(_styled(v, depth + 1) if isinstance(v, (dict, list)) else inner + json.dumps(v) for v in value)
+    return f"{tab}[\n{body}\n{tab}]"
+
+
+def dcgmi(argv: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None) -> int:
+    args = [a for a in argv if a]
+    level = args[args.index("-r") + 1] if "-r" in args and args.index("-r") + 1 < len(args) else None
+    if args[:1] != ["diag"] or "-j" not in args or level not in ("1", "2", "3"):
+        sys.stderr.write(DCGMI_USAGE)
+        return 2
+    found = gpus(hw) if found is None else found
+    categories: list[dict[str, Any]] = []
+    isolate = False
+    for category, test, at in DCGM_TESTS:
+        if at > int(level):
+            continue
+        results = []
+        for index, g in enumerate(found):
+            result: dict[str, Any] = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": index, "status": "Pass"}
+            if test == "memory" and g["ecc_persistent"]:
+                result["status"] = "Fail"
+                result["warnings"] = [{**DBE_VIOLATION,
+                                       "warning": DBE_WARNING.format(count=g["ecc_persistent"], gpu=index)}]
+                isolate = True
+            results.append(result)
+        summary = "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
+        entry = {"name": test, "results": results, "test_summary": {"status": summary}}
+        if categories and categories[-1]["category"] == category:
+            categories[-1]["tests"].append(entry)
+        else:
+            categories.append({"category": category, "tests": [entry]})
+    document = {"DCGM Diagnostic": {"test_categories": categories},
+                "entity_groups": [{"entities": [{"device_id": g["device"][2:].lower(), "entity_id": i}
+                                                for i, g in enumerate(found)],
+                                   "entity_group": "GPU", "entity_group_id": 1}]}
+    sys.stdout.write(_styled(document, 0) + "\n")
+    return EXIT_ISOLATE if isolate else 0
+
+
 def main(argv: list[str], hw: str = HW, name: str = "nvidia-smi") -> int:
     if name == "all_reduce_perf":
         return all_reduce_perf(argv, hw)
+    if name == "dcgmi":
+        return dcgmi(argv, hw)
     found = gpus(hw)  # one reading of the tree a run
     if not found:
         sys.stdout.write("No devices were found\n")

@@ -1,4 +1,4 @@
-"""The lab node's nvidia-smi and all_reduce_perf stand-ins (railyard/drivers/lab/gpu_tools.py) against
+"""The lab node's nvidia-smi, all_reduce_perf and dcgmi stand-ins (railyard/drivers/lab/gpu_tools.py) against
 the real tools' output kept as fixtures: it prints no element and no line shape the real tool lacks, the health
 judges read it as they read the real thing, and the GPU state `railyard lab fault` writes shows in
 it as the real tool would show it."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -140,6 +141,57 @@ def test_an_nvlink_down_makes_the_collective_slow_and_a_lost_gpu_makes_it_fail(h
 def test_all_reduce_perf_answers_only_the_sizes_its_kept_run_has(h100):
     rc, out, err = collective(h100, "-b", "3", "-e", "300", "-f", "3", "-g", "8")
     assert rc == 2 and out == "" and "stand-in" in err
+
+
+def dcgmi(hw: Path, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = gpu_tools.main(list(args), str(hw), name="dcgmi")
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_dcgmi_reports_in_dcgm_4s_layout_the_tests_each_level_runs(h100):
+    rc, out, _ = dcgmi(h100, "diag", "-r", "3", "-j")
+    assert rc == 0
+    doc = json.loads(out)
+    tests = [(c["category"], t["name"]) for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"]]
+    assert tests == [("Deployment", "software"), ("Integration", "pcie"), ("Hardware", "memory"),
+                     ("Hardware", "diagnostic"), ("Stress", "memory_bandwidth"), ("Stress", "targeted_stress"),
+                     ("Stress", "targeted_power")]
+    assert [e["device_id"] for e in doc["entity_groups"][0]["entities"]] == ["2330"] * 8
+    # The kept real report's "diagnostic" test, its results without info lines (GPUs 3 to 7), is
+    # this one's line for line, tabs as the excerpt shows them.
+    real = (GPU / "dcgmi-diag-r3-v4-pass-8gpu-excerpt.json").read_text().splitlines()
+    start = next(i for i, ln in enumerate(real) if '"entity_id" : 3,' in ln) - 3
+    ours = out.expandtabs(8).splitlines()
+    at = next(i for i, ln in enumerate(ours) if '"name" : "diagnostic"' in ln)
+    ours_start = next(i for i in range(at, len(ours)) if '"entity_id" : 3,' in ours[i]) - 3
+    assert ours[ours_start:ours_start + 35] == real[start:start + 35]  # to the test's closing brace
+    assert [r.status for r in gh.parse_dcgm_diag(out)] == ["Pass"] * 56
+    # Level 1 is the software test alone (nvvs's quick suite), one result a GPU.
+    quick = json.loads(dcgmi(h100, "diag", "-r", "1", "-j")[1])
+    assert [t["name"] for c in quick["DCGM Diagnostic"]["test_categories"] for t in c["tests"]] == ["software"]
+    assert dcgmi(h100, "diag", "-r", "4", "-j")[0] == 2 and "stand-in" in dcgmi(h100, "discovery", "-l")[2]
+
+
+def test_dcgmi_fails_the_memory_test_of_a_gpu_whose_memory_keeps_failing_and_passes_an_old_fault(h100):
+    gpus = [g["bdf"] for g in gpu_tools.gpus(str(h100))]
+    state = h100 / hwtree.NVIDIA_STATE / gpus[2]
+    state.mkdir(parents=True)
+    (state / "ecc_volatile_uncorrectable").write_text("3\n")
+    # Errors counted before the run (a transient fault): DCGM reads what changes while it tests.
+    assert dcgmi(h100, "diag", "-r", "3", "-j")[0] == 0
+    (state / "ecc_persistent").write_text("3\n")
+    rc, out, _ = dcgmi(h100, "diag", "-r", "3", "-j")
+    assert rc == 205  # DCGM_ST_NVVS_ISOLATE_ERROR
+    [found] = gh.judge_dcgm(gh.parse_dcgm_diag(out))
+    assert (found.kind, found.gpu, found.found) == ("dcgm-diag", "GPU 2", "Fail")
+    assert found.message == ("GPU 2: DCGM memory Fail (Detected 3 ecc_dbe_volatile_total for GPU 2 "
+                             "Run a field diagnostic on the GPU.)")
+    # Level 1 runs no memory test.
+    assert dcgmi(h100, "diag", "-r", "1", "-j")[0] == 0
+    (h100 / "sys/bus/pci/devices" / gpus[5]).unlink()
+    assert len(json.loads(dcgmi(h100, "diag", "-r", "1", "-j")[1])["entity_groups"][0]["entities"]) == 7
 
 
 def test_a_gpu_off_the_bus_is_missing_from_its_output(h100):
