@@ -9,7 +9,8 @@ For each faulty node, in name order:
 2. drained: Slurm drains it with a `railyard:` reason, if its pool has room (nodes out of
    service for any reason count), and its jobs are waited for up to railyard:health.drainTimeout;
    a node still busy then stays drained for the next run, never reset under a job;
-3. repairing: its driver reboots it (drivers.reboot), the site playbook tunes it again (a boot
+3. repairing: its driver reboots it (drivers.reboot; through its BMC where it has one and does
+   not answer or come back, drivers.power_cycle), the site playbook tunes it again (a boot
    resets what tuning set at run time, slurmd among it) and it is read again;
 4. ready and resumed in Slurm when nothing is found; drained for another reset otherwise, and
    failed after MAX_TRIES: it stays drained and `railyard verify` hands it to a person.
@@ -452,13 +453,13 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         if how is None:
             raise RepairError(f"the {spec.driver} driver cannot reboot its machines")
         try:
-            rollout.reboot(hosts[node], command=how.command, timeout=how.timeout_s, private_key=private_key,
-                           progress=progress)
+            done = rollout.reboot(hosts[node], command=how.command, timeout=how.timeout_s, private_key=private_key,
+                                  progress=progress, power_cycle=drivers.power_cycle(spec, plan, node))
         except rollout.RolloutError as exc:
             raise RepairError(str(exc)) from None
         except HostKeyMismatch as exc:
             raise Abort(f"{node}: {exc}; the run stopped") from None
-        return "rebooted"
+        return f"power-cycled through its BMC ({done['bmc_reset']})" if done.get("bmc_reset") else "rebooted"
 
     def retune(node: str) -> None:
         result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars)

@@ -150,6 +150,10 @@ class TuningHooks:
     reboot: Callable[["Spec", str], "Reboot"] | None = None
     """How one machine of a pool (by the pool's name) is rebooted when the repair loop resets it
     (railyard.repair); without the hook, the driver's machines are never reset."""
+    power_cycle: Callable[["Spec", "Plan", str], Callable[[float], str] | None] | None = None
+    """What power-cycles one machine (by its node name) through its BMC when the repair loop's
+    reboot cannot reach it or it does not come back (rollout.reboot's power_cycle), or None for a
+    machine without one; without the hook, none has."""
 
 
 class Reboot(NamedTuple):
@@ -319,6 +323,12 @@ def reboot(spec: "Spec", pool: str) -> Reboot | None:
     """How the stack's driver reboots a machine of `pool`, or None where it cannot."""
     hook = _tuning(spec.driver).reboot
     return hook(spec, pool) if hook is not None else None
+
+
+def power_cycle(spec: "Spec", plan: "Plan", node: str) -> Callable[[float], str] | None:
+    """What power-cycles `node` through its BMC, or None where the driver knows of none."""
+    hook = _tuning(spec.driver).power_cycle
+    return hook(spec, plan, node) if hook is not None else None
 
 
 def cli_modules() -> list[CliHooks]:

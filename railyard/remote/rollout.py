@@ -110,18 +110,41 @@ def _press(target: Target, command: str, private_key: str | None, halted: str) -
 
 
 def reboot(target: Target, *, command: str, timeout: float, private_key: str | None,
-           progress: Callable[[str], None] = lambda _: None) -> dict:
+           progress: Callable[[str], None] = lambda _: None,
+           power_cycle: Callable[[float], str] | None = None) -> dict:
     """Reboot one host now, whatever its command line (the repair loop's reset): the command, then
-    a new boot id answering SSH within the timeout. Its down and up times; RolloutError when it
-    refuses or does not come back."""
-    boot = boot_state(target, private_key)
+    a new boot id answering SSH within the timeout. Its down and up times (and `bmc_reset`, what
+    its BMC was asked, where one reset it); RolloutError when it refuses or does not come back.
+
+    power_cycle: the host's BMC's (as roll's power_cycles), for a host that does not come back
+    within the timeout, or that does not answer SSH at all, so cannot run the command: a hung
+    kernel is the usual reason to reset a node, and only its BMC reaches it then."""
+    halted = "it was not reset"
+    try:
+        boot = boot_state(target, private_key)
+    except HostKeyMismatch:
+        raise
+    except SshError as exc:
+        if power_cycle is None:
+            raise
+        down = time.time()
+        # No boot id to tell the new boot from the old: the first answer after the cycle is it.
+        _, reset = _power_cycled(target, "", power_cycle, late=f"{target.name} does not answer SSH "
+                                 f"({str(exc).split(': ', 1)[-1]})", halted=halted, timeout=timeout,
+                                 private_key=private_key, progress=progress)
+        return {"node": target.name, "down_at": down, "up_at": time.time(), "bmc_reset": reset}
     progress(f"{target.name}: {command}")
     down = time.time()
-    _press(target, command, private_key, "it was not reset")
+    _press(target, command, private_key, halted)
     try:
         _wait_back(target, boot.boot_id, private_key, time.monotonic() + timeout)
     except TimeoutError:
-        raise RolloutError(f"{target.name} did not come back within {timeout:g} s of `{command}`") from None
+        late = f"{target.name} did not come back within {timeout:g} s of `{command}`"
+        if power_cycle is None:
+            raise RolloutError(late) from None
+        _, reset = _power_cycled(target, boot.boot_id, power_cycle, late=late, halted=halted, timeout=timeout,
+                                 private_key=private_key, progress=progress)
+        return {"node": target.name, "down_at": down, "up_at": time.time(), "bmc_reset": reset}
     return {"node": target.name, "down_at": down, "up_at": time.time()}
 
 

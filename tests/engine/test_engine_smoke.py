@@ -56,3 +56,26 @@ def test_plugins_come_from_the_local_build(engine_project):
 
     listing = engine_project("plugin", "ls").stdout
     assert "kubernetes" in listing and KUBERNETES_VERSION in listing, listing
+
+
+def test_a_hosts_bmc_password_is_opened_from_the_stacks_own_config(engine_project, monkeypatch):
+    """What the repair loop's power cycle opens, and only then: the secret as `pulumi config set
+    --secret` keeps it (ciphertext in the stack file), read back by the real engine."""
+    from railyard.drivers.hosts.tuning import bmc_password
+    from railyard.remote.rollout import PowerCycleError
+
+    pulumi = engine_project
+    pulumi("stack", "init", "hosts-bmc", "--secrets-provider", "passphrase")
+    pulumi("config", "set", "--path", "railyard:hosts.pools.gpu.hosts[1].bmc.password", "s3cret", "--secret")
+    pulumi("config", "set", "--path", "railyard:hosts.pools.gpu.hosts[1].bmc.username", "admin")
+    assert "s3cret" not in (pulumi.project / "Pulumi.hosts-bmc.yaml").read_text()
+    for key in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"):
+        monkeypatch.setenv(key, pulumi.env[key])
+    at = ("pools", "gpu", "hosts", 1, "bmc", "password")
+    assert bmc_password("hosts-bmc", at, cwd=pulumi.project) == "s3cret"
+    with pytest.raises(PowerCycleError, match=r"railyard:hosts has no pools.gpu.hosts.0.bmc.password"):
+        bmc_password("hosts-bmc", ("pools", "gpu", "hosts", 0, "bmc", "password"), cwd=pulumi.project)
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "not the stack's")
+    with pytest.raises(PowerCycleError, match="its BMC password could not be opened") as err:
+        bmc_password("hosts-bmc", at, cwd=pulumi.project)
+    assert "s3cret" not in str(err.value)

@@ -226,3 +226,47 @@ def test_a_host_its_bmc_does_not_bring_back_stops_the_rollout_naming_it(server, 
         if power.boot_id(server.stack, SERVER) is None:
             power.request(server.stack, SERVER, "poweron")
             wait_booted(server)
+
+
+def test_the_repair_loops_reset_power_cycles_a_host_that_answers_no_ssh(server, bmc, project, monkeypatch):
+    """The repair loop's reset of a hung server (railyard.repair's reset: rollout.reboot with the
+    hosts driver's power cycle): the server is off, so SSH reaches no one and the reboot command
+    cannot run; its BMC is asked instead, with the password the real engine opens from the stack's
+    own config, and the server is back with a new boot."""
+    from railyard import drivers
+    from railyard.remote import rollout
+    from railyard.remote.ssh import Target
+    from railyard.stack import load
+
+    booted = wait_booted(server)
+    state = node.read_node(server.stack, SERVER)  # its address and host key, as the inventory has them
+    power.request(server.stack, SERVER, "poweroff")
+    deadline = time.monotonic() + 30
+    while power.boot_id(server.stack, SERVER) is not None:
+        assert time.monotonic() < deadline, f"{SERVER} did not power off"
+        time.sleep(0.5)
+    notes_before = len(bmc.notifier.notes)
+    # As `railyard verify --repair` runs in the project: the real engine, in the project's copy
+    # (where the stack file is; the lab's runtime stays where the server's is), with its backend
+    # and passphrase.
+    from railyard.engine import pulumi
+
+    opened = pulumi.run_json
+    monkeypatch.setattr(pulumi, "run_json", lambda args, **kw: opened(args, root=project.dir, **kw))
+    for key in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"):
+        monkeypatch.setenv(key, project.env[key])
+    spec, plan = load(paths.stack_file(STACK, project.dir))
+    cycle = drivers.power_cycle(spec, plan, "gpu-0")
+    assert cycle is not None
+    target = Target("gpu-0", state["mgmt_address"], host_keys=(state["host_key"],))
+    said: list[str] = []
+    done = rollout.reboot(target, command="systemctl poweroff", timeout=TIMEOUT, private_key=server.key.read_text(),
+                          progress=said.append, power_cycle=cycle)
+    assert done["bmc_reset"] == "ForceRestart", said
+    assert said[0].startswith("gpu-0 does not answer SSH (") and said[0].endswith("); power-cycling it through its BMC")
+    assert said[-1] == "gpu-0: back after its BMC reset it (ForceRestart)"
+    assert not any(PASSWORD in line for line in said)
+    notes = bmc.notifier.notes[notes_before:]
+    assert [(n["power_state"], n["pending"]) for n in notes] == [("Off", "ForceRestart"), ("On", None)], notes
+    now = power.boot_id(server.stack, SERVER)
+    assert now is not None and now != booted

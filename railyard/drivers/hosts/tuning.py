@@ -5,7 +5,8 @@ the dataset cache is made of, and the parallel file system's mount."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from railyard.drivers import Reboot, TuningHooks
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
@@ -58,9 +59,50 @@ def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
 # The contract's hooks this module provides (railyard.drivers.TuningHooks).
 def reboot(spec: Spec, pool: str) -> Reboot:
     """The stack's reboot command and timeout (railyard:hosts.reboot), within the pool's
-    maxUnavailable. No BMC power cycle here: its password is a secret only the engine opens."""
+    maxUnavailable."""
     config: HostsConfig = spec.driver_config
     return Reboot(config.reboot.command, float(config.reboot.timeout_seconds), config.pool(pool).reboot_budget)
 
 
-HOOKS = TuningHooks(node_vars=node_vars, reboot=reboot)
+def bmc_password(stack: str, at: tuple[str | int, ...], cwd: Path | None = None) -> str:
+    """A host's BMC password, opened as the engine opens it: the stack's railyard:hosts read with
+    `pulumi config get` (the stack's passphrase or secrets provider, as for `up`). It is held in
+    memory for the one power cycle and never written or printed. PowerCycleError where it cannot
+    be opened."""
+    from railyard.engine import pulumi
+    from railyard.engine.toolchain import ToolchainError
+    from railyard.remote.rollout import PowerCycleError
+
+    try:
+        value: Any = pulumi.run_json(["config", "get", "railyard:hosts", "--stack", stack],
+                                     **({"cwd": cwd} if cwd else {}))["objectValue"]
+        for key in at:
+            value = value[key]
+    except (pulumi.PulumiError, ToolchainError) as exc:
+        raise PowerCycleError(f"its BMC password could not be opened: {exc}") from None
+    except (KeyError, IndexError, TypeError):
+        raise PowerCycleError(f"railyard:hosts has no {'.'.join(map(str, at))}") from None
+    return str(value)
+
+
+def power_cycle(spec: Spec, plan: Plan, node: str) -> Callable[[float], str] | None:
+    """What power-cycles the host through its BMC (railyard:hosts' `bmc`), or None for a host
+    without one. Its password is opened only when the cycle is asked for."""
+    from railyard.drivers.hosts import redfish
+
+    config: HostsConfig = spec.driver_config
+    n = plan.node_named(node)
+    bmc = config.host(n.pool, n.index).bmc
+    if bmc is None:
+        return None
+
+    def cycle(deadline: float) -> str:
+        target = redfish.Target(host=node, endpoint=bmc.endpoint, username=bmc.username,
+                                password=bmc_password(spec.stack, bmc.password_at), verify=bmc.verify,
+                                system_id=bmc.system_id)
+        return redfish.Client(target).power_cycle(deadline)
+
+    return cycle
+
+
+HOOKS = TuningHooks(node_vars=node_vars, reboot=reboot, power_cycle=power_cycle)

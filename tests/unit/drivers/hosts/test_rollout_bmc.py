@@ -11,6 +11,7 @@ import pytest
 from railyard.drivers.hosts import resources
 from railyard.remote import rollout
 from railyard.drivers.hosts.redfish import RedfishError
+from railyard.remote.ssh import SshError
 
 from .test_rollout import OLDS, fleet, targets  # noqa: F401 (fleet: the fixture)
 
@@ -96,8 +97,11 @@ def test_a_batch_peer_back_after_its_power_cycle_is_tuned_again_when_another_doe
     assert tuned == [["gpu-0"]] and [n for n, _ in bmcs.calls] == ["gpu-0", "gpu-1"]
 
 
-def test_the_rollout_power_cycles_through_each_hosts_own_bmc(monkeypatch):
-    made = []
+def fake_clients(monkeypatch) -> list:
+    """Redfish clients that power-cycle at once; the targets they were made for, in order."""
+    from railyard.drivers.hosts import redfish
+
+    made: list = []
 
     class Client:
         def __init__(self, target):
@@ -106,9 +110,12 @@ def test_the_rollout_power_cycles_through_each_hosts_own_bmc(monkeypatch):
         def power_cycle(self, deadline):
             return "ForceRestart"
 
-    from railyard.drivers.hosts import redfish
-
     monkeypatch.setattr(redfish, "Client", Client)
+    return made
+
+
+def test_the_rollout_power_cycles_through_each_hosts_own_bmc(monkeypatch):
+    made = fake_clients(monkeypatch)
     bmc = {"endpoint": "https://192.0.2.50", "username": "admin", "verify": True, "system_id": "1"}
     hosts = [{**OLDS["hosts"][0], "bmc": bmc}, {**OLDS["hosts"][1], "bmc": None}]
     cycles = resources._power_cycles({"hosts": hosts, "bmc_passwords": {"gpu-0": "s3cret"}})
@@ -123,3 +130,80 @@ def test_a_changed_bmc_alone_reboots_nothing():
                                    "system_id": None}} for h in news["hosts"]]
     news["bmc_passwords"] = {"gpu-0": "s3cret", "gpu-1": "s3cret"}
     assert not resources.HostRebootsProvider().diff("id", OLDS, news).changes
+
+
+# --- the repair loop's reboot of one host (rollout.reboot) ----------------------------------------
+
+def test_the_repair_loops_reboot_power_cycles_a_host_that_does_not_come_back(fleet):
+    f = fleet(cmdlines={"gpu-0": "ro"}, dead={"gpu-0"})
+    bmcs, said = Bmcs(f), []
+    [(target, _)] = targets(["gpu-0"])
+    done = rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None, progress=said.append,
+                          power_cycle=bmcs.cycle("gpu-0"))
+    assert done["bmc_reset"] == "ForceRestart" and [n for n, _ in bmcs.calls] == ["gpu-0"]
+    assert "gpu-0 did not come back within 0.2 s of `systemctl reboot`; power-cycling it through its BMC" in said
+    # Without a BMC it is the failure it always was.
+    f = fleet(cmdlines={"gpu-0": "ro"}, dead={"gpu-0"})
+    with pytest.raises(rollout.RolloutError, match="gpu-0 did not come back within 0.2 s"):
+        rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None)
+
+
+def test_a_hung_host_that_answers_no_ssh_is_reset_through_its_bmc_alone(fleet):
+    f = fleet(cmdlines={"gpu-0": "ro"}, dead={"gpu-0"})
+    f.down.add("gpu-0")  # hung: SSH does not answer, so the reboot command cannot run
+    bmcs, said = Bmcs(f), []
+    [(target, _)] = targets(["gpu-0"])
+    done = rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None, progress=said.append,
+                          power_cycle=bmcs.cycle("gpu-0"))
+    assert done["bmc_reset"] == "ForceRestart" and f.boots["gpu-0"] == 1
+    assert not [n for what, n in f.log if what == "reboot"]  # no command was sent
+    assert said[0] == "gpu-0 does not answer SSH (cannot reach it); power-cycling it through its BMC"
+    # A BMC that cannot reset it either: the reset fails naming both.
+    f = fleet(cmdlines={"gpu-0": "ro"}, dead={"gpu-0"})
+    f.down.add("gpu-0")
+    with pytest.raises(rollout.RolloutError, match="does not answer SSH .* and its BMC could not power-cycle it"):
+        rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None,
+                       power_cycle=Bmcs(f, broken={"gpu-0"}).cycle("gpu-0"))
+    # Without a BMC nothing can reach it: SSH's own error, as before.
+    with pytest.raises(SshError, match="cannot reach it"):
+        rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None)
+
+
+def test_the_hosts_driver_power_cycles_through_the_hosts_own_bmc_opening_its_password_only_then(monkeypatch):
+    from railyard.drivers import hosts  # noqa: F401 (registers the driver)
+    from railyard.drivers import power_cycle
+    from railyard.engine import pulumi
+    from railyard.remote.rollout import PowerCycleError
+    from railyard.stack import from_config
+
+    from .test_rules import config, hosts_of
+
+    cfg = config()
+    hosts_of(cfg)[1]["bmc"] = {"endpoint": "https://192.0.2.101", "username": "admin",
+                               "password": {"secure": "v1:CIPHER"}, "systemId": "1"}
+    spec, plan = from_config(cfg, "hosts-bmc")
+    asked: list = []
+    opened = {"pools": {"gpu": {"hosts": [{}, {"bmc": {"password": "s3cret"}}]}}}
+
+    def run_json(args, **kw):
+        asked.append(args)
+        return {"objectValue": opened, "secret": True}
+
+    monkeypatch.setattr(pulumi, "run_json", run_json)
+    made = fake_clients(monkeypatch)
+    first, second = (n.name for n in plan.nodes[:2])
+    assert power_cycle(spec, plan, first) is None  # no BMC listed for it
+    cycle = power_cycle(spec, plan, second)
+    assert cycle is not None and asked == []  # nothing opened until a cycle is asked for
+    assert cycle(0) == "ForceRestart"
+    assert asked == [["config", "get", "railyard:hosts", "--stack", "hosts-bmc"]]
+    assert (made[0].host, made[0].endpoint, made[0].username, made[0].password, made[0].system_id) == \
+        (second, "https://192.0.2.101", "admin", "s3cret", "1")
+    assert "s3cret" not in repr(made[0])
+
+    def refused(args, **kw):
+        raise pulumi.PulumiError(args, 255, "error: incorrect passphrase")
+
+    monkeypatch.setattr(pulumi, "run_json", refused)
+    with pytest.raises(PowerCycleError, match="its BMC password could not be opened"):
+        cycle(0)

@@ -94,11 +94,16 @@ ROW = re.compile(r"^\s+\d+\s+\d+\s+float")
 KEPT_RUN = GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt"
 
 
-def collective(hw: Path, *args: str) -> tuple[int, str, str]:
+def tool(name: str, hw: Path, *args: str) -> tuple[int, str, str]:
+    """The program run as `name` on the tree: its exit status, stdout and stderr."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = gpu_tools.main(list(args), str(hw), name="all_reduce_perf")
+        rc = gpu_tools.main(list(args), str(hw), name=name)
     return rc, out.getvalue(), err.getvalue()
+
+
+def collective(hw: Path, *args: str) -> tuple[int, str, str]:
+    return tool("all_reduce_perf", hw, *args)
 
 
 def test_all_reduce_perf_prints_the_real_tools_lines_and_reaches_the_nodes_nvlink_bandwidth(h100):
@@ -144,10 +149,7 @@ def test_all_reduce_perf_answers_only_the_sizes_its_kept_run_has(h100):
 
 
 def dcgmi(hw: Path, *args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = gpu_tools.main(list(args), str(hw), name="dcgmi")
-    return rc, out.getvalue(), err.getvalue()
+    return tool("dcgmi", hw, *args)
 
 
 def test_dcgmi_reports_in_dcgm_4s_layout_the_tests_each_level_runs(h100):
