@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from railyard.drivers import SubnetReading
+from railyard.model.gpu_health import COLLECTIVE_TOLERANCE
 from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR
 
 if TYPE_CHECKING:
+    from railyard.model.health_check import Expect
     from railyard.inventory import MachineEntry
     from railyard.model.fabric.subnet import Subnet
     from railyard.model.plan import Plan
@@ -116,16 +118,28 @@ def read_health(hosts: Mapping[str, Target], private_key: str | None, *, level: 
         return dict(pool.map(one, sorted(hosts)))
 
 
+def expects(plan: Plan, nodes: Iterable[str]) -> dict[str, Expect]:
+    """What each node's GPU tools should show, from its SKU (health_check.Expect)."""
+    from railyard.model import health_check
+    from railyard.model.catalog import load_catalog, nvlink_gbs
+
+    skus = load_catalog().nodes
+    out = {}
+    for node in nodes:
+        sku = skus[plan.node_named(node).sku]
+        out[node] = health_check.expect_of(sku, nvlink_gbs(sku))
+    return out
+
+
 def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
            addresses: Mapping[str, str] | None = None, *,
-           tolerance: float | None = None) -> tuple[list[Finding], list[str], bool]:
+           tolerance: float = COLLECTIVE_TOLERANCE) -> tuple[list[Finding], list[str], bool]:
     """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
     check that could not run and on which nodes (never a pass), and whether any check ran.
     tolerance: railyard:health.collectiveTolerance."""
-    from railyard.model import gpu_health, health_check
-    from railyard.model.catalog import load_catalog, nvlink_gbs
+    from railyard.model import health_check
 
-    catalog = load_catalog()
+    expected = expects(plan, (n for n, got in readings.items() if not isinstance(got, str)))
     out: list[Finding] = []
     not_run: dict[str, list[str]] = {}
     ran = False
@@ -135,10 +149,7 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
             out.append(Finding(UNREACHABLE, node, (addresses or {}).get(node, node), "reachable over SSH", got,
                                f"{node}: not read ({got})"))
             continue
-        sku = catalog.nodes[plan.node_named(node).sku]
-        found, why_not, ran_here = health_check.judge(
-            got, health_check.expect_of(sku, nvlink_gbs(sku)),
-            tolerance=gpu_health.COLLECTIVE_TOLERANCE if tolerance is None else tolerance)
+        found, why_not, ran_here = health_check.judge(got, expected[node], tolerance=tolerance)
         for why in why_not:
             not_run.setdefault(why, []).append(node)
         ran = ran or ran_here
@@ -243,10 +254,8 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     if "health" in parts:
         progress(f"reading {len(hosts)} node(s)' GPU tools"
                  + (" (DCGM level 3, all_reduce_perf over NVLink)" if deep else ""))
-        from railyard.model.catalog import load_catalog
-
-        skus = load_catalog().nodes
-        gpus = {n: len(skus[plan.node_named(n).sku].gpus) for n in hosts}
+        # all_reduce_perf runs only where its result can be judged: a full run on GPUs is no free probe.
+        gpus = {n: e.gpus if e.nvlink_busbw is not None else 0 for n, e in expects(plan, hosts).items()}
         readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
         found, notes, ran = health(plan, readings, {n: t.address for n, t in hosts.items()},
                                    tolerance=spec.health.collective_tolerance)

@@ -34,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--only", default=",".join(_parts()), metavar="PARTS",
                    help="what to read, comma-separated: hardware, fabric, health (default: all)")
     p.add_argument("--deep", action="store_true",
-                   help="the health part's DCGM diagnostics at level 3 (minutes per node) instead of 1")
+                   help="the health part's DCGM diagnostics at level 3 (minutes per node) instead of 1, and "
+                        "all_reduce_perf within each node against its NVLinks")
     p.add_argument("--ibnetdiscover", metavar="FILE",
                    help="judge this ibnetdiscover dump instead of reading the subnet")
     p.add_argument("--timeout", type=float, default=None, metavar="S",

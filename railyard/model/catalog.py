@@ -376,12 +376,22 @@ def gpu_tools() -> Mapping[str, Mapping[str, str]]:
     return MappingProxyType({str(k).lower(): MappingProxyType(dict(v)) for k, v in data.items()})
 
 
+def gpu_tools_of(sku: NodeSku) -> Mapping[str, str]:
+    """gpu_tools.yaml's entry for the SKU's GPU (by its PCI device id); empty where none is kept."""
+    device = (sku.gpus[0].pci_device or "").lower() if sku.gpus else ""
+    return gpu_tools().get(device, MappingProxyType({}))
+
+
 def nvlink_gbs(sku: NodeSku) -> float | None:
     """One NVLink of the SKU's GPU, in GB/s, as nvidia-smi shows it (gpu_tools.yaml); None where
     no real output of its links is kept."""
-    device = (sku.gpus[0].pci_device or "").lower() if sku.gpus else ""
-    shown = gpu_tools().get(device, {}).get("nvlink")
-    return float(shown.split()[0]) if shown else None
+    shown = gpu_tools_of(sku).get("nvlink")
+    if not shown:
+        return None
+    value, _, unit = shown.partition(" ")
+    if unit != "GB/s":  # nvidia-smi prints GB/s; another unit is a slip of the catalog's, not a speed
+        raise ValueError(f"gpu_tools.yaml: NVLink speed {shown!r} of {sku.gpus[0].pci_device} is not in GB/s")
+    return float(value)
 
 
 @functools.cache

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -35,8 +36,8 @@ except ImportError:  # installed on a node beside its own copies (the slurm role
 # The kernel's log is read only where the NVIDIA driver is (nvidia-smi is): a node without it has
 # no Xid to show. $1 is dcgmi diag's run level; 0 runs no diagnostic (slurmd's check: a diagnostic
 # on GPUs a job is using is neither fair to the job nor a fair judge of the GPUs). The deep check
-# (level 3) also runs nccl-tests' all_reduce_perf over the node's $2 GPUs, one process, so only
-# NVLink carries it: messages of 8 B to 8 GiB, doubling, as nccl-tests' README runs it.
+# (level 3) also runs nccl-tests' all_reduce_perf over the node's $2 GPUs (0: none, where its
+# result could not be judged), one process, so only NVLink carries it: 8 B to 8 GiB, doubling.
 HEALTH_SCRIPT = r"""
 section() { printf '\n@@railyard %s\n' "$1"; }
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -55,13 +56,17 @@ if [ "$1" -gt 0 ]; then
 fi
 if [ "$1" -ge 3 ] && [ "${2:-0}" -gt 0 ]; then
   if command -v all_reduce_perf >/dev/null 2>&1; then
-    section all_reduce_perf; all_reduce_perf -b 8 -e 8G -f 2 -g "$2" 2>&1
+    section all_reduce_perf; all_reduce_perf -b 8 -e 8G -f 2 -g "$2" 2>&1; rc=$?
+    section all_reduce_perf-exit; echo "$rc"
   else
     section all_reduce_perf-missing
   fi
 fi
 """
 SECTION = "@@railyard "
+# The largest message HEALTH_SCRIPT's all_reduce_perf sends (-e 8G): a run without its row stopped early.
+COLLECTIVE_MAX_BYTES = 8 * 1024 ** 3
+NCCL_TESTS_FAILURE = re.compile(r"Test (CUDA|NCCL) failure|Invalid number of GPUs|Test failure")
 
 # The drain reason of slurmd's health check: Railyard's (node_health.PREFIX), and its own, so the
 # check returns to service only the nodes it drained itself, never the repair loop's or a person's.
@@ -104,8 +109,9 @@ class Expect:
 
     @property
     def nvlink_busbw(self) -> float | None:
-        """What all_reduce_perf within the node should reach (gpu_health.expected_busbw_node)."""
-        if not self.nvlinks_per_gpu or not self.nvlink_gbs:
+        """What all_reduce_perf within the node should reach (gpu_health.expected_busbw_node); None
+        where nothing can be held to it: no kept output of the GPU's links, or one GPU alone."""
+        if not self.nvlinks_per_gpu or not self.nvlink_gbs or self.gpus < 2:
             return None
         return gh.expected_busbw_node(nvlinks=self.nvlinks_per_gpu, link_gbs=self.nvlink_gbs)
 
@@ -163,21 +169,33 @@ def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[
         not_run.append("dcgmi missing")
     collective = "all_reduce_perf" in sections and expect.nvlink_busbw is not None
     if collective:
-        found += _collective(sections["all_reduce_perf"], expect, tolerance)
+        found += _collective(sections["all_reduce_perf"], sections.get("all_reduce_perf-exit", "").strip(), expect,
+                             tolerance)
     elif "all_reduce_perf" in sections:
-        not_run.append("all_reduce_perf: no real output of this GPU's NVLinks is kept to plan its bandwidth from")
+        not_run.append("all_reduce_perf: the plan gives no NVLink bandwidth to hold it to (no real output of "
+                       "this GPU's links is kept, or the node has one GPU)")
     elif "all_reduce_perf-missing" in sections:
         not_run.append("all_reduce_perf missing")
     return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections or collective
 
 
-def _collective(text: str, expect: Expect, tolerance: float) -> list[gh.HealthFinding]:
+def _collective(text: str, status: str, expect: Expect, tolerance: float) -> list[gh.HealthFinding]:
+    """A run that failed (a status other than 0, or stopped before its largest size) is a finding
+    of its own: the sizes it did finish say nothing of the node."""
+    said = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     try:
         run = gh.parse_all_reduce_perf(text)
     except ValueError:
-        said = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-        return [gh.HealthFinding("collective-failed", None, "all_reduce_perf failed: "
-                                 + (said[0][:160] if said else "no result row"), "its table", "no table")]
+        run = None
+    largest = max((r.size for r in run.rows), default=0) if run else 0
+    if run is None or status not in ("", "0") or largest < COLLECTIVE_MAX_BYTES or run.avg_busbw is None:
+        errors = [line for line in said if not line[:1].isdigit()]
+        # nccl-tests' own failure lines (common.h, util.cu), not what MPI or a launcher printed around them.
+        failures = [line for line in errors if NCCL_TESTS_FAILURE.search(line)]
+        why = (failures[0] if failures else f"exit status {status}" if status not in ("", "0") else
+               f"it stopped after {largest} bytes" if run else errors[-1] if errors else "no result row")[:160]
+        return [gh.HealthFinding("collective-failed", None, f"all_reduce_perf failed: {why}", "its whole table",
+                                 f"exit status {status or '?'}, up to {largest} bytes")]
     assert expect.nvlink_busbw is not None
     return gh.judge_collective(run, expected_gbs=expect.nvlink_busbw, tolerance=tolerance)
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from railyard.remote.ssh import HostKeyMismatch, SshError, Target, run
+from railyard.remote.ssh import HostKeyMismatch, SshError, Target, Unreachable, run
 from railyard.model.boot_args import missing
 
 POLL_S = 1.0
@@ -117,14 +117,14 @@ def reboot(target: Target, *, command: str, timeout: float, private_key: str | N
     its BMC was asked, where one reset it); RolloutError when it refuses or does not come back.
 
     power_cycle: the host's BMC's (as roll's power_cycles), for a host that does not come back
-    within the timeout, or that does not answer SSH at all, so cannot run the command: a hung
-    kernel is the usual reason to reset a node, and only its BMC reaches it then."""
-    halted = "it was not reset"
+    within the timeout, or that does not answer SSH at all (ssh.Unreachable), so cannot run the
+    command: a hung kernel is the usual reason to reset a node, and only its BMC reaches it then.
+    A host that answers and refuses (its key, the user, no agent) is never power-cycled. With no
+    boot id read before, the first answer after the cycle is taken for the new boot."""
+    halted = "the reset failed"
     try:
         boot = boot_state(target, private_key)
-    except HostKeyMismatch:
-        raise
-    except SshError as exc:
+    except Unreachable as exc:
         if power_cycle is None:
             raise
         down = time.time()

@@ -48,6 +48,16 @@ class HostKeyMismatch(SshError):
     pass
 
 
+class Unreachable(SshError):
+    """No one answered: the connection was refused, timed out or had no route, or nothing came back
+    within the timeout. A host that answered and refused (its key, the user) is not unreachable."""
+
+
+# ssh's own words (its last line) for a connection that reached no sshd.
+UNREACHABLE = ("Connection refused", "Connection timed out", "No route to host", "Network is unreachable",
+               "Host is down", "Operation timed out")
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -108,15 +118,16 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
             proc = subprocess.run(argv, input=input, text=True, capture_output=True, timeout=timeout,
                                   stdin=None if input is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise SshError(f"{target.name}: {target.address} did not answer within {timeout:g} s") from None
+            raise Unreachable(f"{target.name}: {target.address} did not answer within {timeout:g} s") from None
         if proc.returncode == 255:
             err = proc.stderr.strip()
             if "host key verification failed" in err.lower() or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
                 kinds = ", ".join(k.split(" ")[0] for k in target.host_keys) or "learned on first use"
                 raise HostKeyMismatch(f"{target.name}: the host key of {target.address} is not the pinned one "
                                       f"({kinds}); nothing was done there")
-            raise SshError(f"{target.name}: cannot reach {target.user}@{target.address}: "
-                           f"{err.splitlines()[-1] if err else 'ssh exited 255'}")
+            last = err.splitlines()[-1] if err else "ssh exited 255"
+            kind = Unreachable if any(words in last for words in UNREACHABLE) else SshError
+            raise kind(f"{target.name}: cannot reach {target.user}@{target.address}: {last}")
         host_key = _learned(known, target.address, target.port)
         if host_key is None:
             raise SshError(f"{target.name}: ssh learned no host key for {target.address}")

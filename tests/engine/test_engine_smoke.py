@@ -73,7 +73,7 @@ def test_a_hosts_bmc_password_is_opened_from_the_stacks_own_config(engine_projec
         monkeypatch.setenv(key, pulumi.env[key])
     at = ("pools", "gpu", "hosts", 1, "bmc", "password")
     assert bmc_password("hosts-bmc", at, cwd=pulumi.project) == "s3cret"
-    with pytest.raises(PowerCycleError, match=r"railyard:hosts has no pools.gpu.hosts.0.bmc.password"):
+    with pytest.raises(PowerCycleError, match=r"its BMC password could not be opened: pulumi config get exited"):
         bmc_password("hosts-bmc", ("pools", "gpu", "hosts", 0, "bmc", "password"), cwd=pulumi.project)
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "not the stack's")
     with pytest.raises(PowerCycleError, match="its BMC password could not be opened") as err:

@@ -251,8 +251,8 @@ def test_the_repair_loops_reset_power_cycles_a_host_that_answers_no_ssh(server, 
     # and passphrase.
     from railyard.engine import pulumi
 
-    opened = pulumi.run_json
-    monkeypatch.setattr(pulumi, "run_json", lambda args, **kw: opened(args, root=project.dir, **kw))
+    opened = pulumi.run
+    monkeypatch.setattr(pulumi, "run", lambda args, **kw: opened(args, root=project.dir, **kw))
     for key in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"):
         monkeypatch.setenv(key, project.env[key])
     spec, plan = load(paths.stack_file(STACK, project.dir))

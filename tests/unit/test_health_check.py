@@ -43,7 +43,9 @@ REAL_SLOW = (GPU / "all_reduce_perf-h100-8node-64gpu-slow.txt").read_text()
 
 
 def test_the_deep_checks_collective_is_judged_against_the_nodes_nvlinks():
-    # The real healthy run reaches 469 GB/s: within 15% of an H100 node's 478.
+    # No real run within one node is kept (SOURCES.md): these real runs across nodes give the
+    # judge the tool's own output to read. The healthy one reaches 469 GB/s: within 15% of an H100
+    # node's 478.
     # (Each case reads only the collective: nvidia-smi is not among the sections, so it is not run.)
     found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, H100)
     assert (found, not_run, ran) == ([], ["nvidia-smi missing"], True)
@@ -60,11 +62,24 @@ def test_a_collective_that_fails_is_a_finding_and_one_that_cannot_be_judged_is_n
               "Invalid number of GPUs: 8 requested but only 7 were found.\n")
     [f], not_run, ran = hc.judge({"all_reduce_perf": failed}, H100)
     assert f.kind == "collective-failed" and "8 requested but only 7 were found" in f.message and ran
+    # A run that died after 2 GiB (its rows up to there read 461 GB/s, a pass on their own) and
+    # the status the script keeps: a failure, not a judgement of the sizes it finished.
+    lines = REAL_2NODE.splitlines()
+    cut = "\n".join(ln for ln in lines if not ln.lstrip()[:1].isdigit() or int(ln.split()[0]) <= 2 ** 31
+                    if not ln.startswith("# Avg")) + "\nbm-h100-01: Test CUDA failure common.cu:892 'out of memory'\n"
+    [died], _, _ = hc.judge({"all_reduce_perf": cut, "all_reduce_perf-exit": "1\n"}, H100)
+    assert died.kind == "collective-failed" and died.message.endswith("Test CUDA failure common.cu:892 'out of memory'")
+    assert died.found == "exit status 1, up to 2147483648 bytes"
+    [status], _, _ = hc.judge({"all_reduce_perf": REAL_2NODE, "all_reduce_perf-exit": "3\n"}, H100)
+    assert (status.kind, status.found) == ("collective-failed", "exit status 3, up to 17179869184 bytes")
+    assert hc.judge({"all_reduce_perf": REAL_2NODE, "all_reduce_perf-exit": "0\n"}, H100)[0] == []
+    # One GPU alone: nothing to hold a collective to.
+    assert hc.Expect(1, "0x10de", "0x2330", 18, 26.562).nvlink_busbw is None
     assert hc.judge({"all_reduce_perf-missing": ""}, H100)[1:] == (["nvidia-smi missing", "all_reduce_perf missing"],
                                                                    False)
     # No real output gives this GPU's link speed: no yardstick, so not run rather than a guess.
     found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, hc.Expect(8, "0x10de", "0x2335", 18))
-    assert found == [] and not ran and "no real output of this GPU's NVLinks" in not_run[1]
+    assert found == [] and not ran and "no real output of this GPU's links" in not_run[1]
 
 
 @pytest.mark.parametrize("findings, ran, held, verb", [

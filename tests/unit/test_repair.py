@@ -376,7 +376,7 @@ def test_the_health_keys_are_read_and_a_bad_one_is_named_by_its_path():
         "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair",
         "railyard:health.collectiveTolerance"}
     # A percentage where a fraction is asked is refused, saying what the key takes.
-    assert "a number > 0 and < 1, e.g. 0.15 for 15%" in str(err.value)
+    assert "a fraction between 0 and 1, e.g. 0.15" in str(err.value)
 
 
 def test_each_pools_budget_is_the_stacks_else_its_drivers():

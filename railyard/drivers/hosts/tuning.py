@@ -65,24 +65,31 @@ def reboot(spec: Spec, pool: str) -> Reboot:
 
 
 def bmc_password(stack: str, at: tuple[str | int, ...], cwd: Path | None = None) -> str:
-    """A host's BMC password, opened as the engine opens it: the stack's railyard:hosts read with
-    `pulumi config get` (the stack's passphrase or secrets provider, as for `up`). It is held in
-    memory for the one power cycle and never written or printed. PowerCycleError where it cannot
-    be opened."""
+    """A host's BMC password, opened as the engine opens it: that one value of the stack's
+    railyard:hosts, read with `pulumi config get --path` (the stack's passphrase or secrets
+    provider, as for `up`). It is held in memory for the one power cycle and never written or
+    printed. PowerCycleError where it cannot be opened."""
+    import json
+
     from railyard.engine import pulumi
     from railyard.engine.toolchain import ToolchainError
     from railyard.remote.rollout import PowerCycleError
 
+    path = "railyard:hosts" + "".join(f"[{k}]" if isinstance(k, int) else f"[{json.dumps(k)}]" for k in at)
     try:
-        value: Any = pulumi.run_json(["config", "get", "railyard:hosts", "--stack", stack],
-                                     **({"cwd": cwd} if cwd else {}))["objectValue"]
-        for key in at:
-            value = value[key]
-    except (pulumi.PulumiError, ToolchainError) as exc:
+        got = pulumi.run(["config", "get", "--path", path, "--stack", stack, "--json"], capture=True, check=False,
+                         cwd=cwd)
+    except ToolchainError as exc:
         raise PowerCycleError(f"its BMC password could not be opened: {exc}") from None
-    except (KeyError, IndexError, TypeError):
-        raise PowerCycleError(f"railyard:hosts has no {'.'.join(map(str, at))}") from None
-    return str(value)
+    if got.returncode != 0:
+        # stderr only: stdout would be the value itself, had anything been opened.
+        said = got.stderr.strip().splitlines()
+        raise PowerCycleError(f"its BMC password could not be opened: pulumi config get exited {got.returncode}: "
+                              f"{said[-1] if said else 'no output'}")
+    try:
+        return str(json.loads(got.stdout)["value"])
+    except (ValueError, KeyError, TypeError):
+        raise PowerCycleError(f"its BMC password could not be opened: pulumi config get --path {path} gave no value") from None
 
 
 def power_cycle(spec: Spec, plan: Plan, node: str) -> Callable[[float], str] | None:

@@ -13,8 +13,8 @@ Its modules come in four layers, each importing only its own and the ones above 
        agent      the per-node SR-IOV agent (standard library only)
        node_init  a node's init (pid 1 of its namespaces)
        hwtree     a node's sysfs/procfs tree from the catalog
-       gpu_tools  the node's nvidia-smi and all_reduce_perf, answering from that tree (standard
-                  library only)
+       gpu_tools  the node's nvidia-smi, all_reduce_perf and dcgmi, answering from that tree
+                  (standard library only)
        control_plane.api, control_plane.pki  the control plane's API client and certificates
 3. the lab's objects, each idempotent (create adopts and converges an object of the same name,
    delete of a missing one succeeds) and read back for refresh; no Pulumi:

@@ -211,8 +211,11 @@ class _Fault:
             raise FaultError(f"{self.node.name} has no interface {netdev}: {shown.stderr.strip()}")
         if " tbf " in shown.stdout:
             raise FaultError(f"{self.node.name}'s {device} is slowed already: clear that fault first")
-        subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", netdev, "root", "tbf", "rate", f"{mbit}mbit",
-                        "burst", "32kb", "latency", "100ms"], check=True, capture_output=True)
+        added = subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", netdev, "root", "tbf", "rate", f"{mbit}mbit",
+                                "burst", "32kb", "latency", "100ms"], capture_output=True, text=True)
+        if added.returncode != 0:  # another root qdisc of someone else's: left as it is
+            raise FaultError(f"{self.node.name}'s {device}: tc refused the token bucket: "
+                             f"{added.stderr.strip() or f'exit {added.returncode}'}")
         self.undo.append({"op": "qdisc", "netns": ns, "dev": netdev})
         return netdev
 

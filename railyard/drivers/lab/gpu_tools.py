@@ -25,9 +25,9 @@ speed (from railyard/data/catalog/gpu_tools.yaml, written into the tree's manife
 all_reduce_perf measures nothing: there is no GPU to measure. Its table is the one real run kept
 (the manifest's `all_reduce_perf`: each size's out-of-place and in-place times, from
 all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt) with every time scaled by one factor, so that
-the bus bandwidth at the run's largest size is what the node's NVLinks give: the links up on its
-worst GPU times one link's speed. A healthy H100 node reads 478 GB/s; an NVLink down shows as a
-slower collective, as it would. Only sizes the kept run has are answered (8 B to 16 GiB, doubling);
+the bus bandwidth at the kept run's largest size (16 GiB) is what the node's NVLinks give: the links
+up on its worst GPU times one link's speed. A healthy H100 node reads 478 GB/s there, 477.6 at
+8 GiB (the kept curve's own rise); an NVLink down shows as a slower collective, as it would. Only sizes the kept run has are answered (8 B to 16 GiB, doubling);
 the lines are the real tool's, less the ones NCCL itself prints (there is no NCCL).
 
 dcgmi's report has the shape of DCGM 4's (NVIDIA/DCGM's own schema of it,
@@ -273,9 +273,12 @@ def _time(usec: float) -> str:
 def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None) -> int:
     opts = {"-b": "32M", "-e": "32M", "-f": "1", "-g": "1"}
     args = [a for a in argv if a]
-    for i, a in enumerate(args[:-1]):
-        if a in opts:
-            opts[a] = args[i + 1]
+    # Only -b/-e/-f/-g, each with its value: any other option, or one without its value, is refused
+    # rather than run with a default the caller did not ask for.
+    if len(args) % 2 or any(flag not in opts for flag in args[::2]):
+        sys.stderr.write(COLLECTIVE_USAGE)
+        return 2
+    opts.update(zip(args[::2], args[1::2]))
     try:
         low, high, factor, ngpus = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"]), int(opts["-g"])
     except ValueError:

@@ -60,7 +60,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from railyard.model.catalog import FIXTURES_DIR, NicSpec, NodeSku, gpu_tools
+from railyard.model.catalog import FIXTURES_DIR, NicSpec, NodeSku, gpu_tools_of
 from railyard.model.gpu_health import parse_all_reduce_perf
 from railyard.model.health_check import expect_of
 from railyard.model.pci_layout import Function, layout, netdev_name
@@ -211,9 +211,8 @@ def _nvidia_smi(sku: NodeSku) -> dict[str, Any] | None:
     None for a SKU without GPUs."""
     if not sku.gpus:
         return None
-    first = sku.gpus[0]
-    tools = gpu_tools().get((first.pci_device or "").lower(), {})
-    return {"product_name": tools.get("product_name") or first.model, "nvlink": tools.get("nvlink"),
+    tools = gpu_tools_of(sku)
+    return {"product_name": tools.get("product_name") or sku.gpus[0].model, "nvlink": tools.get("nvlink"),
             "nvlinks": expect_of(sku).nvlinks_per_gpu}
 
 

@@ -718,15 +718,10 @@ class _Parser(ConfigReader, CrossFieldRules):
         if on_failure == "cordon" and slurm is None and kubernetes is None and "slurm" not in ours:
             self.problem(f"{path}.onFailure", "'cordon'", "'fail' on a stack without a scheduler",
                          "cordon takes a node out of Slurm or Kubernetes: add railyard:slurm or railyard:kubernetes")
-        tolerance = self.raw(am, "bandwidthTolerance", f"{path}.bandwidthTolerance", required=False, what="a fraction")
-        if tolerance is _ABSENT:
-            tolerance = None
-        elif isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
-            self.problem(f"{path}.bandwidthTolerance", _show(tolerance), "a fraction between 0 and 1, e.g. 0.25",
-                         "a rail this far below the median of its node's rails is flagged")
-            tolerance = None
+        tolerance = self.fraction(am, "bandwidthTolerance", f"{path}.bandwidthTolerance", default=None, example="0.25",
+                                  hint="a rail this far below the median of its node's rails is flagged")
         return AcceptanceSpec(enabled=True if enabled is None else enabled, on_failure=on_failure or "fail",
-                              bandwidth_tolerance=float(tolerance) if tolerance is not None else None)
+                              bandwidth_tolerance=tolerance)
 
     # --- verify ---------------------------------------------------------------------------------
 
@@ -759,8 +754,9 @@ class _Parser(ConfigReader, CrossFieldRules):
         drain = self.integer(hm, "drainTimeout", f"{path}.drainTimeout", default=HEALTH_DRAIN_TIMEOUT_S, minimum=0,
                              maximum=86400)
         repair = self.boolean(hm, "repair", f"{path}.repair", default=False)
-        tolerance = self.number(hm, "collectiveTolerance", f"{path}.collectiveTolerance", default=COLLECTIVE_TOLERANCE,
-                                below=1, example="0.15 for 15%")
+        tolerance = self.fraction(hm, "collectiveTolerance", f"{path}.collectiveTolerance",
+                                  default=COLLECTIVE_TOLERANCE, example="0.15",
+                                  hint="all_reduce_perf this far below the plan's bus bandwidth is a finding")
         return HealthSpec(repair=bool(repair), max_unavailable=budget,
                           drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S,
                           collective_tolerance=tolerance if tolerance is not None else COLLECTIVE_TOLERANCE)

@@ -93,16 +93,26 @@ class ConfigReader:
             return None
         return value
 
-    def number(self, m: Mapping | None, key: str, path: str, *, default: float | None,
-               below: float | None = None, example: str | None = None) -> float | None:
-        allowed = "a number > 0" + (f" and < {below:g}" if below is not None else "") + (f", e.g. {example}" if example else "")
+    def fraction(self, m: Mapping | None, key: str, path: str, *, default: float | None, example: str,
+                 hint: str = "") -> float | None:
+        """A number strictly between 0 and 1 (a tolerance): None where absent and no default, or refused."""
+        allowed = f"a fraction between 0 and 1, e.g. {example}"
+        value = self.raw(m, key, path, required=False, what=allowed)
+        if value is _ABSENT:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            self.problem(path, _show(value), allowed, hint)
+            return None
+        return float(value)
+
+    def number(self, m: Mapping | None, key: str, path: str, *, default: float | None) -> float | None:
+        allowed = "a number > 0"
         value = self.raw(m, key, path, required=False, what=allowed)
         if value is _ABSENT:
             return default
         if value is None:
             return None
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value)
-                or (below is not None and value >= below)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
             self.problem(path, _show(value), allowed)
             return None
         return value

@@ -7,7 +7,7 @@ import pytest
 
 from railyard.drivers.hosts import resources
 from railyard.remote import rollout
-from railyard.remote.ssh import SshError, Target
+from railyard.remote.ssh import SshError, Target, Unreachable
 
 WANT = ("hugepagesz=1G", "hugepages=0:4,1:4")
 
@@ -28,7 +28,7 @@ class Fleet:
         if command == rollout.STATE_COMMAND:
             if n in self.down:
                 if n in self.dead:
-                    raise SshError(f"{n}: cannot reach it")
+                    raise Unreachable(f"{n}: cannot reach it")
                 self.down.discard(n)  # it finished booting
                 self.boots[n] += 1
                 self.cmdline[n] = "ro" if n in self.wrong else "ro " + " ".join(WANT)

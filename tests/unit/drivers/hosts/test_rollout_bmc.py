@@ -169,6 +169,22 @@ def test_a_hung_host_that_answers_no_ssh_is_reset_through_its_bmc_alone(fleet):
         rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None)
 
 
+def test_a_host_that_answers_and_refuses_is_never_power_cycled(fleet, monkeypatch):
+    """A wrong key, a missing agent: the host is up and healthy, and a power cut would only hurt it."""
+    fleet(cmdlines={"gpu-0": "ro"})
+
+    def refused(target, command, **kw):
+        raise SshError(f"{target.name}: cannot reach root@192.0.2.10: root@192.0.2.10: Permission denied (publickey).")
+
+    monkeypatch.setattr(rollout, "run", refused)
+    bmcs = Bmcs(None)
+    [(target, _)] = targets(["gpu-0"])
+    with pytest.raises(SshError, match="Permission denied"):
+        rollout.reboot(target, command="systemctl reboot", timeout=0.2, private_key=None,
+                       power_cycle=bmcs.cycle("gpu-0"))
+    assert bmcs.calls == []
+
+
 def test_the_hosts_driver_power_cycles_through_the_hosts_own_bmc_opening_its_password_only_then(monkeypatch):
     from railyard.drivers import hosts  # noqa: F401 (registers the driver)
     from railyard.drivers import power_cycle
@@ -182,28 +198,32 @@ def test_the_hosts_driver_power_cycles_through_the_hosts_own_bmc_opening_its_pas
     hosts_of(cfg)[1]["bmc"] = {"endpoint": "https://192.0.2.101", "username": "admin",
                                "password": {"secure": "v1:CIPHER"}, "systemId": "1"}
     spec, plan = from_config(cfg, "hosts-bmc")
+    import subprocess
+
     asked: list = []
-    opened = {"pools": {"gpu": {"hosts": [{}, {"bmc": {"password": "s3cret"}}]}}}
 
-    def run_json(args, **kw):
+    def run(args, **kw):
         asked.append(args)
-        return {"objectValue": opened, "secret": True}
+        return subprocess.CompletedProcess(args, 0, '{"value": "s3cret", "secret": true}', "")
 
-    monkeypatch.setattr(pulumi, "run_json", run_json)
+    monkeypatch.setattr(pulumi, "run", run)
     made = fake_clients(monkeypatch)
     first, second = (n.name for n in plan.nodes[:2])
     assert power_cycle(spec, plan, first) is None  # no BMC listed for it
     cycle = power_cycle(spec, plan, second)
     assert cycle is not None and asked == []  # nothing opened until a cycle is asked for
     assert cycle(0) == "ForceRestart"
-    assert asked == [["config", "get", "railyard:hosts", "--stack", "hosts-bmc"]]
+    # That one value, not the whole section with every other host's password in it.
+    assert asked == [["config", "get", "--path", 'railyard:hosts["pools"]["gpu"]["hosts"][1]["bmc"]["password"]',
+                      "--stack", "hosts-bmc", "--json"]]
     assert (made[0].host, made[0].endpoint, made[0].username, made[0].password, made[0].system_id) == \
         (second, "https://192.0.2.101", "admin", "s3cret", "1")
     assert "s3cret" not in repr(made[0])
 
     def refused(args, **kw):
-        raise pulumi.PulumiError(args, 255, "error: incorrect passphrase")
+        return subprocess.CompletedProcess(args, 255, "", "error: incorrect passphrase\n")
 
-    monkeypatch.setattr(pulumi, "run_json", refused)
-    with pytest.raises(PowerCycleError, match="its BMC password could not be opened"):
+    monkeypatch.setattr(pulumi, "run", refused)
+    with pytest.raises(PowerCycleError, match="its BMC password could not be opened: pulumi config get exited 255: "
+                                              "error: incorrect passphrase"):
         cycle(0)
