@@ -132,14 +132,16 @@ def expects(plan: Plan, nodes: Iterable[str]) -> dict[str, Expect]:
 
 
 def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
-           addresses: Mapping[str, str] | None = None, *,
-           tolerance: float = COLLECTIVE_TOLERANCE) -> tuple[list[Finding], list[str], bool]:
+           addresses: Mapping[str, str] | None = None, *, tolerance: float = COLLECTIVE_TOLERANCE,
+           expected: Mapping[str, Expect] | None = None) -> tuple[list[Finding], list[str], bool]:
     """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
     check that could not run and on which nodes (never a pass), and whether any check ran.
-    tolerance: railyard:health.collectiveTolerance."""
+    tolerance: railyard:health.collectiveTolerance; expected: expects() of the nodes read, where
+    the caller has it already."""
     from railyard.model import health_check
 
-    expected = expects(plan, (n for n, got in readings.items() if not isinstance(got, str)))
+    if expected is None:
+        expected = expects(plan, (n for n, got in readings.items() if not isinstance(got, str)))
     out: list[Finding] = []
     not_run: dict[str, list[str]] = {}
     ran = False
@@ -255,10 +257,11 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         progress(f"reading {len(hosts)} node(s)' GPU tools"
                  + (" (DCGM level 3, all_reduce_perf over NVLink)" if deep else ""))
         # all_reduce_perf runs only where its result can be judged: a full run on GPUs is no free probe.
-        gpus = {n: e.gpus if e.nvlink_busbw is not None else 0 for n, e in expects(plan, hosts).items()}
+        expected = expects(plan, hosts)
+        gpus = {n: e.gpus if e.nvlink_busbw is not None else 0 for n, e in expected.items()}
         readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
         found, notes, ran = health(plan, readings, {n: t.address for n, t in hosts.items()},
-                                   tolerance=spec.health.collective_tolerance)
+                                   tolerance=spec.health.collective_tolerance, expected=expected)
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
         report.findings += [f for f in found if (f.kind, f.node) not in seen]

@@ -307,8 +307,9 @@ class DiagResult:
 
 def parse_dcgm_diag(text: str) -> list[DiagResult]:
     """Every test result in `dcgmi diag -j` output (DCGM 4's schema: tests with `name` and
-    `results`, each result an entity with a `status`, its info lines and then its warnings' text). The test objects are read wherever they
-    stand, so a document cut short still gives the tests it holds whole."""
+    `results`, each result an entity with a `status`, its info lines and then its warnings' text).
+    The test objects are read wherever they stand, so a document cut short still gives the tests
+    it holds whole."""
     decoder = json.JSONDecoder()
     out = []
     for m in re.finditer(r'\{\s*"name"\s*:', text):
@@ -340,6 +341,7 @@ def judge_dcgm(results: Iterable[DiagResult]) -> list[HealthFinding]:
 # slowest real run kept (all_reduce_perf-h100-8node-64gpu-slow.txt, 320 GB/s where 400 are planned,
 # on a cluster its users then tuned to 391) is a finding at 15%, the healthy ones are not.
 COLLECTIVE_TOLERANCE = 0.15
+
 
 @dataclass(frozen=True)
 class CollectiveRow:

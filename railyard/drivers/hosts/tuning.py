@@ -104,9 +104,7 @@ def power_cycle(spec: Spec, plan: Plan, node: str) -> Callable[[float], str] | N
         return None
 
     def cycle(deadline: float) -> str:
-        target = redfish.Target(host=node, endpoint=bmc.endpoint, username=bmc.username,
-                                password=bmc_password(spec.stack, bmc.password_at), verify=bmc.verify,
-                                system_id=bmc.system_id)
+        target = redfish.Target.from_props(node, bmc.resource_input(), bmc_password(spec.stack, bmc.password_at))
         return redfish.Client(target).power_cycle(deadline)
 
     return cycle

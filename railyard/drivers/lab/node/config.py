@@ -271,8 +271,9 @@ def _prepare_dir(d: Path, node: str, mgmt: Nic, keys: list[str]) -> bool:
         if not link.is_symlink():
             link.unlink(missing_ok=True)
             link.symlink_to(".lab-shim")
+    gpu_tools = GPU_TOOLS_SCRIPT.read_text()
     for tool in ("nvidia-smi", "all_reduce_perf", "dcgmi"):  # one program, answering as the name it is run by
-        _write_if_changed(bin_dir / tool, GPU_TOOLS_SCRIPT.read_text(), 0o755)
+        _write_if_changed(bin_dir / tool, gpu_tools, 0o755)
     _write_if_changed(bin_dir / "dmesg", DMESG_SCRIPT.read_text(), 0o755)
     hostkey = etc / "ssh" / "ssh_host_ed25519_key"
     if not hostkey.exists() or not hostkey.with_suffix(".pub").exists():
