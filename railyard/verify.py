@@ -77,14 +77,15 @@ def targets(spec: Spec, plan: Plan, inventory: Iterable[MachineEntry],
 
 
 def read_facts(hosts: Mapping[str, Target], private_key: str | None, *, workers: int = WORKERS,
-               timeout: float = READ_TIMEOUT_S) -> dict[str, dict | str]:
-    """Each host's facts (sysfs_discovery.host_facts), or why it could not be read."""
+               timeout: float = READ_TIMEOUT_S, lldp: bool = False) -> dict[str, dict | str]:
+    """Each host's facts (sysfs_discovery.host_facts), with its LLDP neighbours where `lldp`, or
+    why it could not be read."""
     from railyard.drivers.hosts import remote
     from railyard.remote.ssh import SshError
 
     def one(name: str) -> tuple[str, dict | str]:
         try:
-            facts, _ = remote.host_facts(hosts[name], private_key=private_key, timeout=timeout)
+            facts, _ = remote.host_facts(hosts[name], private_key=private_key, timeout=timeout, lldp=lldp)
             return name, facts
         except SshError as exc:
             return name, str(exc).split(": ", 1)[-1]
@@ -249,10 +250,16 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     instead of reading the subnet. deep: the health part's DCGM diagnostics at level 3."""
     report = Report()
     parts = list(parts)
-    if "hardware" in parts:
+    addresses = {n: t.address for n, t in hosts.items()}
+    # An Ethernet fabric's cabling is in the nodes' own reading (their LLDP neighbours).
+    lldp = "fabric" in parts and plan.fabric.kind != "infiniband" and not dump
+    facts: Mapping[str, dict | str] = {}
+    if "hardware" in parts or lldp:
         progress(f"reading {len(hosts)} node(s), {min(WORKERS, len(hosts))} at a time")
-        facts = read_facts(hosts, private_key, timeout=timeout)
-        report.findings += hardware(spec, plan, facts, {n: t.address for n, t in hosts.items()})
+        facts = read_facts(hosts, private_key, timeout=timeout, lldp=plan.fabric.kind != "infiniband")
+        found = hardware(spec, plan, facts, addresses)
+        # Only the unreachable nodes where the hardware part was not asked for.
+        report.findings += found if "hardware" in parts else [f for f in found if f.kind == UNREACHABLE]
     if "health" in parts:
         progress(f"reading {len(hosts)} node(s)' GPU tools"
                  + (" (DCGM level 3, all_reduce_perf over NVLink)" if deep else ""))
@@ -260,7 +267,7 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         expected = expects(plan, hosts)
         gpus = {n: e.gpus if e.nvlink_busbw is not None else 0 for n, e in expected.items()}
         readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
-        found, notes, ran = health(plan, readings, {n: t.address for n, t in hosts.items()},
+        found, notes, ran = health(plan, readings, addresses,
                                    tolerance=spec.health.collective_tolerance, expected=expected)
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
@@ -268,7 +275,13 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         report.notes += notes
         if not ran:
             report.unread["health"] = "; ".join(notes)
-    if "fabric" in parts:
+    if lldp:
+        found_lldp, note, judged = cabling_from_lldp(plan, facts)
+        report.findings += found_lldp
+        report.notes.append(note)
+        if not judged:
+            report.unread["fabric"] = note
+    elif "fabric" in parts:
         read, note = _subnet(spec, plan, dump, progress, lambda: subnet_over_ssh(hosts, private_key, timeout=timeout))
         if read is None:
             report.unread["fabric"] = note
@@ -280,6 +293,28 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     return report
 
 
+def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str]) -> tuple[list[Finding], str, bool]:
+    """An Ethernet fabric's node-to-leaf cabling as the nodes' LLDP neighbours show it
+    (railyard.model.fabric.verify.verify_lldp): (findings, a note on what was read, whether any
+    node's neighbours were). A node whose lldpd could not be asked is named in the note, never
+    passed; an unreachable one is the hardware reading's finding."""
+    from railyard.model.fabric.verify import verify_lldp
+
+    heard = {n: got for n, got in facts.items() if isinstance(got, dict) and "neighbours" in (got.get("lldp") or {})}
+    why_not: dict[str, list[str]] = {}
+    for n, got in sorted(facts.items()):
+        if isinstance(got, dict) and n not in heard:
+            why_not.setdefault((got.get("lldp") or {}).get("not_read") or "no LLDP reading", []).append(n)
+    nodes = {n.name for n in plan.nodes}
+    out = []
+    for f in verify_lldp(plan.fabric, heard):
+        node = f.where.split(" ", 1)[0]
+        out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
+    said = [f"LLDP not read on {', '.join(ns)}: {why}" for why, ns in why_not.items()]
+    note = "; ".join([f"cabling: the LLDP neighbours of {len(heard)} node(s) read"] * bool(heard) + said)
+    return out, note or "cabling: no node read", bool(heard)
+
+
 def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], None],
             over_ssh: Callable[[], SubnetReading]) -> tuple[tuple[Subnet, bool] | None, str]:
     """((the subnet, whether its speeds are judged), where it was read), or (None, why not)."""
@@ -287,8 +322,8 @@ def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], 
     from railyard.model.fabric.subnet import parse_ibnetdiscover
 
     if plan.fabric.kind != "infiniband":
-        return None, (f"the compute fabric is {plan.fabric.kind}; its cabling is read with LLDP, "
-                      "which `railyard verify` does not do yet")
+        return None, (f"the compute fabric is {plan.fabric.kind}: its cabling is read with LLDP on the nodes, "
+                      "not from an ibnetdiscover dump")
     if dump:
         try:
             text = Path(dump).read_text(encoding="utf-8", errors="replace")

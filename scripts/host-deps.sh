@@ -30,6 +30,9 @@ declare -A want=(
   [slurmctld]=slurmctld
   [slurmd]=slurmd
   [scontrol]=slurm-client
+  # LLDP on a RoCE stack's rails and switches (railyard verify reads the cabling from it).
+  [lldpd]=lldpd
+  [lldpcli]=lldpd
   # Acceptance's bandwidth probes between the lab's nodes (ib_write_bw needs RDMA devices it lacks).
   [iperf3]=iperf3
   # The virtual layout's libvirt domains, checked against libvirt's own schemas (libvirt0 ships them)
@@ -59,8 +62,8 @@ fi
 echo "railyard: installing host packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 # opensm's package would start a subnet manager on any real HCA of this machine; Railyard runs it
-# only against ibsim. frr's would start routing daemons in the host's own namespace, and munge's and
-# Slurm's daemons on the host itself. No service starts during the install (policy-rc.d), and
+# only against ibsim. frr's would start routing daemons in the host's own namespace, lldpd's would
+# speak LLDP on the host's own NICs, and munge's and Slurm's daemons would run on the host itself. No service starts during the install (policy-rc.d), and
 # systemd's are disabled.
 policy=/usr/sbin/policy-rc.d
 own_policy=
@@ -70,8 +73,9 @@ fi
 trap 'if [ -n "$own_policy" ]; then rm -f "$policy"; fi' EXIT
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The lab runs FRR only inside its own switch namespaces, and munged, Slurm and iperf3 only inside its nodes.
-for unit in opensm.service frr.service munge.service slurmctld.service slurmd.service iperf3.service; do
+# The lab runs FRR and lldpd only inside its own switch namespaces and nodes, and munged, Slurm and
+# iperf3 only inside its nodes.
+for unit in opensm.service frr.service lldpd.service munge.service slurmctld.service slurmd.service iperf3.service; do
   if [ -d /run/systemd/system ] && systemctl list-unit-files "$unit" >/dev/null 2>&1; then
     systemctl disable --now "$unit" >/dev/null 2>&1 || true
   fi

@@ -149,6 +149,11 @@ class StackProject:
             raise PulumiFailed(f"pulumi {' '.join(args)}:\n{proc.stdout[-5000:]}\n{proc.stderr[-3000:]}")
         return proc
 
+    def railyard(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The `railyard` console script in the project, as a user runs it there; not checked."""
+        return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=self.dir, env=self.env, text=True,
+                              capture_output=True, timeout=timeout, check=False)
+
     def checkpoint(self) -> Path:
         """The stack's checkpoint file in the file backend (the state `up` wrote)."""
         found = sorted(self.state.glob(f".pulumi/stacks/**/{self.stack}.json"))

@@ -75,8 +75,9 @@ def program(modules: Sequence[str], entry: str, args: Sequence[Any] = ()) -> str
             f"SOURCES = {sources!r}\nPACKAGES = {packages!r}\nENTRY = {entry!r}\nARGS = {list(args)!r}\n" + _LOADER)
 
 
-# What host discovery carries and calls (sysfs_discovery imports pcie).
-HOST_FACTS = (("railyard.model.pcie", "railyard.model.sysfs_discovery"), "railyard.model.sysfs_discovery:host_facts")
+# What host discovery carries and calls (sysfs_discovery imports pcie, and lldp for a live host).
+HOST_FACTS = (("railyard.model.pcie", "railyard.model.sysfs_discovery", "railyard.model.lldp"),
+              "railyard.model.sysfs_discovery:host_facts")
 
 
 def host_facts_program(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev") -> str:

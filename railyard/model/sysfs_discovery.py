@@ -450,7 +450,8 @@ NVME_BLOCK = re.compile(r"^nvme\d+n\d+$")
 _IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
-def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev") -> dict:
+def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev",
+               lldp: bool = False) -> dict:
     """A host's hardware as a JSON-ready dict (lists, dicts with string keys, str/int/None).
 
     pci          {"functions": {bdf: {class, vendor, device, numa, driver, parent}}, "tree": [PcieNode
@@ -471,6 +472,8 @@ def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: s
     nvidia_driver  /sys/module/nvidia/version: the loaded driver's version, or None
     dev          {nvidia: [...], infiniband: [...]}  device nodes under dev_root
     notes        what could not be read as a whole
+    lldp         with lldp=True only: the host's LLDP neighbours, railyard.model.lldp.read() (the
+                 running lldpd's, so only on the host itself, never for a tree read elsewhere)
 
     pci, gpus and nics are None when the tree has no PCI bus; numa_nodes, hugepages and nvme are
     None when their directory is missing ([] when it is there and empty). VFs are left out, as
@@ -507,6 +510,11 @@ def host_facts(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: s
     facts["nvidia_driver"] = read_attr(os.path.join(sysfs_root, "module", "nvidia", "version")) or None
     facts["dev"] = _dev_facts(dev_root)
     facts["notes"] = notes
+    if lldp:
+        # Imported here: Ansible ships this file as a module_util without lldp.py beside it.
+        from railyard.model import lldp as lldp_reader
+
+        facts["lldp"] = lldp_reader.read()
     return facts
 
 

@@ -87,6 +87,11 @@ def host_vars(spec: Spec, plan: Plan, node: NodePlan | str, *, object_endpoint: 
         out["nvlink_domain_name"] = targets.nvlink_domain
         out["nvlink_domain_imex_nodes"] = list(targets.imex_nodes)
 
+    # --- LLDP on an Ethernet fabric's rails, read back by `railyard verify` (only there, so other
+    # stacks' tuning inputs stay as they were)
+    if plan.fabric.kind != "infiniband":
+        out["lldp_interfaces"] = [nic.netdev for nic in node.nics if nic.netdev]
+
     # --- dataset cache: the local NVMe tier and the object tier it is filled from
     cache = spec.storage.local_cache
     out["dataset_cache_mount"] = cache.mount

@@ -51,7 +51,7 @@ def project(tmp_path_factory):
         p.pulumi("up", "--yes", "--skip-preview", timeout=1500)
         yield p
     finally:
-        railyard(p, "lab", "fault", "--stack", STACK, "--clear")
+        p.railyard("lab", "fault", "--stack", STACK, "--clear", timeout=900)
         p.pulumi("destroy", "--yes", "--skip-preview", check=False)
         gc.destroy_all(STACK, p.dir)
 
@@ -65,17 +65,13 @@ def api(project):
 TAINT = {"key": "railyard.io/unhealthy", "effect": "NoSchedule"}
 
 
-def railyard(p: StackProject, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=p.dir, env=p.env, text=True,
-                          capture_output=True, timeout=timeout, check=False)
-
 
 def verify(p: StackProject, *extra: str) -> subprocess.CompletedProcess[str]:
-    return railyard(p, "verify", "--stack", STACK, "--only", "hardware", *extra)
+    return p.railyard("verify", "--stack", STACK, "--only", "hardware", *extra, timeout=900)
 
 
 def fault(p: StackProject, *args: str) -> None:
-    proc = railyard(p, "lab", "fault", "--stack", STACK, *args)
+    proc = p.railyard("lab", "fault", "--stack", STACK, *args, timeout=900)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -166,19 +162,19 @@ def test_a_transient_xid_is_named_by_node_gpu_and_code_and_the_loop_reboots_and_
     fault(project, "--transient", "xid", "gpu-3", "GPU5", "109")
     manifest = json.loads((paths.lab_dir(STACK, project.dir) / "nodes/gpu-3/hwtree/railyard-hwtree.json").read_text())
     bus = manifest["bus_ids"]["GPU5"].rsplit(".", 1)[0]
-    plain = railyard(project, "verify", "--stack", STACK, "--only", "health", "--json")
+    plain = project.railyard("verify", "--stack", STACK, "--only", "health", "--json", timeout=900)
     assert plain.returncode == 1, plain.stdout + plain.stderr
     assert [(f["kind"], f["node"], f["where"], f["found"]) for f in json.loads(plain.stdout)] == [
         ("xid", "gpu-3", bus, "Xid 109")]
     assert slurm_node(project, "gpu-3")[0] == "idle"
 
-    fixed = railyard(project, "verify", "--stack", STACK, "--only", "hardware,health", "--repair")
+    fixed = project.railyard("verify", "--stack", STACK, "--only", "hardware,health", "--repair", timeout=900)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     s = states(project)["gpu-3"]
     assert [c["state"] for c in s["history"]][-4:] == ["suspect", "drained", "repairing", "ready"]
     assert "Xid 109" in s["history"][-3]["reason"]
     assert slurm_node(project, "gpu-3") == ("idle", "none")
-    assert railyard(project, "verify", "--stack", STACK, "--only", "health").returncode == 0
+    assert project.railyard("verify", "--stack", STACK, "--only", "health", timeout=900).returncode == 0
 
 
 def test_an_ecc_error_a_gpu_reset_clears_is_repaired_without_a_reboot(project):
@@ -186,7 +182,7 @@ def test_an_ecc_error_a_gpu_reset_clears_is_repaired_without_a_reboot(project):
     # the node stays up.
     before = boots(project, "gpu-1")
     fault(project, "--transient", "ecc", "gpu-1", "GPU6", "4")
-    fixed = railyard(project, "verify", "--stack", STACK, "--only", "hardware,health", "--repair")
+    fixed = project.railyard("verify", "--stack", STACK, "--only", "hardware,health", "--repair", timeout=900)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert re.search(r"gpu-1: GPU reset of 0000000\d:[0-9A-F]{2}:00\.0", fixed.stdout + fixed.stderr), fixed.stdout
     assert boots(project, "gpu-1") == before
@@ -279,7 +275,7 @@ def test_railyard_up_runs_the_loop_once_the_engine_is_done_where_the_stack_asks(
     try:
         fault(project, "--transient", "gpu-lost", "gpu-1", "GPU4")
         since = time.time()
-        proc = railyard(project, "up", "--stack", STACK, timeout=1500)
+        proc = project.railyard("up", "--stack", STACK, timeout=1500)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "railyard:health.repair: verifying and repairing stack trepair's nodes" in proc.stderr
         s = states(project)["gpu-1"]

@@ -59,31 +59,26 @@ def project(tmp_path_factory):
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     p.pulumi("up", "--yes", "--skip-preview")
     yield p
-    railyard(p, "lab", "fault", "--stack", STACK, "--clear")
+    p.railyard("lab", "fault", "--stack", STACK, "--clear")
     p.pulumi("destroy", "--yes", "--skip-preview", check=False)
     gc.destroy_all(STACK, p.dir)
 
 
-def railyard(p: StackProject, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The console script, as a user runs it in the project."""
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), *args], cwd=p.dir, env=p.env, text=True,
-                          capture_output=True, timeout=timeout, check=False)
-
 
 def verify(p: StackProject, *extra: str) -> tuple[int, list[dict]]:
-    proc = railyard(p, "verify", "--stack", STACK, "--json", *extra)
+    proc = p.railyard("verify", "--stack", STACK, "--json", *extra)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc.returncode, json.loads(proc.stdout)
 
 
 def fault(p: StackProject, *args: str) -> str:
-    proc = railyard(p, "lab", "fault", "--stack", STACK, *args)
+    proc = p.railyard("lab", "fault", "--stack", STACK, *args)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
-    proc = railyard(project, "verify", "--stack", STACK)
+    proc = project.railyard("verify", "--stack", STACK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 node(s) of stack tverify verified" in proc.stdout and "as planned" in proc.stdout
     # The lab's nodes have an nvidia-smi and a dcgmi (stand-ins over their hardware trees): the
@@ -95,8 +90,8 @@ def test_a_stack_as_planned_verifies_clean_with_its_pinned_firmware(project):
     for tool in stand_ins:
         tool.rename(tool.with_name(tool.name + ".off"))
     try:
-        without = railyard(project, "verify", "--stack", STACK)
-        only_health = railyard(project, "verify", "--stack", STACK, "--only", "health")
+        without = project.railyard("verify", "--stack", STACK)
+        only_health = project.railyard("verify", "--stack", STACK, "--only", "health")
     finally:
         for tool in stand_ins:
             tool.with_name(tool.name + ".off").rename(tool)
@@ -169,7 +164,7 @@ def test_the_deep_check_runs_all_reduce_perf_over_each_nodes_nvlinks_and_finds_a
     leave 398 GB/s: a slow collective, beside the links nvidia-smi shows down; the quick check
     reads only the links. A GPU whose memory keeps failing fails DCGM's memory test, which only
     --deep runs."""
-    proc = railyard(project, "verify", "--stack", STACK, "--deep")
+    proc = project.railyard("verify", "--stack", STACK, "--deep")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "health not run" not in proc.stdout and "DCGM level 3, all_reduce_perf" in proc.stderr + proc.stdout
     for link in ("0", "7", "11"):
@@ -220,9 +215,9 @@ def test_an_unreachable_node_is_a_finding_and_the_others_are_still_read(project)
 
 
 def test_verify_refuses_what_it_cannot_read_instead_of_passing(project):
-    proc = railyard(project, "verify", "--stack", STACK, "--only", "lldp")
+    proc = project.railyard("verify", "--stack", STACK, "--only", "lldp")
     assert proc.returncode == 2 and "--only 'lldp': give one or more of hardware, fabric" in proc.stderr
-    proc = railyard(project, "lab", "fault", "--stack", STACK, "gpu-lost", "gpu-0", "GPU9")
+    proc = project.railyard("lab", "fault", "--stack", STACK, "gpu-lost", "gpu-0", "GPU9")
     assert proc.returncode == 1 and "gpu-0 has no device GPU9" in proc.stderr
     assert verify(project) == (0, [])  # the refused fault changed nothing
 
@@ -256,7 +251,7 @@ def test_a_cable_swap_is_drift_in_preview_and_in_the_review_and_up_stops_before_
         assert "drift: gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1: " in preview, preview[-3000:]
         assert "up stops before tuning: 1 finding(s) on gpu-1 (railyard:verify.onDrift: fail)" in preview
         comment = tmp_path / "review.md"
-        proc = railyard(project, "review", "--stack", STACK, "--output", str(comment))
+        proc = project.railyard("review", "--stack", STACK, "--output", str(comment))
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert "drift: gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1" in comment.read_text()
         before = tuned_hosts(project)

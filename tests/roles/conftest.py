@@ -112,6 +112,10 @@ def make_host(sku: str, work: Path, endpoint: str) -> Host:
         "cpu_isolation_run_root": str(work / "run"),
         "cpu_isolation_procfs_root": procfs,
         "sriov_ip_command": [str(ipdir / "ip")],
+        # An Ethernet host's lldpd: its drop-in written under etc, no daemon started on this machine.
+        "lldp_etc_root": str(etc),
+        "lldp_install_packages": False,
+        "lldp_service_manager": "none",
         "dataset_cache_mount": str(cache),
         "dataset_cache_access_key": "test",
         "dataset_cache_secret_key": "test",

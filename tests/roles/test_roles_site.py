@@ -66,6 +66,19 @@ def test_converge_then_second_run_changes_nothing_and_verify_passes(converged):
     assert "Verify the tuned state" in again.stdout and "verify : The tuned state is the plan's" in again.stdout
 
 
+def test_an_ethernet_hosts_rails_and_only_they_speak_lldp(converged):
+    host, _ = converged
+    dropin = host.etc / "etc/lldpd.d/railyard.conf"
+    if host.sku == "dgx-h100":  # an InfiniBand fabric: no LLDP, nothing written
+        assert "lldp_interfaces" not in host.vars and not dropin.exists()
+        return
+    rails = host.vars["lldp_interfaces"]
+    assert rails and len(rails) == len(host.vars["gpu_nic_affinity_compute_nics"])
+    assert dropin.read_text() == ("# Managed by Railyard (role lldp); do not edit.\n"
+                                  f"configure system interface pattern {','.join(rails)}\n"
+                                  "configure lldp portidsubtype ifname\nconfigure lldp tx-interval 30\n")
+
+
 def test_hugepages_are_split_over_numa_nodes_as_planned(converged):
     host, _ = converged
     for node, count in host.vars["hugepages_per_node"].items():

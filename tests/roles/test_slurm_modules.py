@@ -1,4 +1,4 @@
-"""The slurm role's modules on this machine's real processes and files: slurm_daemon keeps a
+"""The slurm role's modules on this machine's real processes and files: railyard_daemon keeps a
 self-daemonizing program running by its pid file (as munged, slurmctld and slurmd run in the lab's
 nodes), and slurm_munge_key hands out the key Railyard wrote, or a new one, never the host's own."""
 
@@ -54,7 +54,7 @@ def daemon(tmp_path):
     started: list[int] = []
 
     def call(check_mode: bool = False, env: dict | None = None, **more) -> dict:
-        res = run_module(LIBRARY / "slurm_daemon.py", tmp_path, check_mode, env, **{**args, **more})
+        res = run_module(PLAYBOOK_LIBRARY / "railyard_daemon.py", tmp_path, check_mode, env, **{**args, **more})
         if res.get("pid"):
             started.append(res["pid"])
         return res

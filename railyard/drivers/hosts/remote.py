@@ -33,7 +33,10 @@ def call(target: Target, modules: list[str], entry: str, args: Sequence[Any] = (
         raise SshError(f"{target.name}: {entry} on {target.address} printed no JSON answer") from None
 
 
-def host_facts(target: Target, *, private_key: str | None, timeout: float = 120) -> tuple[dict, Result]:
-    """The host's hardware facts (sysfs_discovery.host_facts), discovered over SSH."""
+def host_facts(target: Target, *, private_key: str | None, timeout: float = 120,
+               lldp: bool = False) -> tuple[dict, Result]:
+    """The host's hardware facts (sysfs_discovery.host_facts), discovered over SSH; with lldp, its
+    LLDP neighbours too (an Ethernet fabric's cabling)."""
     modules, entry = bundle.HOST_FACTS
-    return call(target, list(modules), entry, private_key=private_key, timeout=timeout)
+    return call(target, list(modules), entry, ["/sys", "/proc", "/dev", lldp], private_key=private_key,
+                timeout=timeout)

@@ -45,7 +45,9 @@ def discover(props: dict) -> dict:
     """The host's facts and the host key SSH accepted."""
     from railyard.drivers.hosts import remote
 
-    facts, result = remote.host_facts(target(props), private_key=props.get("private_key") or None)
+    # An Ethernet fabric's hosts say who their rails are cabled to (LLDP), so a refresh records it.
+    facts, result = remote.host_facts(target(props), private_key=props.get("private_key") or None,
+                                      lldp=props.get("fabric") not in (None, "infiniband"))
     return {"host_key": result.host_key, "facts": facts}
 
 

@@ -15,6 +15,7 @@ from railyard.drivers.lab import resources
 from railyard.drivers.lab.storage.cache import MAX_DRIVES
 from railyard.drivers.lab.tuning import REBOOT_COMMAND, REBOOT_TIMEOUT_S
 from railyard.model.plan import NodePlan, VmPlan
+from railyard.model.plan_types import NicPlan
 
 # Netdev names the catalog does not give (the DGX H100 sources name no management or storage
 # netdev): lab stand-ins, the same on every node.
@@ -139,6 +140,12 @@ class LabDriver(Driver):
         """A RoCE fabric with tiers above its leaves: its switches are FRR routers (routers.py)."""
         return self.plan.fabric.kind == "roce" and self.plan.networks.compute.routed
 
+    def _leaf_port(self, nic: NicPlan) -> dict[str, str]:
+        """The leaf a routed RoCE rail is on, and the planned port there as the switch names it."""
+        from railyard.model.fabric.routing import port_netdev
+
+        return {"leaf": nic.leaf, "leaf_port": port_netdev(self.plan.fabric.switch, nic.leaf_port)}
+
     def _rail_gateway(self, rail: int) -> dict[str, str]:
         """Where the lab routes between rails: its spine namespace, at each rail's reserved router
         address, when the plan has spines; IPoIB rails too, which a real IB fabric never routes."""
@@ -159,7 +166,7 @@ class LabDriver(Driver):
         mtu = self.plan.networks.compute.mtu
         on_leaves = self._switches_route()
         rails = [{"name": nic.netdev, "rail": nic.rail, "address": f"{nic.ip}/{nic.prefixlen}", "mtu": mtu,
-                  **self._rail_gateway(nic.rail), **({"leaf": nic.leaf} if on_leaves else {})}
+                  **self._rail_gateway(nic.rail), **(self._leaf_port(nic) if on_leaves else {})}
                  for nic in node.nics]
         cache = self.spec.storage.local_cache
         pfs = self.spec.storage.parallel_fs

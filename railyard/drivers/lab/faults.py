@@ -2,7 +2,9 @@
 verify` finds. Each shows only where the node's own tools would show it:
 
     cable-swap NODE DEV1 DEV2    two rails of a node exchanged at the node, or (DEV2 as OTHER:DEV)
-                                 a rail of each of two nodes: the lab's subnet
+                                 a rail of each of two nodes: the lab's subnet on InfiniBand; on
+                                 Ethernet, the veths' leaf ends exchanged, which the leaves' LLDP
+                                 frames show
     link-down NODE DEV           a rail's cable pulled: the fabric's end of its veth down (the node's
                                  interface loses carrier), its IB port DOWN, the cable gone from
                                  the subnet
@@ -199,6 +201,27 @@ class _Fault:
             self.write(Path(os.path.realpath(port)) / name, text)
 
 
+    def swap_ports(self, device: str, other: "_Fault", other_device: str) -> None:
+        """Two rails' cables exchanged at the switch end on an Ethernet fabric whose leaves are the
+        lab's switches: each rail's veth end moves to the other's leaf port (its namespace, bridge
+        and alias, the planned port name the leaf's lldpd sends). The nodes' NICs stay as they are,
+        so what changes is only what the far end says it is (LLDP) and where traffic goes."""
+        ends = []
+        for f, dev in ((self, device), (other, other_device)):
+            netdev = f.manifest["netdevs"][f.rdma(dev)]
+            ns, port = _peer(self.stack, f.node.name, netdev)
+            info = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", port], capture_output=True, text=True)
+            alias = (json.loads(info.stdout or "[{}]")[0] or {}).get("ifalias") if info.returncode == 0 else None
+            if not alias or (names.parse_ns(self.stack, ns) or ("",))[0] != "switch":
+                raise FaultError(f"{f.node.name}'s {dev} is not on a leaf port of the lab's switches")
+            ends.append((ns, port, alias))
+        if ends[0][:2] == ends[1][:2]:
+            raise FaultError("a cable cannot be exchanged with itself")
+        (ns1, port1, alias1), (ns2, port2, alias2) = ends
+        _move_ports(self.stack, [(ns1, port1, ns2, alias2), (ns2, port2, ns1, alias1)])
+        self.undo.append({"op": "ports", "stack": self.stack,
+                          "moves": [[ns2, port1, ns1, alias1], [ns1, port2, ns2, alias2]]})
+
     def throttle(self, device: str, mbit: int) -> str:
         """A token bucket on the rail's netdev in the node: what leaves the node by that rail goes
         at `mbit` at most. Its burst is above any MTU, so pings at the planned MTU still pass and
@@ -218,6 +241,23 @@ class _Fault:
                              f"{added.stderr.strip() or f'exit {added.returncode}'}")
         self.undo.append({"op": "qdisc", "netns": ns, "dev": netdev})
         return netdev
+
+
+def _move_ports(stack: str, moves: list[tuple[str, str, str, str]]) -> None:
+    """Each (netns, port, to_netns, alias): the leaf-side end of a rail's veth, keeping its own
+    name, put into that leaf's namespace, on its host bridge, with that planned port's alias. Then
+    every leaf touched sends the planned names of its ports again."""
+    from railyard.drivers.lab import routers
+
+    for ns, port, to_ns, alias in moves:
+        if ns != to_ns:
+            subprocess.run(["ip", "-n", ns, "link", "set", "dev", port, "netns", to_ns], check=True)
+        for argv in (["master", routers.HOST_SIDE], ["alias", alias], ["up"]):
+            subprocess.run(["ip", "-n", to_ns, "link", "set", "dev", port, *argv], check=True)
+    for ns in sorted({m[2] for m in moves}):
+        parsed = names.parse_ns(stack, ns)
+        if parsed is not None and parsed[0] == "switch" and parsed[1]:
+            routers.lldp_ports(stack, parsed[1])
 
 
 def xid_codes() -> dict[int, str]:
@@ -248,6 +288,12 @@ def dmesg_stamp() -> str:
     return f"[{int(up):5d}.{int(up % 1 * 1e6):06d}]"
 
 
+def _owns(node: str, port: str) -> bool:
+    """The port is one of the node's own (names.node_port: <tag>-r<rail>, -s or -m)."""
+    rest = port[len(names.node_tag(node)) + 1:] if port.startswith(names.node_tag(node) + "-") else None
+    return rest is not None and (rest in ("s", "m") or (rest[:1] == "r" and rest[1:].isdigit()))
+
+
 def _peer(stack: str, node: str, netdev: str) -> tuple[str, str]:
     """(namespace, name) of the far end of a node's veth, in whichever of the stack's namespaces it is."""
     own = names.node_ns(stack, node)
@@ -264,8 +310,11 @@ def _peer(stack: str, node: str, netdev: str) -> tuple[str, str]:
         for line in links.splitlines():
             num, _, rest = line.partition(": ")
             name = rest.split(":", 1)[0]
-            if num == peer_index and name.endswith(f"@if{index}"):
-                return ns, name.split("@")[0]
+            # Interface numbers are per namespace: two nodes' NICs may share one, and so may two
+            # switches' ports, so the port must also be one of this node's own (names.node_port).
+            port = name.split("@")[0]
+            if num == peer_index and name.endswith(f"@if{index}") and _owns(node, port):
+                return ns, port
     raise FaultError(f"the far end of {node}'s {netdev} is in none of stack {stack}'s namespaces")
 
 
@@ -289,6 +338,8 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
                 far = f.end(dev2)
                 said = f"{node}: the cables of {target[1]} and {dev2} exchanged"
             f.edit_subnet("swap", f.end(target[1]), far)
+            if plan.fabric.kind != "infiniband":
+                f.swap_ports(target[1], _Fault(stack, plan, kind, [other]) if other else f, dev2)
         elif kind == "link-down":
             f.edit_subnet("unplug", f.end(target[1]))
             f.pull(target[1])
@@ -411,6 +462,8 @@ def _undo(records: list[dict[str, Any]]) -> None:
                 os.rename(r["held"], r["path"])
         elif op == "link":
             subprocess.run(["ip", "-n", r["netns"], "link", "set", "dev", r["dev"], "up"], check=False)
+        elif op == "ports":  # each moved end back to its own leaf port
+            _move_ports(r["stack"], [(m[0], m[1], m[2], m[3]) for m in r["moves"]])
         elif op == "qdisc":
             subprocess.run(["tc", "-n", r["netns"], "qdisc", "del", "dev", r["dev"], "root"], check=False,
                            capture_output=True)

@@ -11,6 +11,9 @@ in a mount namespace of their own, bound from the switch's directory
 /var/run/frr. The configuration sets every address (zebra owns them, as on a switch); its log is
 `run/frr.log`. `status` asks FRR through its vty sockets there (vtysh --vty_socket).
 
+Each switch also runs lldpd (`lldpcli()` reaches it), naming itself and its ports as a Cumulus
+switch does in its LLDP frames, so the nodes' neighbours say which leaf port each rail is cabled to.
+
 `ensure(stack, switches, mtu)` converges: namespaces, links and daemons of the listed switches,
 FRR restarted where its configuration changed, and switches or links no longer listed removed.
 `delete_all(stack)` removes every switch of the stack with its processes and directory.
@@ -36,6 +39,10 @@ from railyard.drivers.lab.errors import LabError, require_root
 from railyard.drivers.lab.fabric import LAB_NETNS_SYSCTLS
 
 FRR_LIB = Path("/usr/lib/frr")
+LLDPD = Path("/usr/sbin/lldpd")
+# A frame a second (lldpd's default is 30 s), as the nodes' lldpd sends in the lab
+# (drivers/lab/tuning.LLDP_VARS), so that a cable `railyard lab fault` moves shows in the next verify.
+LLDP_TX_S = 1
 HOST_SIDE = "hosts"
 _PORT = re.compile(r"swp\d+(s\d+)?")
 # Only what the configurations use; the rest stay off. No TCP vty: vtysh reaches the daemons by
@@ -77,6 +84,88 @@ def _write(path: Path, text: str, uid: int, gid: int, mode: int = 0o640) -> bool
     os.chmod(tmp, mode)
     os.replace(tmp, path)
     return True
+
+
+def lldp_conf(switch: str) -> str:
+    """What the switch's lldpd is configured with at start: its name, and its ports named as a
+    Cumulus switch names them in its frames (port id subtype ifname: `swp12`)."""
+    return (f"configure system hostname {switch}\nconfigure lldp portidsubtype ifname\n"
+            f"configure lldp tx-interval {LLDP_TX_S}\n")
+
+
+def _lldpd_pid(stack: str, switch: str) -> int | None:
+    """The switch's lldpd (its first process: the privileged monitor), or None."""
+    pids = [p.pid for p in _daemons(names.switch_ns(stack, switch)) if p.argv and p.argv[0].startswith("lldpd")]
+    return min(pids) if pids else None
+
+
+def lldpcli(stack: str, switch: str, *args: str, commands: str | None = None) -> subprocess.CompletedProcess[str]:
+    """lldpcli against the switch's lldpd, whose control socket is in the /run of its own mount
+    namespace (lldpd's default path there): a path under the lab's directory could pass the 108
+    bytes a socket's path may have."""
+    pid = _lldpd_pid(stack, switch)
+    if pid is None:
+        return subprocess.CompletedProcess(["lldpcli", *args], 1, "", f"switch {switch} runs no lldpd")
+    return subprocess.run(["nsenter", "-t", str(pid), "-m", "lldpcli", *args], input=commands,
+                          capture_output=True, text=True, timeout=10)
+
+
+def _lldp_serving(stack: str, switch: str, configured: str | None = None) -> bool:
+    """lldpd answers; with `configured`, it has read its configuration too (it names itself so)."""
+    shown = lldpcli(stack, switch, "show", "configuration")
+    return shown.returncode == 0 and (configured is None or f"Override system name with: {configured}" in shown.stdout)
+
+
+def _lldp_start(stack: str, switch: str) -> None:
+    """lldpd in the switch's namespace, in a mount namespace of its own whose /run is a tmpfs: its
+    pid file, control socket and privilege-separation directory are fixed paths under /run that
+    the host's own lldpd and every other switch's use too. Its configuration is written there as
+    well: lldpd reads it through lldpcli, which cannot enter a lab directory kept private (0700)."""
+    ns = names.switch_ns(stack, switch)
+    q = shlex.quote
+    script = (f"mount -t tmpfs -o mode=0755 {q(names.stack_prefix(stack) + 'lldp')} /run && "
+              f"printf %s {q(lldp_conf(switch))} >/run/lldpd.railyard.conf && "
+              f"exec {q(str(LLDPD))} -O /run/lldpd.railyard.conf")
+    run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "private",
+                          "sh", "-c", script], capture_output=True, text=True,
+                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", names.ENV_MARKER: names.switch_marker(stack, switch)})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _lldp_serving(stack, switch, configured=switch):
+        time.sleep(0.05)
+    if run.returncode != 0 or not _lldp_serving(stack, switch, configured=switch):
+        raise LabError(f"switch {switch}", f"lldpd did not start (exit {run.returncode}): "
+                                           f"{(run.stderr or run.stdout).strip()[-500:] or 'it does not answer lldpcli'}")
+
+
+def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]:
+    """Give each of the switch's host-facing ports the port id of the planned port it stands for:
+    the lab names those ports after their node (names.node_port) and writes the plan's name
+    (`swp1s0`) in their alias, which lldpd sends as a locally assigned port id, as SONiC sends its
+    ports' aliases. Waits until lldpd knows every such port (it learns a new one from the kernel a
+    moment later). Returns {port: port id}; a switch without lldpd is left alone."""
+    from railyard.model import lldp
+
+    if _lldpd_pid(stack, switch) is None:
+        return {}
+    ns = names.switch_ns(stack, switch)
+    wanted = {name: info["ifalias"] for name, info in net.links(ns, with_addresses=False).items()
+              if not _PORT.fullmatch(name) and _PORT.fullmatch(info.get("ifalias") or "")}
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = lldpcli(stack, switch, "-f", "json", "show", "interfaces")
+        known = lldp.parse(shown.stdout) if shown.returncode == 0 else {}
+        sent = {port: (known.get(port) or [{}])[0].get("port") for port in wanted}
+        todo = {port: alias for port, alias in wanted.items() if port in known and sent[port] != alias}
+        if todo:
+            lldpcli(stack, switch, commands="".join(
+                f"configure ports {port} lldp portidsubtype local {alias}\n" for port, alias in sorted(todo.items())))
+            continue
+        if all(sent[port] == alias for port, alias in wanted.items()):
+            return wanted
+        if time.monotonic() > deadline:
+            raise LabError(f"switch {switch}", "lldpd does not send the planned port id of "
+                           + ", ".join(f"{p} ({a})" for p, a in sorted(wanted.items()) if sent[p] != a))
+        time.sleep(0.05)
 
 
 def _daemons(ns: str) -> list[proc.Proc]:
@@ -136,6 +225,8 @@ def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = Non
     require_root()
     if not (FRR_LIB / "frrinit.sh").exists():
         raise LabError("FRR", f"{FRR_LIB / 'frrinit.sh'} is missing: install Debian's frr (bash scripts/host-deps.sh)")
+    if not LLDPD.exists():
+        raise LabError("lldpd", f"{LLDPD} is missing: install Debian's lldpd (bash scripts/host-deps.sh)")
     uid, gid = _frr_user()
     wanted = {s["name"]: s for s in switches}
     owner = names.owner(stack, root)
@@ -176,6 +267,10 @@ def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = Non
             if stale.name != "frr.log":
                 stale.unlink()
         _start(stack, name, d)
+    for s in switches:
+        if not _lldp_serving(stack, s["name"]):
+            _lldp_start(stack, s["name"])
+        lldp_ports(stack, s["name"])
     return read(stack, root)
 
 

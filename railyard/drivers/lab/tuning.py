@@ -35,6 +35,11 @@ SLURM_VARS = {"slurm_service_manager": "direct", "slurm_install_packages": False
               "slurm_health_check_path": NODE_PATH}
 
 
+# lldpd in a node: no systemd, this machine's /usr, and a frame every second rather than lldpd's 30 s,
+# so that a cable moved by `railyard lab fault` shows in the next verify.
+LLDP_VARS = {"lldp_service_manager": "direct", "lldp_install_packages": False, "lldp_tx_interval": 1}
+
+
 def tuning_vars() -> dict[str, Any]:
     # Lab nodes run this machine's /usr: naming the interpreter spares a discovery run per host.
     out: dict[str, Any] = {"ansible_python_interpreter": "/usr/bin/python3"}
@@ -48,6 +53,8 @@ def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
     # Only where Slurm runs, or the hypervisor isolates CPUs (the kernel mode, the lab's only one,
     # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
     out = dict(SLURM_VARS) if spec.slurm is not None else {}
+    if plan.fabric.kind != "infiniband":
+        out.update(LLDP_VARS)
     if plan.tuning(node).nvlink_domain is not None:
         out["nvlink_domain_procfs_root"] = f"{HW_TREE}/proc"
     if plan.tuning(node).cpu_isolation is not None:

@@ -14,6 +14,8 @@ and `railyard plan --frr` render the same routers. Cost grows with the links, li
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
@@ -62,6 +64,23 @@ def port_netdev(geometry: SwitchGeometry, port: int) -> str:
         return f"swp{port}"
     cage, lane = divmod(port - 1, geometry.ports_per_cage)
     return f"swp{cage + 1}s{lane}"
+
+
+_NETDEV = re.compile(r"swp(\d+)(?:s(\d+))?")
+
+
+def port_number(geometry: SwitchGeometry, netdev: str) -> int | None:
+    """port_netdev() read back: the 1-based port a switch's interface name is, or None where the
+    name is not one of that switch's ports (another naming, a lane past its cage)."""
+    m = _NETDEV.fullmatch(netdev)
+    if m is None:
+        return None
+    cage, lane = int(m.group(1)), m.group(2)
+    if geometry.ports_per_cage == 1:
+        port = cage if lane is None else None
+    else:
+        port = (cage - 1) * geometry.ports_per_cage + int(lane) + 1 if lane is not None and int(lane) < geometry.ports_per_cage else None
+    return port if port is not None and 1 <= port <= geometry.radix and port_netdev(geometry, port) == netdev else None
 
 
 def routers(fabric: FabricPlan, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:

@@ -1,5 +1,6 @@
-"""An InfiniBand subnet as discovered (ibnetdiscover) held against the planned fabric: what a
-technician acts on, one finding per fault.
+"""A fabric's cabling as discovered held against the plan: an InfiniBand subnet as ibnetdiscover
+shows it, or an Ethernet fabric's node-to-leaf cables as the hosts' LLDP neighbours show them.
+What a technician acts on, one finding per fault.
 
 Names are the join, as in subnet.py: an HCA is "<host> <device>" (rdma-ndd's node description),
 a switch its plan name. Every planned cable is one of: where it should be; moved (one end found on
@@ -9,15 +10,16 @@ does not have is `link-extra`, and a device it does not have `unknown-device`. A
 should be is checked for its width and speed apart (`link-width`, `link-speed`): a simulator that
 shows every link at its default speed (ibsim 0.10 predates NDR) is still judged on its cabling.
 
-Pure: the subnet is read elsewhere (railyard/sweep runs ibsim and ibnetdiscover; a dump is a file).
+Pure: the subnet is read elsewhere (railyard/sweep runs ibsim and ibnetdiscover; a dump is a file),
+and the LLDP neighbours by the hosts' facts program (railyard.model.lldp).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from railyard.model.fabric.subnet import End, Subnet, cable_of, link_rate, planned_cables, rate_parts
+from railyard.model.fabric.subnet import End, Subnet, cable_of, hca_name, link_rate, planned_cables, rate_parts
 
 if TYPE_CHECKING:
     from railyard.model.fabric.planner import FabricPlan
@@ -52,7 +54,24 @@ def _peers(cables: Iterable[tuple[End, End]]) -> dict[End, End]:
 def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
     """Every way `subnet` differs from the plan of `fabric`, cabling first, then rates."""
     planned = set(planned_cables(fabric))
-    found = subnet.named_cables()
+    out = cabling(planned, subnet.named_cables())
+    want_width, want_speed = rate_parts(link_rate(fabric))
+    for (a, b), rate in sorted(subnet.named_rates().items()):
+        if (a, b) not in planned:
+            continue
+        width, speed = rate_parts(rate)
+        if width != want_width:
+            out.append(Finding("link-width", f"{a} <-> {b}", want_width, f"trained at {width}"))
+        if speed != want_speed:
+            out.append(Finding("link-speed", f"{a} <-> {b}", want_speed, f"trained at {speed}"))
+    return out
+
+
+def cabling(planned: set[tuple[End, End]], found: set[tuple[End, End]],
+            known: set[str] | None = None) -> list[Finding]:
+    """Every way the `found` cables differ from the `planned` ones (both as cable_of() pairs):
+    moved, exchanged, missing or extra cables, and devices the plan does not have (`known`: the
+    plan's devices, where `planned` is only the part of the plan that was read)."""
     plan_peer, found_peer = _peers(planned), _peers(found)
     missing = sorted(planned - found)
     extra = found - planned  # found cables no finding has explained yet
@@ -84,7 +103,8 @@ def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
                                f"{end} to {other}, {partner} to {at}", f"{end} to {at}, {partner} to {other}"))
             continue
         out.append(Finding("cable-misplaced", str(end), f"cabled to {other}", f"cabled to {at}"))
-    known = {end.device for cable in planned for end in cable}
+    if known is None:
+        known = {end.device for cable in planned for end in cable}
     # Every device the plan lacks, whether or not a finding above names its cable.
     unknown = sorted({end.device for cable in found for end in cable if end.device not in known})
     for device in unknown:
@@ -92,13 +112,51 @@ def verify(fabric: FabricPlan, subnet: Subnet) -> list[Finding]:
     for a, b in sorted(extra):
         if a.device in known and b.device in known:
             out.append(Finding("link-extra", f"{a} <-> {b}", "no cable", "a cable"))
-    want_width, want_speed = rate_parts(link_rate(fabric))
-    for (a, b), rate in sorted(subnet.named_rates().items()):
-        if (a, b) not in planned:
-            continue
-        width, speed = rate_parts(rate)
-        if width != want_width:
-            out.append(Finding("link-width", f"{a} <-> {b}", want_width, f"trained at {width}"))
-        if speed != want_speed:
-            out.append(Finding("link-speed", f"{a} <-> {b}", want_speed, f"trained at {speed}"))
     return out
+
+
+def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[tuple[End, End]],
+                                                                           set[tuple[End, End]], list[Finding]]:
+    """(the planned cables LLDP can judge, the cables it shows, findings of its own) for an
+    Ethernet fabric, from each node's facts (sysfs_discovery.host_facts with lldp=True): its NICs'
+    netdevs and the neighbour each one's lldpd heard. Only the hosts' side is read, so only
+    node-to-leaf cables are judged, and only those of nodes whose lldpd answered. A neighbour is
+    named by the system name and port id its switch sends (`swp12`, Cumulus's and the plan's
+    naming, routing.port_netdev); a port id that is no port of the plan's switch is a finding of
+    its own, an `unknown-device`."""
+    from railyard.model.fabric.routing import port_number
+
+    planned_by_node: dict[str, list[tuple[End, End]]] = {}
+    for link in fabric.links():
+        if link.tier == "node_leaf":
+            planned_by_node.setdefault(link.a_device, []).append(
+                cable_of(End(hca_name(link.a_device, link.a_port), 1), End(link.b_device, link.b_port)))
+    judged: set[tuple[End, End]] = set()
+    found: set[tuple[End, End]] = set()
+    own: list[Finding] = []
+    for node in sorted(nodes):
+        heard = (nodes[node].get("lldp") or {}).get("neighbours")
+        if heard is None or node not in planned_by_node:
+            continue
+        judged.update(planned_by_node[node])
+        rails = {end.device for cable in planned_by_node[node] for end in cable}
+        for nic in nodes[node].get("nics") or ():
+            hca = hca_name(node, nic.get("name"))
+            if hca not in rails or not nic.get("netdev"):
+                continue
+            for n in heard.get(nic["netdev"], ()):
+                system, port = n.get("system") or n.get("chassis_id") or "?", n.get("port") or "?"
+                number = port_number(fabric.switch, port)
+                if number is None:
+                    own.append(Finding("unknown-device", f"{system} port {port}", "a port of the plan's switches",
+                                       f"{hca} ({nic['netdev']}) cabled to it"))
+                    continue
+                found.add(cable_of(End(hca, 1), End(system, number)))
+    return judged, found, own
+
+
+def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> list[Finding]:
+    """Every way the node-to-leaf cabling LLDP shows (lldp_cables) differs from the plan."""
+    judged, found, own = lldp_cables(fabric, nodes)
+    known = {s.name for s in fabric.switches()} | {end.device for cable in judged for end in cable}
+    return cabling(judged, found, known) + own

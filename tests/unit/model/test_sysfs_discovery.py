@@ -272,7 +272,30 @@ def test_the_host_program_runs_standalone_and_prints_host_facts(trees, tmp_path)
     assert list(tmp_path.iterdir()) == [], "the program writes nothing"
 
 
-@pytest.mark.parametrize("module", ["sysfs_discovery", "pcie"])
+def test_the_host_program_of_an_ethernet_host_carries_its_lldp_neighbours(trees, tmp_path):
+    """With lldp on, the same program asks the host's lldpctl (here one printing a real lldpd
+    1.0.16 output) and adds what it heard; a host without lldpctl says so."""
+    import subprocess
+
+    from railyard.model import bundle
+    from railyard.model.catalog import FIXTURES_DIR
+
+    root = trees["dgx-h100"]
+    modules, entry = bundle.HOST_FACTS
+    program = bundle.program(modules, entry, [str(root / "sys"), str(root / "proc"), str(root / "dev"), True])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lldpctl").write_text(f"#!/bin/sh\nexec /bin/cat {FIXTURES_DIR / 'lldp/lldpctl-json-host-two-leaves.json'}\n")
+    (bin_dir / "lldpctl").chmod(0o755)
+    heard, missing = (subprocess.run([sys.executable, "-I", "-S", "-"], input=program, env=env, capture_output=True,
+                                     text=True, timeout=60, cwd=tmp_path) for env in ({"PATH": str(bin_dir)}, {"PATH": "/nonexistent"}))
+    facts = json.loads(heard.stdout.splitlines()[-1])
+    assert {k: v for k, v in facts.items() if k != "lldp"} == _hw_facts(root)
+    assert [n["system"] for n in facts["lldp"]["neighbours"]["ibp64s0"]] == ["su0-leaf1"]
+    assert json.loads(missing.stdout.splitlines()[-1])["lldp"] == {"not_read": "lldpctl missing: lldpd is not installed"}
+
+
+@pytest.mark.parametrize("module", ["sysfs_discovery", "pcie", "lldp"])
 def test_the_host_program_is_python_3_7_and_stdlib_only(module):
     path = Path(__file__).resolve().parents[3] / "railyard/model" / f"{module}.py"
     tree = ast.parse(path.read_text(), feature_version=(3, 7))

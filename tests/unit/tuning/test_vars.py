@@ -72,3 +72,21 @@ def test_lab_virtual_vars_give_the_vm_its_vfs_with_the_pf_macs():
         assert macs[(vf["pf"], vf["index"])] == vf["mac"]
     assert v["dataset_cache_endpoint"] == "http://198.18.0.2:8333" and v["dataset_cache_prefix"] == "train/"
     assert v["iommu_mode"] == "passthrough" and v["iommu_cpu_vendor"] == "intel"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_lldp_runs_on_an_ethernet_fabrics_rails_and_nowhere_else(stack):
+    """The lldp role gets each host's compute NICs on a RoCE fabric, so verify can read its cabling;
+    an InfiniBand stack's tuning inputs carry no LLDP variable at all."""
+    from railyard.drivers.lab.tuning import LLDP_VARS, node_vars
+
+    spec = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    plan = make_plan(spec)
+    for node in plan.nodes:
+        v = host_vars(spec, plan, node)
+        lab = node_vars(spec, plan, node)
+        if spec.fabric.compute.kind == "infiniband":
+            assert not any(k.startswith("lldp_") for k in {**v, **lab}), stack
+        else:
+            assert v["lldp_interfaces"] == [n.netdev for n in node.nics] and all(v["lldp_interfaces"])
+            assert {k: lab[k] for k in LLDP_VARS} == LLDP_VARS

@@ -72,6 +72,9 @@ class Nic:
     switch: str | None = None
     """A rail NIC of a RoCE stack whose switches route (routers.py): the leaf whose host bridge its
     port is on. None: the fabric namespace's bridge for its role."""
+    switch_port: str | None = None
+    """That leaf's planned port, as the switch names it (`swp1s0`): the alias of the NIC's port
+    there, which the leaf's lldpd sends as its port id (routers.lldp_ports)."""
 
     @property
     def bridge(self) -> str:
@@ -100,7 +103,10 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
         if isinstance(spec, dict) and spec.get("leaf") is not None:
             if not isinstance(role, int):
                 raise LabError(f"node {ns} NIC {nic.name}", "only a rail NIC hangs off a leaf")
-            nic = dataclasses.replace(nic, switch=names.check_node(spec["leaf"]))
+            port = spec.get("leaf_port")
+            if port is not None and not (isinstance(port, str) and port.startswith("swp") and port[3:4].isdigit()):
+                raise LabError(f"node {ns} NIC {nic.name}", f"leaf_port must name a switch port (swp1s0), got {port!r}")
+            nic = dataclasses.replace(nic, switch=names.check_node(spec["leaf"]), switch_port=port)
         mtu = spec.get("mtu")
         if mtu is None:
             return nic

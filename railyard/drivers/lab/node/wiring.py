@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from railyard.drivers.lab import names, net
+from railyard.drivers.lab import names, net, routers
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.node.config import Nic
 
@@ -94,8 +94,13 @@ def _ensure_links(stack: str, node: str, ns: str, fab: str, nics: list[Nic], fab
             fbatch.add(f"link {port} mtu", "link", "set", port, "mtu", str(nic.mtu))
         if outer is None or outer.get("master") != nic.bridge or "UP" not in outer.get("flags", []) or not paired:
             fbatch.add(f"link {port}", "link", "set", port, "master", nic.bridge, "up")
+        if nic.switch_port is not None and (not paired or outer is None or outer.get("ifalias") != nic.switch_port):
+            fbatch.add(f"link {port} alias", "link", "set", port, "alias", nic.switch_port)
     for batch in batches.values():
         batch.run()
+    # The leaves' lldpd sends each new port's planned name once it knows the port.
+    for leaf in sorted({n.switch for n in nics if n.switch is not None and n.switch_port is not None}):
+        routers.lldp_ports(stack, leaf)
 
 
 def _ensure_addressing(ns: str, nics: list[Nic], compute_cidr: str | None) -> None:

@@ -90,3 +90,14 @@ def test_a_slowed_link_with_a_bad_rate_or_device_is_refused_before_anything_chan
     with pytest.raises(faults.FaultError, match="outlives a reboot"):
         faults.inject("tslow", plan, "link-slow", ["gpu-0", "mlx5_3", "100"], transient=True)
     assert faults.faults("tslow") == []
+
+
+def test_a_rails_far_end_is_found_among_its_own_nodes_ports_only():
+    """Interface numbers repeat across namespaces (two nodes' NICs, two leaves' ports), so the far
+    end of a node's veth is one of that node's own ports (names.node_port), never another node's
+    whose name starts the same."""
+    from railyard.drivers.lab.faults import _owns
+
+    assert _owns("gpu-1", "gpu-1-r0") and _owns("gpu-1", "gpu-1-m") and _owns("gpu-1", "gpu-1-r12")
+    assert not _owns("gpu", "gpu-1-r0") and not _owns("gpu-1", "gpu-10-r0") and not _owns("gpu-1", "swp1s0")
+    assert not _owns("gpu-1", "gpu-1-rx")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: slurm_daemon
+module: railyard_daemon
 short_description: Keep a self-daemonizing daemon running, by its pid file, without a service manager
 description:
   - For hosts without systemd (the lab's nodes, containers). Where systemd runs, the role uses
@@ -34,7 +34,7 @@ author: Railyard
 
 EXAMPLES = r"""
 - name: slurmd, kept running by its pid file
-  slurm_daemon:
+  railyard_daemon:
     name: slurmd
     argv: [/usr/sbin/slurmd, --conf-server, 198.18.0.2, -N, gpu-3]
     pidfile: /run/slurmd.pid

@@ -1,0 +1,90 @@
+"""A host's LLDP neighbours as lldpd shows them (`lldpctl -f json`): which switch and port each of
+its interfaces is cabled to, in the words the switch itself sends.
+
+Runs on hosts inside the facts program (railyard.model.bundle), so it is standard-library only and
+Python 3.7 compatible. `read()` asks the local lldpd; `parse()` is the pure part, tested on real
+lldpctl output (railyard/data/fixtures/lldp/SOURCES.md).
+
+lldpctl's `json` format is irregular: `lldp.interface` is an object keyed by interface name when
+one neighbour is known and a list of one-key objects when there are more, and `lldp` is empty when
+there is none. A chassis is keyed by its system name when it sends one. parse() takes every shape.
+The result keeps only what identifies the far end (system name, chassis id, port id and its
+subtype), never the ages and TTLs that change at every read, so that facts recorded in state at a
+refresh differ only when a cable does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+LLDPCTL = "lldpctl"
+READ_TIMEOUT_S = 10
+
+
+def _entries(interfaces: object) -> list:
+    """(interface name, its neighbour object) pairs of either shape of lldp.interface."""
+    if isinstance(interfaces, dict):
+        return list(interfaces.items())
+    if isinstance(interfaces, list):
+        return [item for entry in interfaces if isinstance(entry, dict) for item in entry.items()]
+    return []
+
+
+def _chassis(chassis: object) -> dict:
+    """{"system", "chassis_id"} of a chassis object, keyed by its system name or not."""
+    if not isinstance(chassis, dict):
+        return {"system": None, "chassis_id": None}
+    if "id" in chassis and isinstance(chassis.get("id"), dict):  # no system name sent
+        return {"system": None, "chassis_id": chassis["id"].get("value")}
+    for system, body in chassis.items():
+        ident = body.get("id") if isinstance(body, dict) else None
+        return {"system": system, "chassis_id": ident.get("value") if isinstance(ident, dict) else None}
+    return {"system": None, "chassis_id": None}
+
+
+def parse(text: str) -> dict:
+    """{interface: [{system, chassis_id, port, port_type}]} of lldpctl's `-f json` output, the
+    neighbours of each local interface in the order lldpctl lists them. ValueError when it is not
+    lldpctl's JSON."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    lldp = doc.get("lldp") if isinstance(doc, dict) else None
+    if isinstance(lldp, list):  # json0-like wrapping of the whole document
+        lldp = lldp[0] if lldp else {}
+    if not isinstance(lldp, dict):
+        raise ValueError("no lldp object")
+    out: dict = {}
+    for name, body in _entries(lldp.get("interface")):
+        if not isinstance(body, dict):
+            continue
+        port = body.get("port")
+        ident = port.get("id") if isinstance(port, dict) else None
+        if not isinstance(ident, dict):
+            ident = {}
+        neighbour = dict(_chassis(body.get("chassis")), port=ident.get("value"), port_type=ident.get("type"))
+        out.setdefault(name, []).append(neighbour)
+    return out
+
+
+def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
+    """This host's neighbours, {"neighbours": parse()}, or {"not_read": why} where lldpd cannot be
+    asked (not installed, not running, too slow): then nothing can be said about its cables."""
+    try:
+        run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True, timeout=READ_TIMEOUT_S)
+    except FileNotFoundError:
+        return {"not_read": f"{argv[0]} missing: lldpd is not installed"}
+    except subprocess.TimeoutExpired:
+        return {"not_read": f"{argv[0]} gave no answer in {READ_TIMEOUT_S} s"}
+    if run.returncode != 0:
+        said = [line for line in run.stderr.splitlines() if line.strip()]
+        # lldpctl stamps its messages: "2026-12-06T09:17:50 [WARN/control] unable to connect ..."
+        last = said[-1].split("] ", 1)[-1] if said else "no message"
+        return {"not_read": f"{argv[0]} exited {run.returncode}: {last}"}
+    try:
+        return {"neighbours": parse(run.stdout)}
+    except ValueError as exc:
+        return {"not_read": f"{argv[0]}: {exc}"}

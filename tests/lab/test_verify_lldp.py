@@ -1,0 +1,161 @@
+"""`railyard verify` of an Ethernet fabric's cabling through LLDP (issue 40): a two-node dgx-h100
+stack on a routed 400GbE RoCE fabric, up on the real engine. Each leaf and spine is the lab's FRR
+router running Debian's lldpd, naming its ports as the plan does; each node runs lldpd too, through
+the lldp role of its tuning. Real LLDP frames cross the veths, verify reads each node's neighbours
+(`lldpctl -f json`) over SSH and holds them against the plan: cables swapped at the leaves by
+`railyard lab fault`, and a pulled one, are found and named, nothing else is, and `--clear` gives
+back a stack verify finds as planned.
+
+Only the fabric part is read: the catalog's dgx-h100 ships its ConnectX-7 ports as InfiniBand
+(its user guide's default), so the hardware part rightly says a RoCE fabric needs them in Ethernet
+mode, and the only SKUs with Ethernet compute NICs either leave their netdev names unknown
+(hgx-h100, which the lab cannot wire) or are the virtual layout's (vela-a100).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from railyard import paths
+from railyard.drivers.lab import gc, routers
+from railyard.model.fabric.routing import port_netdev
+from railyard.model.plan import make_plan
+from railyard.stack import parse_config
+
+from .railyard_project import STORAGE, free_networks
+from .stack_project import StackProject
+
+ROOT = paths.PROJECT_ROOT
+STACK = "tlldp"
+
+
+def config(mgmt: str) -> dict:
+    return {
+        "railyard:region": "lab",
+        "railyard:layout": "bare-metal",
+        "railyard:driver": "lab",
+        "railyard:nodePools": [{"name": "gpu", "sku": "dgx-h100", "count": 2}],
+        "railyard:fabric": {
+            # Two uplinks a leaf to one spine, not 64 to four: the cables judged are the nodes'.
+            "compute": {"kind": "roce", "speed": "400gbe", "switch": "sn5600", "cidr": "198.19.0.0/16",
+                        "asnBase": 4200000000, "oversubscription": 32},
+            "storage": {"cidr": STORAGE},
+            "management": {"cidr": mgmt},
+        },
+        "railyard:acceptance": {"enabled": False},
+        "railyard:ephemeral": {"ttl": "2h"},
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (paths.bin_dir(ROOT) / "pulumi").exists():
+        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
+    gc.destroy_all(STACK)
+    (mgmt,) = free_networks(1, prefix=24)
+    p = StackProject(tmp_path_factory.mktemp("lldp"), STACK, config(mgmt))
+    p.env["RAILYARD_ROOT"] = str(p.dir)
+    p.plan = make_plan(parse_config(config(mgmt), stack=STACK))
+    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
+    p.pulumi("up", "--yes", "--skip-preview")
+    yield p
+    p.railyard("lab", "fault", "--stack", STACK, "--clear")
+    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
+    gc.destroy_all(STACK, p.dir)
+
+
+
+def verify(p: StackProject) -> tuple[int, list[dict]]:
+    proc = p.railyard("verify", "--stack", STACK, "--json", "--only", "fabric")
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def verify_text(p: StackProject) -> subprocess.CompletedProcess[str]:
+    return p.railyard("verify", "--stack", STACK, "--only", "fabric")
+
+
+def verify_until(p: StackProject, want, timeout: float = 15.0) -> tuple[int, list[dict]]:
+    """Verify again until `want(findings)`: lldpd sends a frame a second in the lab, and a neighbour
+    is forgotten four frames after its cable goes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = verify(p)
+        if want(got[1]) or time.monotonic() > deadline:
+            return got
+        time.sleep(1)
+
+
+def fault(p: StackProject, *args: str) -> str:
+    proc = p.railyard("lab", "fault", "--stack", STACK, *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def nic(p: StackProject, node: str, rail: int):
+    return next(n for n in p.plan.node_named(node).nics if n.rail == rail)
+
+
+def test_the_stack_as_cabled_verifies_clean_from_both_nodes_lldp(project):
+    rc, found = verify_until(project, lambda f: f == [])
+    assert (rc, found) == (0, []), found
+    said = verify_text(project)
+    assert said.returncode == 0 and "cabling: the LLDP neighbours of 2 node(s) read" in said.stdout
+    assert "(fabric): as planned" in said.stdout
+    # What gpu-0's rail 0 hears is its leaf and the planned port, as the leaf names it itself.
+    heard = json.loads(project.ssh("gpu-0", "lldpctl -f json").stdout)["lldp"]["interface"]
+    entries = dict(kv for e in (heard if isinstance(heard, list) else [heard]) for kv in e.items())
+    rail0 = nic(project, "gpu-0", 0)
+    chassis = entries[rail0.netdev]["chassis"]
+    assert list(chassis) == [rail0.leaf]
+    assert entries[rail0.netdev]["port"]["id"] == {"type": "local",
+                                                   "value": port_netdev(project.plan.fabric.switch, rail0.leaf_port)}
+    # The leaf hears the node's NIC by its name (the lldp role's port id subtype).
+    leaf = routers.lldpcli(STACK, rail0.leaf, "-f", "json", "show", "neighbors")
+    assert f'"value": "{rail0.netdev}"' in leaf.stdout
+
+
+def test_a_cable_swap_at_the_leaves_is_one_finding_and_clears(project):
+    a, b = nic(project, "gpu-1", 0), nic(project, "gpu-1", 3)
+    fault(project, "cable-swap", "gpu-1", a.name, b.name)
+    try:
+        rc, found = verify_until(project, lambda f: len(f) == 1)
+        assert rc == 1 and [(f["kind"], f["node"]) for f in found] == [("cable-swapped", "gpu-1")], found
+        assert found[0]["where"] == f"gpu-1 {a.name} port 1 and gpu-1 {b.name} port 1"
+        assert f"gpu-1 {a.name} port 1 to {b.leaf} port {b.leaf_port}" in found[0]["found"]
+    finally:
+        fault(project, "--clear")
+    assert verify_until(project, lambda f: f == []) == (0, [])
+
+
+def test_two_nodes_cables_exchanged_on_one_leaf_and_a_pulled_one(project):
+    a, b = nic(project, "gpu-0", 5), nic(project, "gpu-1", 5)
+    assert a.leaf == b.leaf
+    fault(project, "cable-swap", "gpu-0", a.name, f"gpu-1:{b.name}")
+    fault(project, "link-down", "gpu-0", nic(project, "gpu-0", 2).netdev)
+    try:
+        rc, found = verify_until(project, lambda f: len(f) == 2)
+        assert rc == 1 and sorted((f["kind"], f["node"], f["where"]) for f in found) == [
+            ("cable-swapped", "gpu-0", f"gpu-0 {a.name} port 1 and gpu-1 {b.name} port 1"),
+            ("link-missing", "gpu-0", f"gpu-0 {nic(project, 'gpu-0', 2).name} port 1 <-> "
+                                      f"{nic(project, 'gpu-0', 2).leaf} port {nic(project, 'gpu-0', 2).leaf_port}")], found
+    finally:
+        fault(project, "--clear")
+    assert verify_until(project, lambda f: f == []) == (0, [])
+
+
+def test_a_node_whose_lldpd_is_stopped_is_named_and_its_cables_not_judged(project):
+    project.ssh("gpu-1", "kill $(cat /run/lldpd.pid)")
+    try:
+        said = verify_text(project)
+        assert said.returncode == 0, said.stdout + said.stderr
+        assert "LLDP not read on gpu-1: lldpctl exited 1: unable to connect to socket" in said.stdout
+        assert "the LLDP neighbours of 1 node(s) read" in said.stdout
+    finally:
+        tune = project.railyard("tune", "--stack", STACK, "--tags", "lldp")
+        assert tune.returncode == 0, tune.stdout[-2000:] + tune.stderr[-2000:]
+    assert verify_until(project, lambda f: f == []) == (0, [])
