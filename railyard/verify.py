@@ -252,11 +252,11 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     parts = list(parts)
     addresses = {n: t.address for n, t in hosts.items()}
     # An Ethernet fabric's cabling is in the nodes' own reading (their LLDP neighbours).
-    lldp = "fabric" in parts and plan.fabric.kind != "infiniband" and not dump
+    lldp = "fabric" in parts and plan.fabric.cabling_by_lldp and not dump
     facts: Mapping[str, dict | str] = {}
     if "hardware" in parts or lldp:
         progress(f"reading {len(hosts)} node(s), {min(WORKERS, len(hosts))} at a time")
-        facts = read_facts(hosts, private_key, timeout=timeout, lldp=plan.fabric.kind != "infiniband")
+        facts = read_facts(hosts, private_key, timeout=timeout, lldp=lldp)
         found = hardware(spec, plan, facts, addresses)
         # Only the unreachable nodes where the hardware part was not asked for.
         report.findings += found if "hardware" in parts else [f for f in found if f.kind == UNREACHABLE]
@@ -299,6 +299,7 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str]) -> tuple[list
     node's neighbours were). A node whose lldpd could not be asked is named in the note, never
     passed; an unreachable one is the hardware reading's finding."""
     from railyard.model.fabric.verify import verify_lldp
+    from railyard.model.lldp import LISTENING_S
 
     heard = {n: got for n, got in facts.items() if isinstance(got, dict) and "neighbours" in (got.get("lldp") or {})}
     why_not: dict[str, list[str]] = {}
@@ -307,10 +308,14 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str]) -> tuple[list
             why_not.setdefault((got.get("lldp") or {}).get("not_read") or "no LLDP reading", []).append(n)
     nodes = {n.name for n in plan.nodes}
     out = []
-    for f in verify_lldp(plan.fabric, heard):
+    found, waiting = verify_lldp(plan.fabric, heard)
+    for f in found:
         node = f.where.split(" ", 1)[0]
         out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
     said = [f"LLDP not read on {', '.join(ns)}: {why}" for why, ns in why_not.items()]
+    if waiting:
+        said.append(f"LLDP not heard yet on {', '.join(waiting)}: their lldpd started under {LISTENING_S} s ago, "
+                    "so those rails are not judged")
     note = "; ".join([f"cabling: the LLDP neighbours of {len(heard)} node(s) read"] * bool(heard) + said)
     return out, note or "cabling: no node read", bool(heard)
 
@@ -321,7 +326,7 @@ def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], 
     from railyard import drivers
     from railyard.model.fabric.subnet import parse_ibnetdiscover
 
-    if plan.fabric.kind != "infiniband":
+    if plan.fabric.cabling_by_lldp:
         return None, (f"the compute fabric is {plan.fabric.kind}: its cabling is read with LLDP on the nodes, "
                       "not from an ibnetdiscover dump")
     if dump:

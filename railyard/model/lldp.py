@@ -20,6 +20,11 @@ import subprocess
 
 LLDPCTL = "lldpctl"
 READ_TIMEOUT_S = 10
+PID_FILE = "/run/lldpd.pid"
+# An lldpd younger than this may not have heard every neighbour yet: a switch sends every 30 s by
+# default (lldpd's and Cumulus's tx-interval), so a rail it has not heard from is not yet a
+# missing cable.
+LISTENING_S = 35
 
 
 def _entries(interfaces: object) -> list:
@@ -52,10 +57,9 @@ def parse(text: str) -> dict:
     except ValueError as exc:
         raise ValueError(f"not JSON: {exc}") from None
     lldp = doc.get("lldp") if isinstance(doc, dict) else None
-    if isinstance(lldp, list):  # json0-like wrapping of the whole document
-        lldp = lldp[0] if lldp else {}
     if not isinstance(lldp, dict):
-        raise ValueError("no lldp object")
+        # `-f json0` keeps every member a list (lldp, interface, chassis, ...): another format.
+        raise ValueError("no lldp object (lldpctl -f json0? Railyard reads -f json)")
     out: dict = {}
     for name, body in _entries(lldp.get("interface")):
         if not isinstance(body, dict):
@@ -71,7 +75,9 @@ def parse(text: str) -> dict:
 
 def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
     """This host's neighbours, {"neighbours": parse()}, or {"not_read": why} where lldpd cannot be
-    asked (not installed, not running, too slow): then nothing can be said about its cables."""
+    asked (not installed, not running, too slow): then nothing can be said about its cables. An
+    lldpd started under LISTENING_S ago adds {"listening_s": its age}: a rail it has not heard
+    yet is not judged."""
     try:
         run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True, timeout=READ_TIMEOUT_S)
@@ -85,6 +91,27 @@ def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
         last = said[-1].split("] ", 1)[-1] if said else "no message"
         return {"not_read": f"{argv[0]} exited {run.returncode}: {last}"}
     try:
-        return {"neighbours": parse(run.stdout)}
+        out: dict = {"neighbours": parse(run.stdout)}
     except ValueError as exc:
         return {"not_read": f"{argv[0]}: {exc}"}
+    age = running_s()
+    if age is not None and age < LISTENING_S:
+        out["listening_s"] = int(age)
+    return out
+
+
+def running_s(pid_file: str = PID_FILE, proc: str = "/proc") -> float | None:
+    """How long the lldpd its pid file names has run, from its start time since boot (field 22 of
+    /proc/<pid>/stat, in clock ticks) and the uptime; None where either cannot be read."""
+    import os
+
+    try:
+        with open(pid_file) as fh:
+            pid = int(fh.read().split()[0])
+        with open(f"{proc}/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open(f"{proc}/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -89,7 +89,7 @@ def host_vars(spec: Spec, plan: Plan, node: NodePlan | str, *, object_endpoint: 
 
     # --- LLDP on an Ethernet fabric's rails, read back by `railyard verify` (only there, so other
     # stacks' tuning inputs stay as they were)
-    if plan.fabric.kind != "infiniband":
+    if plan.fabric.cabling_by_lldp:
         out["lldp_interfaces"] = [nic.netdev for nic in node.nics if nic.netdev]
 
     # --- dataset cache: the local NVMe tier and the object tier it is filled from

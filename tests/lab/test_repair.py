@@ -65,7 +65,6 @@ def api(project):
 TAINT = {"key": "railyard.io/unhealthy", "effect": "NoSchedule"}
 
 
-
 def verify(p: StackProject, *extra: str) -> subprocess.CompletedProcess[str]:
     return p.railyard("verify", "--stack", STACK, "--only", "hardware", *extra, timeout=900)
 

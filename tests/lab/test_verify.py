@@ -64,7 +64,6 @@ def project(tmp_path_factory):
     gc.destroy_all(STACK, p.dir)
 
 
-
 def verify(p: StackProject, *extra: str) -> tuple[int, list[dict]]:
     proc = p.railyard("verify", "--stack", STACK, "--json", *extra)
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]

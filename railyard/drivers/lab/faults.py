@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from railyard import paths
-from railyard.drivers.lab import names, subnet
+from railyard.drivers.lab import names, net, subnet
 from railyard.drivers.lab.node.config import node_dir
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.hwtree import DMESG, MANIFEST, NVIDIA_STATE
@@ -218,9 +218,10 @@ class _Fault:
         if ends[0][:2] == ends[1][:2]:
             raise FaultError("a cable cannot be exchanged with itself")
         (ns1, port1, alias1), (ns2, port2, alias2) = ends
-        _move_ports(self.stack, [(ns1, port1, ns2, alias2), (ns2, port2, ns1, alias1)])
+        # Journalled before anything moves: a move that fails half-way is still undone.
         self.undo.append({"op": "ports", "stack": self.stack,
-                          "moves": [[ns2, port1, ns1, alias1], [ns1, port2, ns2, alias2]]})
+                          "moves": [[port1, ns1, alias1], [port2, ns2, alias2]]})
+        _move_ports(self.stack, [(port1, ns2, alias2), (port2, ns1, alias1)])
 
     def throttle(self, device: str, mbit: int) -> str:
         """A token bucket on the rail's netdev in the node: what leaves the node by that rail goes
@@ -243,18 +244,30 @@ class _Fault:
         return netdev
 
 
-def _move_ports(stack: str, moves: list[tuple[str, str, str, str]]) -> None:
-    """Each (netns, port, to_netns, alias): the leaf-side end of a rail's veth, keeping its own
-    name, put into that leaf's namespace, on its host bridge, with that planned port's alias. Then
-    every leaf touched sends the planned names of its ports again."""
+def _move_ports(stack: str, moves: list[tuple[str, str, str]], *, check: bool = True) -> None:
+    """Each (port, netns, alias): the leaf-side end of a rail's veth, keeping its own name, put into
+    that leaf's namespace (from whichever of the stack's it is in now), on its host bridge, with that
+    planned port's alias, and as up or down as it was (a pulled cable stays pulled). Then every leaf
+    touched sends the planned names of its ports again. check=False (an undo): a port gone or
+    moved back already is left as it is."""
     from railyard.drivers.lab import routers
 
-    for ns, port, to_ns, alias in moves:
-        if ns != to_ns:
-            subprocess.run(["ip", "-n", ns, "link", "set", "dev", port, "netns", to_ns], check=True)
-        for argv in (["master", routers.HOST_SIDE], ["alias", alias], ["up"]):
-            subprocess.run(["ip", "-n", to_ns, "link", "set", "dev", port, *argv], check=True)
-    for ns in sorted({m[2] for m in moves}):
+    def ip(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "-n", ns, *args], capture_output=True, text=True, check=check)
+
+    places = [ns for ns in net.netns_list(names.stack_prefix(stack)) if (names.parse_ns(stack, ns) or ("",))[0] == "switch"]
+    for port, to_ns, alias in moves:
+        at = next((ns for ns in places if net.link_exists(port, ns)), None)
+        if at is None:
+            if check:
+                raise FaultError(f"no leaf of stack {stack} has the port {port}")
+            continue
+        shown = subprocess.run(["ip", "-n", at, "-j", "link", "show", "dev", port], capture_output=True, text=True)
+        up = "UP" in ((json.loads(shown.stdout or "[{}]")[0] or {}).get("flags") or [])
+        if at != to_ns:
+            ip(at, "link", "set", "dev", port, "netns", to_ns)
+        ip(to_ns, "link", "set", "dev", port, "master", routers.HOST_SIDE, "alias", alias, "up" if up else "down")
+    for ns in sorted({m[1] for m in moves}):
         parsed = names.parse_ns(stack, ns)
         if parsed is not None and parsed[0] == "switch" and parsed[1]:
             routers.lldp_ports(stack, parsed[1])
@@ -463,7 +476,7 @@ def _undo(records: list[dict[str, Any]]) -> None:
         elif op == "link":
             subprocess.run(["ip", "-n", r["netns"], "link", "set", "dev", r["dev"], "up"], check=False)
         elif op == "ports":  # each moved end back to its own leaf port
-            _move_ports(r["stack"], [(m[0], m[1], m[2], m[3]) for m in r["moves"]])
+            _move_ports(r["stack"], [(m[0], m[1], m[2]) for m in r["moves"]], check=False)
         elif op == "qdisc":
             subprocess.run(["tc", "-n", r["netns"], "qdisc", "del", "dev", r["dev"], "root"], check=False,
                            capture_output=True)

@@ -75,7 +75,8 @@ def inventory(stack: str, root: Path | None = None) -> dict:
     for p, source in proc.by_mount_source("/run", lambda s: names.parse_mount_marker(stack, s) is not None):
         if p.pid not in procs:
             name = names.parse_mount_marker(stack, source)
-            procs[p.pid] = {**p.to_json(), "node": name, "owner": owner_of(name)}
+            switch = name is not None and name.startswith(names.SWITCH_MARKER)
+            procs[p.pid] = {**p.to_json(), "node": None if switch else name, "owner": owner_of(name)}
     for p, value in proc.marked(names.ENV_MARKER, lambda v: v.startswith(tag + ":")):
         if p.pid not in procs:
             name = value.split(":", 1)[1]

@@ -145,6 +145,13 @@ def mount_marker(stack: str, node: str) -> str:
     return f"{stack_prefix(stack)}node:{check_node(node)}"
 
 
+def switch_mount_marker(stack: str, switch: str) -> str:
+    """The source name of the /run tmpfs a switch's lldpd runs under (routers.py). lldpd writes its
+    process titles over its environment, and with it the ENV_MARKER, so `gc` finds an orphaned
+    one by this; parse_mount_marker() gives SWITCH_MARKER + the switch's name."""
+    return f"{stack_prefix(stack)}node:{SWITCH_MARKER}{check_node(switch)}"
+
+
 def parse_mount_marker(stack: str, source: str) -> str | None:
     prefix = stack_prefix(stack) + "node:"
     return source[len(prefix):] if source.startswith(prefix) else None

@@ -51,6 +51,11 @@ DAEMONS = "zebra=yes\nbgpd=yes\nstaticd=yes\nvtysh_enable=yes\n" + "".join(
     f'{d}_options="-P 0"\n' for d in ("zebra", "bgpd", "staticd"))
 
 
+def is_port(name: str) -> bool:
+    """A switch port's name as the plan gives it (routing.port_netdev: swp12, swp1s0)."""
+    return _PORT.fullmatch(name) is not None
+
+
 def switches_dir(stack: str, root: Path | None = None) -> Path:
     return paths.lab_dir(stack, root) / "switches"
 
@@ -93,9 +98,15 @@ def lldp_conf(switch: str) -> str:
             f"configure lldp tx-interval {LLDP_TX_S}\n")
 
 
+def _is_lldpd(p: proc.Proc) -> bool:
+    """lldpd by its argv[0]: `/usr/sbin/lldpd` as exec'd, `lldpd: monitor.` once it names its
+    processes (setproctitle)."""
+    return bool(p.argv) and p.argv[0].rsplit("/", 1)[-1].startswith("lldpd")
+
+
 def _lldpd_pid(stack: str, switch: str) -> int | None:
     """The switch's lldpd (its first process: the privileged monitor), or None."""
-    pids = [p.pid for p in _daemons(names.switch_ns(stack, switch)) if p.argv and p.argv[0].startswith("lldpd")]
+    pids = [p.pid for p in _daemons(names.switch_ns(stack, switch)) if _is_lldpd(p)]
     return min(pids) if pids else None
 
 
@@ -116,6 +127,18 @@ def _lldp_serving(stack: str, switch: str, configured: str | None = None) -> boo
     return shown.returncode == 0 and (configured is None or f"Override system name with: {configured}" in shown.stdout)
 
 
+def _lldp_conf_of(stack: str, switch: str) -> str | None:
+    """The configuration the switch's running lldpd started with (in the /run of its own mount
+    namespace, which /proc/<pid>/root shows), or None."""
+    pid = _lldpd_pid(stack, switch)
+    if pid is None:
+        return None
+    try:
+        return Path(f"/proc/{pid}/root/run/lldpd.railyard.conf").read_text()
+    except OSError:
+        return None
+
+
 def _lldp_start(stack: str, switch: str) -> None:
     """lldpd in the switch's namespace, in a mount namespace of its own whose /run is a tmpfs: its
     pid file, control socket and privilege-separation directory are fixed paths under /run that
@@ -123,18 +146,26 @@ def _lldp_start(stack: str, switch: str) -> None:
     well: lldpd reads it through lldpcli, which cannot enter a lab directory kept private (0700)."""
     ns = names.switch_ns(stack, switch)
     q = shlex.quote
-    script = (f"mount -t tmpfs -o mode=0755 {q(names.stack_prefix(stack) + 'lldp')} /run && "
+    script = (f"mount -t tmpfs -o mode=0755 {q(names.switch_mount_marker(stack, switch))} /run && "
               f"printf %s {q(lldp_conf(switch))} >/run/lldpd.railyard.conf && "
               f"exec {q(str(LLDPD))} -O /run/lldpd.railyard.conf")
-    run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "private",
+    # A slave of the host's mounts, not a private copy: a netns the host deletes later (its
+    # /run/netns bind, under the tmpfs here) is let go of here too, instead of kept alive.
+    run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "slave",
                           "sh", "-c", script], capture_output=True, text=True,
                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", names.ENV_MARKER: names.switch_marker(stack, switch)})
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not _lldp_serving(stack, switch, configured=switch):
         time.sleep(0.05)
     if run.returncode != 0 or not _lldp_serving(stack, switch, configured=switch):
+        _lldp_stop(stack, switch)  # nothing half-started is taken for a configured lldpd later
         raise LabError(f"switch {switch}", f"lldpd did not start (exit {run.returncode}): "
                                            f"{(run.stderr or run.stdout).strip()[-500:] or 'it does not answer lldpcli'}")
+
+
+def _lldp_stop(stack: str, switch: str) -> None:
+    ns = names.switch_ns(stack, switch)
+    proc.kill_all([p.pid for p in _daemons(ns) if _is_lldpd(p)], what=f"switch {switch} lldpd")
 
 
 def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]:
@@ -151,26 +182,33 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
     wanted = {name: info["ifalias"] for name, info in net.links(ns, with_addresses=False).items()
               if not _PORT.fullmatch(name) and _PORT.fullmatch(info.get("ifalias") or "")}
     deadline = time.monotonic() + timeout
+    said = ""
     while True:
         shown = lldpcli(stack, switch, "-f", "json", "show", "interfaces")
         known = lldp.parse(shown.stdout) if shown.returncode == 0 else {}
         sent = {port: (known.get(port) or [{}])[0].get("port") for port in wanted}
-        todo = {port: alias for port, alias in wanted.items() if port in known and sent[port] != alias}
-        if todo:
-            lldpcli(stack, switch, commands="".join(
-                f"configure ports {port} lldp portidsubtype local {alias}\n" for port, alias in sorted(todo.items())))
-            continue
         if all(sent[port] == alias for port, alias in wanted.items()):
             return wanted
         if time.monotonic() > deadline:
             raise LabError(f"switch {switch}", "lldpd does not send the planned port id of "
-                           + ", ".join(f"{p} ({a})" for p, a in sorted(wanted.items()) if sent[p] != a))
+                           + ", ".join(f"{p} ({a})" for p, a in sorted(wanted.items()) if sent[p] != a)
+                           + (f": {said}" if said else ""))
+        todo = {port: alias for port, alias in wanted.items() if port in known and sent[port] != alias}
+        if todo:
+            told = lldpcli(stack, switch, commands="".join(
+                f"configure ports {port} lldp portidsubtype local {alias}\n" for port, alias in sorted(todo.items())))
+            said = told.stderr.strip()[-300:] if told.returncode != 0 else said
         time.sleep(0.05)
 
 
 def _daemons(ns: str) -> list[proc.Proc]:
+    """Every process in the switch's namespace: FRR's and lldpd's."""
     ino = net.netns_inode(ns)
     return proc.in_namespaces({ino}) if ino is not None else []
+
+
+def _frr(ns: str) -> list[proc.Proc]:
+    return [p for p in _daemons(ns) if not _is_lldpd(p)]
 
 
 REQUIRED = ("watchfrr", "zebra", "bgpd", "staticd")
@@ -178,7 +216,7 @@ STARTED = ".railyard-started"  # in the run directory: the digest of the configu
 
 
 def _running(ns: str) -> set[str]:
-    return {p.argv[0].rsplit("/", 1)[-1] for p in _daemons(ns) if p.argv}
+    return {p.argv[0].rsplit("/", 1)[-1] for p in _frr(ns) if p.argv}
 
 
 def _digest(d: Path) -> str:
@@ -208,7 +246,7 @@ def _start(stack: str, switch: str, d: Path) -> None:
 
 def _stop(stack: str, switch: str) -> None:
     ns = names.switch_ns(stack, switch)
-    proc.kill_all([p.pid for p in _daemons(ns)], what=f"switch {switch} FRR")
+    proc.kill_all([p.pid for p in _frr(ns)], what=f"switch {switch} FRR")
     # zebra leaves the addresses it set; the next configuration sets its own.
     links = net.links(ns, with_addresses=False)
     batch = net.Batch(ns)
@@ -268,7 +306,9 @@ def ensure(stack: str, switches: Sequence[dict[str, Any]], mtu: int | None = Non
                 stale.unlink()
         _start(stack, name, d)
     for s in switches:
-        if not _lldp_serving(stack, s["name"]):
+        # One started with another configuration (LLDP_TX_S changed) is started again.
+        if not _lldp_serving(stack, s["name"], configured=s["name"]) or lldp_conf(s["name"]) != _lldp_conf_of(stack, s["name"]):
+            _lldp_stop(stack, s["name"])
             _lldp_start(stack, s["name"])
         lldp_ports(stack, s["name"])
     return read(stack, root)
@@ -345,7 +385,7 @@ def read(stack: str, root: Path | None = None) -> dict:
     # One walk of /proc for every switch, not one each.
     daemons: dict[int | None, set[str]] = {}
     for p in proc.in_namespaces({i for i in inodes.values() if i is not None}):
-        if p.argv:
+        if p.argv and not _is_lldpd(p):
             daemons.setdefault(p.netns, set()).add(p.argv[0].rsplit("/", 1)[-1])
     switches = {}
     for name, ino in inodes.items():

@@ -53,7 +53,7 @@ def node_vars(spec: Spec, plan: Plan, node: NodePlan | str) -> dict[str, Any]:
     # Only where Slurm runs, or the hypervisor isolates CPUs (the kernel mode, the lab's only one,
     # reads the node's command line), so a stack with neither keeps its tuning's inputs as they were.
     out = dict(SLURM_VARS) if spec.slurm is not None else {}
-    if plan.fabric.kind != "infiniband":
+    if plan.fabric.cabling_by_lldp:
         out.update(LLDP_VARS)
     if plan.tuning(node).nvlink_domain is not None:
         out["nvlink_domain_procfs_root"] = f"{HW_TREE}/proc"

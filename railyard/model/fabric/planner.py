@@ -282,6 +282,12 @@ class FabricPlan(Cabling):
     # --- counts --------------------------------------------------------------------------------
 
     @property
+    def cabling_by_lldp(self) -> bool:
+        """Its cabling is read from the hosts' LLDP neighbours (Ethernet), not from the subnet
+        manager's view (InfiniBand): the hosts run lldpd on their rails."""
+        return self.kind != "infiniband"
+
+    @property
     def nodes(self) -> int:
         return sum(pl.pool.nodes for pl in self.layouts)
 

@@ -24,6 +24,7 @@ from railyard.model import addressing as addr
 from railyard.model import mtu
 
 if TYPE_CHECKING:
+    from railyard.model.fabric.cabling import Link
     from railyard.model.fabric.planner import FabricPlan, FabricPool
     from railyard.model.spec.types import Tenant
 
@@ -62,14 +63,16 @@ def cable_of(a: End, b: End) -> tuple[End, End]:
     return (a, b) if a <= b else (b, a)
 
 
+def link_ends(link: Link) -> tuple[End, End]:
+    """A planned link's two ends by name: a node's end is its HCA (port 1)."""
+    a = End(hca_name(link.a_device, link.a_port), 1) if link.tier == "node_leaf" else End(link.a_device, link.a_port)
+    return a, End(link.b_device, link.b_port)
+
+
 def planned_cables(fabric: FabricPlan) -> Iterator[tuple[End, End]]:
     """Every planned cable as two named ends, lower end first."""
     for link in fabric.links():
-        if link.tier == "node_leaf":
-            a = End(hca_name(link.a_device, link.a_port), 1)
-        else:
-            a = End(link.a_device, link.a_port)
-        yield cable_of(a, End(link.b_device, link.b_port))
+        yield cable_of(*link_ends(link))
 
 
 def link_rate(fabric: FabricPlan) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from railyard.model.fabric.subnet import End, Subnet, cable_of, hca_name, link_rate, planned_cables, rate_parts
+from railyard.model.fabric.subnet import End, Subnet, cable_of, hca_name, link_ends, link_rate, planned_cables, rate_parts
 
 if TYPE_CHECKING:
     from railyard.model.fabric.planner import FabricPlan
@@ -72,7 +72,8 @@ def cabling(planned: set[tuple[End, End]], found: set[tuple[End, End]],
     """Every way the `found` cables differ from the `planned` ones (both as cable_of() pairs):
     moved, exchanged, missing or extra cables, and devices the plan does not have (`known`: the
     plan's devices, where `planned` is only the part of the plan that was read)."""
-    plan_peer, found_peer = _peers(planned), _peers(found)
+    # Sorted: where one end has two peers (a port hearing two neighbours), the same one is kept at every run.
+    plan_peer, found_peer = _peers(sorted(planned)), _peers(sorted(found))
     missing = sorted(planned - found)
     extra = found - planned  # found cables no finding has explained yet
     out: list[Finding] = []
@@ -116,47 +117,51 @@ def cabling(planned: set[tuple[End, End]], found: set[tuple[End, End]],
 
 
 def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[tuple[End, End]],
-                                                                           set[tuple[End, End]], list[Finding]]:
-    """(the planned cables LLDP can judge, the cables it shows, findings of its own) for an
-    Ethernet fabric, from each node's facts (sysfs_discovery.host_facts with lldp=True): its NICs'
-    netdevs and the neighbour each one's lldpd heard. Only the hosts' side is read, so only
-    node-to-leaf cables are judged, and only those of nodes whose lldpd answered. A neighbour is
-    named by the system name and port id its switch sends (`swp12`, Cumulus's and the plan's
-    naming, routing.port_netdev); a port id that is no port of the plan's switch is a finding of
-    its own, an `unknown-device`."""
+                                                                           set[tuple[End, End]], list[Finding], list[str]]:
+    """(the planned cables LLDP can judge, the cables it shows, findings of its own, the rails not
+    judged yet) for an Ethernet fabric, from each node's facts (sysfs_discovery.host_facts with
+    lldp=True): its NICs' netdevs and the neighbours each one's lldpd heard. Only the hosts' side
+    is read, so only node-to-leaf cables are judged, and only those of nodes whose lldpd answered.
+    A rail unheard by an lldpd still listening (started under lldp.LISTENING_S ago) is not judged
+    yet. A neighbour is named by the system name and port id its switch sends (`swp12`, Cumulus's
+    and the plan's naming, routing.port_netdev); a port id that is no port of the plan's switch is
+    a finding of its own, an `unknown-device`."""
     from railyard.model.fabric.routing import port_number
 
-    planned_by_node: dict[str, list[tuple[End, End]]] = {}
+    planned_by_node: dict[str, list[tuple[str, tuple[End, End]]]] = {}
     for link in fabric.links():
         if link.tier == "node_leaf":
             planned_by_node.setdefault(link.a_device, []).append(
-                cable_of(End(hca_name(link.a_device, link.a_port), 1), End(link.b_device, link.b_port)))
+                (hca_name(link.a_device, link.a_port), cable_of(*link_ends(link))))
     judged: set[tuple[End, End]] = set()
     found: set[tuple[End, End]] = set()
     own: list[Finding] = []
+    waiting: list[str] = []
     for node in sorted(nodes):
-        heard = (nodes[node].get("lldp") or {}).get("neighbours")
+        reading = nodes[node].get("lldp") or {}
+        heard = reading.get("neighbours")
         if heard is None or node not in planned_by_node:
             continue
-        judged.update(planned_by_node[node])
-        rails = {end.device for cable in planned_by_node[node] for end in cable}
-        for nic in nodes[node].get("nics") or ():
-            hca = hca_name(node, nic.get("name"))
-            if hca not in rails or not nic.get("netdev"):
+        netdevs = {hca_name(node, nic.get("name")): nic.get("netdev") for nic in nodes[node].get("nics") or ()}
+        for hca, cable in planned_by_node[node]:
+            if reading.get("listening_s") is not None and not heard.get(netdevs.get(hca) or ""):
+                waiting.append(hca)
                 continue
-            for n in heard.get(nic["netdev"], ()):
+            judged.add(cable)
+            for n in heard.get(netdevs.get(hca) or "", ()):
                 system, port = n.get("system") or n.get("chassis_id") or "?", n.get("port") or "?"
                 number = port_number(fabric.switch, port)
                 if number is None:
                     own.append(Finding("unknown-device", f"{system} port {port}", "a port of the plan's switches",
-                                       f"{hca} ({nic['netdev']}) cabled to it"))
+                                       f"{hca} ({netdevs[hca]}) cabled to it"))
                     continue
                 found.add(cable_of(End(hca, 1), End(system, number)))
-    return judged, found, own
+    return judged, found, own, waiting
 
 
-def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> list[Finding]:
-    """Every way the node-to-leaf cabling LLDP shows (lldp_cables) differs from the plan."""
-    judged, found, own = lldp_cables(fabric, nodes)
+def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[list[Finding], list[str]]:
+    """Every way the node-to-leaf cabling LLDP shows (lldp_cables) differs from the plan, and the
+    rails not judged yet."""
+    judged, found, own, waiting = lldp_cables(fabric, nodes)
     known = {s.name for s in fabric.switches()} | {end.device for cable in judged for end in cable}
-    return cabling(judged, found, known) + own
+    return cabling(judged, found, known) + own, waiting

@@ -114,24 +114,24 @@ def facts_as_cabled(p, swap: tuple[tuple[str, int], tuple[str, int]] | None = No
 
 def test_the_plans_cabling_is_clean_and_only_the_nodes_read_are_judged():
     p = plan()
-    assert verify_lldp(p.fabric, facts_as_cabled(p)) == []
+    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [])
     # A node whose lldpd could not be asked: its cables are not judged, never passed or failed.
     facts = facts_as_cabled(p, drop={("vela-1", 0)})
     facts["vela-1"]["lldp"] = {"not_read": "lldpctl missing"}
-    assert verify_lldp(p.fabric, facts) == []
+    assert verify_lldp(p.fabric, facts) == ([], [])
 
 
 def test_a_swap_is_one_finding_a_silent_rail_a_missing_cable_and_a_foreign_port_its_own():
     p = plan()
-    swapped = verify_lldp(p.fabric, facts_as_cabled(p, swap=(("vela-0", 0), ("vela-0", 1))))
+    swapped = verify_lldp(p.fabric, facts_as_cabled(p, swap=(("vela-0", 0), ("vela-0", 1))))[0]
     assert [(f.kind, f.where) for f in swapped] == [("cable-swapped", "vela-0 mlx5_0 port 1 and vela-0 mlx5_1 port 1")]
-    missing = verify_lldp(p.fabric, facts_as_cabled(p, drop={("vela-1", 1)}))
+    missing = verify_lldp(p.fabric, facts_as_cabled(p, drop={("vela-1", 1)}))[0]
     assert [(f.kind, f.where) for f in missing] == [("link-missing", "vela-1 mlx5_1 port 1 <-> vela-su0-leaf1 port 2")]
-    foreign = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "Ethernet2")}))
+    foreign = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "Ethernet2")}))[0]
     assert sorted((f.kind, f.where) for f in foreign) == [
         ("link-missing", "vela-1 mlx5_0 port 1 <-> vela-su0-leaf0 port 2"),
         ("unknown-device", "vela-su0-leaf0 port Ethernet2")]
-    moved = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "swp3s0")}))
+    moved = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "swp3s0")}))[0]
     assert [(f.kind, f.where, f.found) for f in moved] == [
         ("cable-misplaced", "vela-1 mlx5_0 port 1", "cabled to vela-su0-leaf0 port 9")]
 
@@ -142,3 +142,41 @@ def test_lldp_module_runs_standalone_on_a_hosts_python():
     r = subprocess.run(["python3", "-I", "-S", "-c", src + "\nprint(parse('{\"lldp\": {}}'))"], capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stdout.strip() == "{}", r.stderr
+
+
+def test_an_lldpd_still_listening_leaves_its_unheard_rails_unjudged_and_judges_the_rest():
+    """Started under LISTENING_S ago, lldpd may not have had a frame from every switch yet (they
+    send every 30 s): a rail it has not heard is waited for, never a missing cable; a rail it has
+    heard on the wrong port is still a finding."""
+    p = plan()
+    facts = facts_as_cabled(p, drop={("vela-1", 1)}, rename={("vela-1", 0): ("vela-su0-leaf0", "swp3s0")})
+    facts["vela-1"]["lldp"]["listening_s"] = 4
+    found, waiting = verify_lldp(p.fabric, facts)
+    assert waiting == ["vela-1 mlx5_1"]
+    assert [(f.kind, f.where) for f in found] == [("cable-misplaced", "vela-1 mlx5_0 port 1")]
+
+
+def test_verify_names_the_nodes_it_could_not_judge_and_whose_cables_it_did():
+    from railyard.verify import cabling_from_lldp
+
+    p = plan()
+    facts = facts_as_cabled(p, swap=(("vela-0", 0), ("vela-0", 1)))
+    facts["vela-1"]["lldp"] = {"not_read": "lldpctl exited 1: unable to connect to socket /run/lldpd.socket"}
+    found, note, judged = cabling_from_lldp(p, {**facts, "vela-9": "no answer"})
+    assert judged and [(f.kind, f.node) for f in found] == [("cable-swapped", "vela-0")]
+    assert note == ("cabling: the LLDP neighbours of 1 node(s) read; LLDP not read on vela-1: lldpctl exited 1: "
+                    "unable to connect to socket /run/lldpd.socket")
+    facts["vela-0"]["lldp"] = {"not_read": "lldpctl missing: lldpd is not installed"}
+    found, note, judged = cabling_from_lldp(p, facts)
+    assert (found, judged) == ([], False) and "LLDP not read on vela-0: lldpctl missing" in note
+
+
+def test_lldpds_age_is_read_from_its_pid_file_and_proc(tmp_path):
+    (tmp_path / "lldpd.pid").write_text("4242\n")
+    (tmp_path / "4242").mkdir()
+    hz = __import__("os").sysconf("SC_CLK_TCK")
+    # /proc/<pid>/stat: the command in parentheses may hold spaces; field 22 is the start time.
+    (tmp_path / "4242" / "stat").write_text("4242 (lldpd: monitor.) S " + " ".join(["0"] * 18) + f" {100 * hz} 0 0\n")
+    (tmp_path / "uptime").write_text("130.50 200.00\n")
+    assert lldp.running_s(str(tmp_path / "lldpd.pid"), str(tmp_path)) == 30.5
+    assert lldp.running_s(str(tmp_path / "nope.pid"), str(tmp_path)) is None

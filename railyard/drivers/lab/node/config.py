@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from railyard import paths
-from railyard.drivers.lab import names, net
+from railyard.drivers.lab import names, net, routers
 from railyard.drivers.lab.errors import LabError
 from railyard.drivers.lab.routers import HOST_SIDE
 
@@ -104,7 +104,7 @@ def _parse_nics(stack: str, node: str, mgmt: dict, rails: Iterable[dict], storag
             if not isinstance(role, int):
                 raise LabError(f"node {ns} NIC {nic.name}", "only a rail NIC hangs off a leaf")
             port = spec.get("leaf_port")
-            if port is not None and not (isinstance(port, str) and port.startswith("swp") and port[3:4].isdigit()):
+            if port is not None and not (isinstance(port, str) and routers.is_port(port)):
                 raise LabError(f"node {ns} NIC {nic.name}", f"leaf_port must name a switch port (swp1s0), got {port!r}")
             nic = dataclasses.replace(nic, switch=names.check_node(spec["leaf"]), switch_port=port)
         mtu = spec.get("mtu")
