@@ -210,8 +210,7 @@ class _Fault:
         for f, dev in ((self, device), (other, other_device)):
             netdev = f.manifest["netdevs"][f.rdma(dev)]
             ns, port = _peer(self.stack, f.node.name, netdev)
-            info = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", port], capture_output=True, text=True)
-            alias = (json.loads(info.stdout or "[{}]")[0] or {}).get("ifalias") if info.returncode == 0 else None
+            alias = (net.links(ns, with_addresses=False).get(port) or {}).get("ifalias")
             if not alias or (names.parse_ns(self.stack, ns) or ("",))[0] != "switch":
                 raise FaultError(f"{f.node.name}'s {dev} is not on a leaf port of the lab's switches")
             ends.append((ns, port, alias))
@@ -262,8 +261,7 @@ def _move_ports(stack: str, moves: list[tuple[str, str, str]], *, check: bool = 
             if check:
                 raise FaultError(f"no leaf of stack {stack} has the port {port}")
             continue
-        shown = subprocess.run(["ip", "-n", at, "-j", "link", "show", "dev", port], capture_output=True, text=True)
-        up = "UP" in ((json.loads(shown.stdout or "[{}]")[0] or {}).get("flags") or [])
+        up = "UP" in ((net.links(at, with_addresses=False).get(port) or {}).get("flags") or [])
         if at != to_ns:
             ip(at, "link", "set", "dev", port, "netns", to_ns)
         ip(to_ns, "link", "set", "dev", port, "master", routers.HOST_SIDE, "alias", alias, "up" if up else "down")
