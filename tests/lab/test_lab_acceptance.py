@@ -14,15 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from railyard import paths
-from railyard.drivers.lab import gc, names
-from railyard.model.plan import make_plan
-from railyard.stack import parse_config
+from railyard.drivers.lab import names
 
 from .railyard_project import free_networks, lab_config
-from .stack_project import StackProject
+from .stack_project import StackProject, lab_stack
 
-ROOT = paths.PROJECT_ROOT
 TWO, EIGHT = "tacc2", "tacc8"
 
 
@@ -31,45 +27,19 @@ def config(stack_nodes: int, mgmt: str, storage: str, **extra) -> dict:
                                                      "railyard:ephemeral": {"ttl": "1h"}, **extra})
 
 
-def bring_up(tmp_path_factory, stack: str, cfg: dict):
-    if not (paths.bin_dir(ROOT) / "pulumi").exists():
-        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
-    gc.destroy_all(stack)
-    p = StackProject(tmp_path_factory.mktemp(stack), stack, cfg)
-    # The program and `railyard lab fault` alike keep the lab's runtime under the copy.
-    p.env["RAILYARD_ROOT"] = str(p.dir)
-    p.cfg = cfg
-    p.plan = make_plan(parse_config(cfg, stack=stack))
-    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
-    p.pulumi("up", "--yes", "--skip-preview", timeout=1500)
-    return p
-
-
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     mgmt, storage = free_networks(2, prefix=24)
-    p = None
-    try:
-        p = bring_up(tmp_path_factory, TWO, config(2, mgmt, storage))
+    with lab_stack(tmp_path_factory, TWO, config(2, mgmt, storage)) as p:
         yield p
-    finally:
-        if p is not None:
-            p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-        gc.destroy_all(TWO, p.dir if p is not None else None)
 
 
 @pytest.fixture(scope="module")
 def eight(tmp_path_factory):
     mgmt, storage = free_networks(2, prefix=24)
     cfg = config(8, mgmt, storage, **{"railyard:slurm": {}, "railyard:acceptance": {"onFailure": "cordon"}})
-    p = None
-    try:
-        p = bring_up(tmp_path_factory, EIGHT, cfg)
+    with lab_stack(tmp_path_factory, EIGHT, cfg) as p:
         yield p
-    finally:
-        if p is not None:
-            p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-        gc.destroy_all(EIGHT, p.dir if p is not None else None)
 
 
 def in_node(p: StackProject, node: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -79,8 +49,7 @@ def in_node(p: StackProject, node: str, *argv: str) -> subprocess.CompletedProce
 
 def lab_fault(p: StackProject, *args: str) -> str:
     """`railyard lab fault`, as a user runs it in the project; its output."""
-    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "lab", "fault", "--stack", p.stack, *args],
-                          cwd=p.dir, env=p.env, capture_output=True, text=True, timeout=120)
+    proc = p.railyard("lab", "fault", "--stack", p.stack, *args, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -115,8 +84,7 @@ def test_a_rail_slowed_in_a_node_is_the_only_one_flagged(two):
     assert made == f"gpu-0: {dev} slowed to 100 Mbit/s\n"
     assert "tbf" in in_node(two, "gpu-0", "tc", "qdisc", "show", "dev", dev).stdout
     # A second token bucket on the same rail is refused, and nothing changes.
-    again = subprocess.run([str(ROOT / ".venv" / "bin" / "railyard"), "lab", "fault", "--stack", TWO, "link-slow",
-                            "gpu-0", dev, "50"], cwd=two.dir, env=two.env, capture_output=True, text=True)
+    again = two.railyard("lab", "fault", "--stack", TWO, "link-slow", "gpu-0", dev, "50")
     assert again.returncode != 0 and "slowed already" in again.stderr
     try:
         proc = rerun(two, check=False)

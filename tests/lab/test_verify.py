@@ -17,13 +17,12 @@ import time
 import pytest
 
 from railyard import paths
-from railyard.drivers.lab import gc, names
+from railyard.drivers.lab import names
 from railyard.drivers.lab.faults import _peer
 
 from .railyard_project import STORAGE, free_networks
-from .stack_project import StackProject
+from .stack_project import StackProject, lab_stack
 
-ROOT = paths.PROJECT_ROOT
 STACK = "tverify"
 FIRMWARE = "28.37.1014"
 
@@ -47,21 +46,10 @@ def config(mgmt: str) -> dict:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    if not (paths.bin_dir(ROOT) / "pulumi").exists():
-        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
-    gc.destroy_all(STACK)
     (mgmt,) = free_networks(1, prefix=24)
-    p = StackProject(tmp_path_factory.mktemp("verify"), STACK, config(mgmt))
-    p.mgmt = mgmt
-    # The program and the `railyard` commands alike keep the lab's runtime (the nodes' hardware
-    # trees, the subnet, the faults' journal) under the copy.
-    p.env["RAILYARD_ROOT"] = str(p.dir)
-    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
-    p.pulumi("up", "--yes", "--skip-preview")
-    yield p
-    p.railyard("lab", "fault", "--stack", STACK, "--clear")
-    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-    gc.destroy_all(STACK, p.dir)
+    with lab_stack(tmp_path_factory, STACK, config(mgmt)) as p:
+        p.mgmt = mgmt
+        yield p
 
 
 def verify(p: StackProject, *extra: str) -> tuple[int, list[dict]]:

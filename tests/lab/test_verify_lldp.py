@@ -20,16 +20,12 @@ import time
 
 import pytest
 
-from railyard import paths
 from railyard.drivers.lab import gc, names, net, proc, routers
 from railyard.model.fabric.routing import port_netdev
-from railyard.model.plan import make_plan
-from railyard.stack import parse_config
 
 from .railyard_project import STORAGE, free_networks
-from .stack_project import StackProject
+from .stack_project import StackProject, lab_stack
 
-ROOT = paths.PROJECT_ROOT
 STACK = "tlldp"
 
 
@@ -53,19 +49,9 @@ def config(mgmt: str) -> dict:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    if not (paths.bin_dir(ROOT) / "pulumi").exists():
-        pytest.fail("the Pulumi toolchain is not set up: run `make toolchain`")
-    gc.destroy_all(STACK)
     (mgmt,) = free_networks(1, prefix=24)
-    p = StackProject(tmp_path_factory.mktemp("lldp"), STACK, config(mgmt))
-    p.env["RAILYARD_ROOT"] = str(p.dir)
-    p.plan = make_plan(parse_config(config(mgmt), stack=STACK))
-    p.pulumi("stack", "init", "--secrets-provider", "passphrase")
-    p.pulumi("up", "--yes", "--skip-preview")
-    yield p
-    p.railyard("lab", "fault", "--stack", STACK, "--clear")
-    p.pulumi("destroy", "--yes", "--skip-preview", check=False)
-    gc.destroy_all(STACK, p.dir)
+    with lab_stack(tmp_path_factory, STACK, config(mgmt)) as p:
+        yield p
 
 
 def verify(p: StackProject) -> tuple[int, list[dict]]:

@@ -110,11 +110,12 @@ def _lldpd_pid(stack: str, switch: str) -> int | None:
     return min(pids) if pids else None
 
 
-def lldpcli(stack: str, switch: str, *args: str, commands: str | None = None) -> subprocess.CompletedProcess[str]:
-    """lldpcli against the switch's lldpd, whose control socket is in the /run of its own mount
-    namespace (lldpd's default path there): a path under the lab's directory could pass the 108
-    bytes a socket's path may have."""
-    pid = _lldpd_pid(stack, switch)
+def lldpcli(stack: str, switch: str, *args: str, commands: str | None = None,
+            pid: int | None = None) -> subprocess.CompletedProcess[str]:
+    """lldpcli against the switch's lldpd (`pid`, found when not given), whose control socket is
+    in the /run of its own mount namespace (lldpd's default path there): a path under the lab's
+    directory could pass the 108 bytes a socket's path may have."""
+    pid = pid if pid is not None else _lldpd_pid(stack, switch)
     if pid is None:
         return subprocess.CompletedProcess(["lldpcli", *args], 1, "", f"switch {switch} runs no lldpd")
     return subprocess.run(["nsenter", "-t", str(pid), "-m", "lldpcli", *args], input=commands,
@@ -176,7 +177,8 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
     moment later). Returns {port: port id}; a switch without lldpd is left alone."""
     from railyard.model import lldp
 
-    if _lldpd_pid(stack, switch) is None:
+    pid = _lldpd_pid(stack, switch)  # one walk of /proc, not one per lldpcli below
+    if pid is None:
         return {}
     ns = names.switch_ns(stack, switch)
     wanted = {name: info["ifalias"] for name, info in net.links(ns, with_addresses=False).items()
@@ -184,7 +186,7 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
     deadline = time.monotonic() + timeout
     said = ""
     while True:
-        shown = lldpcli(stack, switch, "-f", "json", "show", "interfaces")
+        shown = lldpcli(stack, switch, "-f", "json", "show", "interfaces", pid=pid)
         known = lldp.parse(shown.stdout) if shown.returncode == 0 else {}
         sent = {port: (known.get(port) or [{}])[0].get("port") for port in wanted}
         if all(sent[port] == alias for port, alias in wanted.items()):
@@ -195,7 +197,7 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
                            + (f": {said}" if said else ""))
         todo = {port: alias for port, alias in wanted.items() if port in known and sent[port] != alias}
         if todo:
-            told = lldpcli(stack, switch, commands="".join(
+            told = lldpcli(stack, switch, pid=pid, commands="".join(
                 f"configure ports {port} lldp portidsubtype local {alias}\n" for port, alias in sorted(todo.items())))
             said = told.stderr.strip()[-300:] if told.returncode != 0 else said
         time.sleep(0.05)
