@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from railyard.drivers import SubnetReading
+from railyard.drivers import SubnetReading, SwitchLldp
 from railyard.model.gpu_health import COLLECTIVE_TOLERANCE
 from railyard.ssh_client import DEFAULT_PORT, JUMP_VAR
 
@@ -276,7 +276,11 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         if not ran:
             report.unread["health"] = "; ".join(notes)
     if lldp:
-        found_lldp, note, judged = cabling_from_lldp(plan, facts)
+        progress("reading the switches' LLDP tables")
+        from railyard import drivers
+
+        tables = drivers.read_switch_lldp(spec, plan, private_key, timeout)
+        found_lldp, note, judged = cabling_from_lldp(plan, facts, tables)
         report.findings += found_lldp
         report.notes.append(note)
         if not judged:
@@ -293,11 +297,13 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     return report
 
 
-def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str]) -> tuple[list[Finding], str, bool]:
-    """An Ethernet fabric's node-to-leaf cabling as the nodes' LLDP neighbours show it
-    (railyard.model.fabric.verify.verify_lldp): (findings, a note on what was read, whether any
-    node's neighbours were). A node whose lldpd could not be asked is named in the note, never
-    passed; an unreachable one is the hardware reading's finding."""
+def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
+                      switches: SwitchLldp | None = None) -> tuple[list[Finding], str, bool]:
+    """An Ethernet fabric's cabling as LLDP shows it (railyard.model.fabric.verify.verify_lldp):
+    the nodes' neighbours, and the switches' own tables where the driver read them: (findings, a
+    note on what was read, whether anything was). A node whose lldpd could not be asked, or a
+    switch that could not be read, is named in the note, never passed; an unreachable node is the
+    hardware reading's finding."""
     from railyard.model.fabric.verify import verify_lldp
     from railyard.model.lldp import LISTENING_S
 
@@ -306,18 +312,30 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str]) -> tuple[list
     for n, got in sorted(facts.items()):
         if isinstance(got, dict) and n not in heard:
             why_not.setdefault((got.get("lldp") or {}).get("not_read") or "no LLDP reading", []).append(n)
+    tables = {sw: t for sw, t in (switches.tables if switches else {}).items() if not isinstance(t, str)}
+    unread: dict[str, list[str]] = {}
+    for sw, t in sorted((switches.tables if switches else {}).items()):
+        if isinstance(t, str):
+            unread.setdefault(t, []).append(sw)
     nodes = {n.name for n in plan.nodes}
+    netdevs = {n.name: {nic.name: nic.netdev for nic in n.nics if nic.netdev} for n in plan.nodes}
     out = []
-    found, waiting = verify_lldp(plan.fabric, heard)
+    found, waiting = verify_lldp(plan.fabric, heard, tables, netdevs)
     for f in found:
         node = f.where.split(" ", 1)[0]
         out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
-    said = [f"LLDP not read on {', '.join(ns)}: {why}" for why, ns in why_not.items()]
+    said = [f"cabling: the LLDP neighbours of {len(heard)} node(s) read"] * bool(heard)
+    said += [f"LLDP not read on {', '.join(ns)}: {why}" for why, ns in why_not.items()]
+    where = switches.where if switches is not None else ""
+    if tables:
+        said.append(f"the LLDP tables of {len(tables)} switch(es) read ({where})")
+    said += [f"switch LLDP table not read on {', '.join(sws)}: {why}" for why, sws in unread.items()]
+    if switches is not None and not switches.tables:
+        said.append(f"no switch's LLDP table read ({where}): the nodes' side alone decides")
     if waiting:
         said.append(f"LLDP not heard yet on {', '.join(waiting)}: their lldpd started under {LISTENING_S} s ago, "
                     "so those rails are not judged")
-    note = "; ".join([f"cabling: the LLDP neighbours of {len(heard)} node(s) read"] * bool(heard) + said)
-    return out, note or "cabling: no node read", bool(heard)
+    return out, "; ".join(said) or "cabling: no node read", bool(heard) or bool(tables)
 
 
 def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], None],

@@ -147,6 +147,10 @@ class TuningHooks:
     """The InfiniBand subnet as ibnetdiscover prints it, and where it was read (or None and why
     not), given the default reading (ibnetdiscover over SSH on the stack's nodes); without the
     hook, the default is used (the lab serves its simulated subnet instead)."""
+    read_switch_lldp: Callable[["Spec", "Plan", "str | None", float], "SwitchLldp"] | None = None
+    """An Ethernet fabric's switches' own LLDP tables (given the SSH private key and a timeout per
+    switch), where the driver can read them: the lab asks its switches' lldpd, the hosts driver the
+    switches its stack names; without the hook, none is read and the hosts' side alone decides."""
     reboot: Callable[["Spec", str], "Reboot"] | None = None
     """How one machine of a pool (by the pool's name) is rebooted when the repair loop resets it
     (railyard.repair); without the hook, the driver's machines are never reset."""
@@ -173,6 +177,15 @@ class SubnetReading(NamedTuple):
     text: str | None
     where: str
     speeds_judged: bool = True
+
+
+class SwitchLldp(NamedTuple):
+    """What a driver's read_switch_lldp gives: each switch asked, {its port as the plan names it
+    (routing.port_netdev): the neighbours its lldpd heard there (lldp.parse)}, or why it could not
+    be read; and where they were read, or why no switch was asked."""
+
+    tables: Mapping[str, Mapping[str, list] | str]
+    where: str
 
 
 @dataclass(frozen=True)
@@ -317,6 +330,14 @@ def read_subnet(spec: "Spec", plan: "Plan", default: Callable[[], SubnetReading]
     why not): the driver's own reading where it has one, else `default`."""
     hook = _tuning(spec.driver).read_subnet
     return hook(spec, plan, default) if hook is not None else default()
+
+
+def read_switch_lldp(spec: "Spec", plan: "Plan", private_key: str | None, timeout: float) -> SwitchLldp:
+    """The stack's switches' own LLDP tables as its driver reads them, or none and why."""
+    hook = _tuning(spec.driver).read_switch_lldp
+    if hook is None:
+        return SwitchLldp({}, f"driver {spec.driver} reads no switch's LLDP table")
+    return hook(spec, plan, private_key, timeout)
 
 
 def reboot(spec: "Spec", pool: str) -> Reboot | None:

@@ -19,6 +19,7 @@ import json
 import subprocess
 
 LLDPCTL = "lldpctl"
+LLDPCLI = "lldpcli"
 READ_TIMEOUT_S = 10
 PID_FILE = "/run/lldpd.pid"
 # An lldpd younger than this may not have heard every neighbour yet: a switch sends every 30 s by
@@ -73,11 +74,32 @@ def parse(text: str) -> dict:
     return out
 
 
+def parse_system(text: str) -> str | None:
+    """The system name the local lldpd sends (`lldpcli -f json show chassis`), or None where it
+    sends none or the text is not that output."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    local = doc.get("local-chassis") if isinstance(doc, dict) else None
+    return _chassis(local.get("chassis") if isinstance(local, dict) else None)["system"]
+
+
+def _system(argv: tuple = (LLDPCLI, "-f", "json", "show", "chassis")) -> str | None:
+    try:
+        run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True, timeout=READ_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_system(run.stdout) if run.returncode == 0 else None
+
+
 def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
     """This host's neighbours, {"neighbours": parse()}, or {"not_read": why} where lldpd cannot be
-    asked (not installed, not running, too slow): then nothing can be said about its cables. An
-    lldpd started under LISTENING_S ago adds {"listening_s": its age}: a rail it has not heard
-    yet is not judged."""
+    asked (not installed, not running, too slow): then nothing can be said about its cables. The
+    system name it sends is {"system": name}: what its switches' own LLDP tables call it, which
+    need not be its plan name (a host keeps its hostname). An lldpd started under LISTENING_S ago
+    adds {"listening_s": its age}: a rail it has not heard yet is not judged."""
     try:
         run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True, timeout=READ_TIMEOUT_S)
@@ -94,6 +116,9 @@ def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
         out: dict = {"neighbours": parse(run.stdout)}
     except ValueError as exc:
         return {"not_read": f"{argv[0]}: {exc}"}
+    system = _system()
+    if system:
+        out["system"] = system
     age = running_s()
     if age is not None and age < LISTENING_S:
         out["listening_s"] = int(age)

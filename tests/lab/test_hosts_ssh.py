@@ -90,3 +90,35 @@ def test_discovery_over_ssh_reads_the_hosts_own_kernel(server):
     facts, _ = remote.host_facts(_target(server), private_key=c.key.read_text())
     here = sysfs_discovery.host_facts()  # the same kernel, read by the same code on the controller
     assert facts["kernel"]["release"] == here["kernel"]["release"]
+
+
+def test_switches_lldp_tables_are_read_over_ssh_and_one_that_fails_is_named(server):
+    """railyard:hosts.switches read for verify: the lab node stands in for a switch's management
+    port, its lldpCommand printing a real spine's table (lldpd 1.0.16), one switch's command
+    failing and one address answering nobody. Each is read or named; none holds up the others."""
+    import json
+    import shlex
+    import types
+
+    from railyard.drivers.hosts.config import HostsConfig, Reboot, Switch, Switches
+    from railyard.drivers.hosts.tuning import read_switch_lldp
+    from railyard.model.catalog import FIXTURES_DIR
+
+    c, state = server
+    table = json.dumps(json.loads((FIXTURES_DIR / "lldp/lldpctl-json-spine-two-leaf-ports.json").read_text()))
+    free = ".".join(state["mgmt_address"].split(".")[:3] + ["250"])
+    pinned = (state["host_key"],)
+
+    def config(command: str, *hosts: Switch) -> types.SimpleNamespace:
+        sw = Switches(hosts, user="root", command=command)
+        return types.SimpleNamespace(driver_config=HostsConfig(ssh_key="agent", host_key_mode="pinned",
+                                                               reboot=Reboot(), pools=(), switches=sw))
+
+    got = read_switch_lldp(config(f"printf %s {shlex.quote(table)}", Switch("su0-spine0", state["mgmt_address"], pinned),
+                                  Switch("su0-spine1", free, pinned)), None, c.key.read_text(), 20)
+    assert {p: [(n["system"], n["port"]) for n in ns] for p, ns in got.tables["su0-spine0"].items()} == {
+        "swp1": [("su0-leaf0", "swp33")], "swp2": [("su0-leaf0", "swp34")]}
+    assert isinstance(got.tables["su0-spine1"], str) and free in got.tables["su0-spine1"]
+    failed = read_switch_lldp(config("lldpctl-not-here -f json", Switch("su0-spine0", state["mgmt_address"], pinned)),
+                              None, c.key.read_text(), 20)
+    assert failed.tables["su0-spine0"].startswith("lldpctl-not-here -f json exited 127: ")

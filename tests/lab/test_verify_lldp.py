@@ -22,6 +22,7 @@ import pytest
 
 from railyard.drivers.lab import gc, names, net, proc, routers
 from railyard.model.fabric.routing import port_netdev
+from railyard.model.fabric.subnet import End, cable_of
 
 from .railyard_project import STORAGE, free_networks
 from .stack_project import StackProject, lab_stack
@@ -91,6 +92,8 @@ def test_the_stack_as_cabled_verifies_clean_from_both_nodes_lldp(project):
     assert (rc, found) == (0, []), found
     said = verify_text(project)
     assert said.returncode == 0 and "cabling: the LLDP neighbours of 2 node(s) read" in said.stdout
+    switches = len(list(project.plan.fabric.switches()))
+    assert f"the LLDP tables of {switches} switch(es) read (the lab's switches, with lldpcli)" in said.stdout
     assert "(fabric): as planned" in said.stdout
     # What gpu-0's rail 0 hears is its leaf and the planned port, as the leaf names it itself.
     heard = json.loads(project.ssh("gpu-0", "lldpctl -f json").stdout)["lldp"]["interface"]
@@ -129,6 +132,22 @@ def test_two_nodes_cables_exchanged_on_one_leaf_and_a_pulled_one(project):
             ("cable-swapped", "gpu-0", f"gpu-0 {a.name} port 1 and gpu-1 {b.name} port 1"),
             ("link-missing", "gpu-0", f"gpu-0 {nic(project, 'gpu-0', 2).name} port 1 <-> "
                                       f"{nic(project, 'gpu-0', 2).leaf} port {nic(project, 'gpu-0', 2).leaf_port}")], found
+    finally:
+        fault(project, "--clear")
+    assert verify_until(project, lambda f: f == []) == (0, [])
+
+
+def test_a_pulled_uplink_is_found_only_in_the_switches_tables_and_clears(project):
+    """A leaf-to-spine cable no node can hear: its two switches' lldpd stop hearing each other."""
+    up = next(lk for lk in project.plan.fabric.links() if lk.tier == "leaf_spine")
+    a, b = cable_of(End(up.a_device, up.a_port), End(up.b_device, up.b_port))
+    fault(project, "link-down", up.a_device, port_netdev(project.plan.fabric.switch, up.a_port))
+    try:
+        rc, found = verify_until(project, lambda f: len(f) == 1)
+        assert rc == 1 and [(f["kind"], f["node"], f["where"]) for f in found] == [
+            ("link-missing", None, f"{a} <-> {b}")], found
+        spine = routers.lldp_table(STACK, up.b_device)
+        assert port_netdev(project.plan.fabric.switch, up.b_port) not in spine
     finally:
         fault(project, "--clear")
     assert verify_until(project, lambda f: f == []) == (0, [])

@@ -19,6 +19,9 @@ HOST_KEY_MODES = ("pinned", "trust-on-first-use")
 DEFAULT_USER = "root"
 DEFAULT_REBOOT_COMMAND = "systemctl reboot"
 DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
+# What prints a switch's LLDP table as lldpd's JSON: lldpd's own client, as on Cumulus Linux and
+# any Debian-based switch OS (SONiC keeps it in a container: `docker exec lldp lldpctl -f json`).
+DEFAULT_LLDP_COMMAND = "lldpctl -f json"
 # A day: a server that has not answered by then needs a person, and the wait holds every later
 # host of its pool's rolling reboot.
 MAX_REBOOT_TIMEOUT_SECONDS = 86_400
@@ -131,6 +134,30 @@ class PoolHosts:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """One switch of the plan whose LLDP table `railyard verify` reads over SSH."""
+
+    name: str
+    """Its plan name (`railyard plan` lists them)."""
+    address: str
+    host_keys: tuple[str, ...]
+    """Its pinned keys: a switch is always pinned (verify records nothing it could learn)."""
+
+
+@dataclass(frozen=True)
+class Switches:
+    """railyard:hosts.switches: how `railyard verify` reads an Ethernet fabric's switches' own LLDP
+    tables, beside the hosts' side."""
+
+    hosts: tuple[Switch, ...]
+    user: str = DEFAULT_USER
+    port: int = DEFAULT_PORT
+    jump_host: JumpHost | None = None
+    command: str = DEFAULT_LLDP_COMMAND
+    """Run on each switch; prints its LLDP neighbours as `lldpctl -f json` does."""
+
+
+@dataclass(frozen=True)
 class HostsConfig:
     """The `railyard:hosts` section: Spec.driver_config of a hosts stack."""
 
@@ -142,6 +169,8 @@ class HostsConfig:
     at its first connection and its key recorded in the stack's state."""
     reboot: Reboot
     pools: tuple[PoolHosts, ...]
+    switches: Switches | None = None
+    """The switches whose LLDP tables verify reads; None: the hosts' side alone decides."""
 
     @property
     def uses_agent(self) -> bool:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from railyard.drivers import RuleHooks
 from railyard.drivers.hosts import inventory as inventory_file
 from railyard.drivers.hosts.config import (
-    DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES,
+    DEFAULT_LLDP_COMMAND, DEFAULT_PORT, DEFAULT_REBOOT_COMMAND, DEFAULT_REBOOT_TIMEOUT_SECONDS, DEFAULT_USER, HOST_KEY_MODES,
     MAX_REBOOT_TIMEOUT_SECONDS,
-    Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot,
+    Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot, Switch, Switches,
 )
 from railyard.model.errors import Problem
 from railyard.model.spec import LOGIN_NAME, SectionReader, did_you_mean as _did_you_mean, \
@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 P = "railyard:hosts"
 
 KEYS: dict[str, tuple[str, ...]] = {
-    "": ("user", "port", "jumpHost", "sshKey", "hostKeys", "knownHosts", "reboot", "pools"),
+    "": ("user", "port", "jumpHost", "sshKey", "hostKeys", "knownHosts", "reboot", "pools", "switches"),
+    "switches": ("hosts", "user", "port", "jumpHost", "lldpCommand"),
+    "switches.hosts.<switch>": ("address", "hostKey"),
     "reboot": ("command", "timeoutSeconds", "maxUnavailable"),
     "pools.<pool>": ("inventory", "group", "hosts", "maxUnavailable"),
     "pools.<pool>.hosts[]": ("address", "user", "port", "jumpHost", "hostKey", "nodeName", "bmc"),
@@ -341,7 +343,9 @@ def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConf
     budget = r.budget(rm, "maxUnavailable", f"{rpath}.maxUnavailable") or Budget()
     reboot = Reboot(command=command, timeout_seconds=timeout, max_unavailable=budget)
 
-    pools, entries = _pools(r, s, spec, root, _Defaults(user, port, jump, known, budget))
+    defaults = _Defaults(user, port, jump, known, budget)
+    pools, entries = _pools(r, s, spec, root, defaults)
+    switches = _switches(r, s, spec, defaults, entries)
     _check_unique(r, entries)
     _check_unique_bmc(r, entries)
     _check_management(r, entries, spec)
@@ -367,7 +371,8 @@ def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConf
                           "on a trusted network, or set hostKeys: trust-on-first-use")
     if r.problems or ssh_key is None or mode is None:  # (a mode of None was reported above)
         return None, r.problems
-    return HostsConfig(ssh_key=ssh_key, host_key_mode=mode, reboot=reboot, pools=tuple(pools)), r.problems
+    return HostsConfig(ssh_key=ssh_key, host_key_mode=mode, reboot=reboot, pools=tuple(pools),
+                       switches=switches), r.problems
 
 
 def _pools(r: _Reader, s: Mapping, spec: Spec, root: Path | None,
@@ -415,6 +420,100 @@ def _pools(r: _Reader, s: Mapping, spec: Spec, root: Path | None,
         pools.append(PoolHosts(pool.name, tuple(e.host for e in mine), budget, inv, group))
         entries.extend(mine)
     return pools, entries
+
+
+def _host_key(r: _Reader, m: Mapping, path: str) -> tuple[str | None, bool]:
+    """(a hostKey given as `<type> <base64>`, whether one was given and refused)."""
+    own = r.plain(m, "hostKey", path, "a host key `<type> <base64>`")
+    if own is None:
+        return None, m.get("hostKey") is not None  # a secret, refused by plain()
+    why = key_problem(own) if isinstance(own, str) else "not a string"
+    if why is not None:
+        r.problem(path, _show(own), f"a host key `<type> <base64>` (<type>: {', '.join(KEY_TYPES)})",
+                  why + "; give a key line of ssh-keyscan's output without its host name")
+        return None, True
+    return " ".join(own.split()[:2]), False
+
+
+def _switches(r: _Reader, s: Mapping, spec: Spec, d: _Defaults, hosts: Sequence[_Entry]) -> Switches | None:
+    """railyard:hosts.switches, or None where it is absent or cannot be used (and said why)."""
+    path = f"{P}.switches"
+    if s.get("switches") is None:
+        return None
+    m = r.mapping(s.get("switches"), path, KEYS["switches"])
+    if m is None:
+        return None
+    fabric = getattr(spec, "fabric", None)
+    if fabric is not None and fabric.compute.kind == "infiniband":
+        r.problem(path, "switches to read LLDP tables from", "nothing on an InfiniBand fabric",
+                  "the subnet's cabling is read with ibnetdiscover; name switches by GUID with "
+                  "railyard:verify.switchGuids")
+        return None
+    user = r.user(m, "user", f"{path}.user") or d.user
+    port = r.integer(m, "port", f"{path}.port", minimum=1, maximum=65535) or d.port
+    own_jump = m.get("jumpHost") is not None
+    jump = d.pinned_jump(r.jump_host(m.get("jumpHost"), f"{path}.jumpHost")) if own_jump else d.jump_host
+    if jump is not None and not jump.host_keys and own_jump:
+        r.problem(f"{path}.jumpHost", f"no host key for the jump host {jump.address}",
+                  f"a {P}.knownHosts line for {jump.address}", "jump hosts are always pinned")
+    command = r.string(m, "lldpCommand", f"{path}.lldpCommand", "a command line") or DEFAULT_LLDP_COMMAND
+    if "\n" in command:
+        r.problem(f"{path}.lldpCommand", _show(command), "one command line",
+                  "a command printing the switch's LLDP table as `lldpctl -f json` does")
+    allowed = "a mapping: planned switch name -> {address, hostKey}"
+    hm = r.plain(m, "hosts", f"{path}.hosts", allowed)
+    if not isinstance(hm, dict) or not hm:
+        if hm is None:
+            r.missing(f"{path}.hosts", allowed)
+        else:
+            r.problem(f"{path}.hosts", _show(hm), allowed)
+        return None
+    planned = _planned_switches(spec)
+    taken = {h.host.address.lower(): h.place for h in hosts}
+    out = []
+    for name, value in hm.items():
+        spath = f"{path}.hosts.{name}"
+        if planned is not None and name not in planned:
+            r.problem(spath, _show(name), "a switch of the plan", _did_you_mean(str(name), planned)
+                      or "`railyard plan` lists them")
+            continue
+        sm = r.mapping(value, spath, KEYS["switches.hosts.<switch>"])
+        if sm is None:
+            continue
+        if sm.get("address") is None:
+            r.missing(f"{spath}.address", "an IPv4 or IPv6 address, or a DNS name")
+            continue
+        address = r.address(r.plain(sm, "address", f"{spath}.address", "an address"), f"{spath}.address")
+        key, refused = _host_key(r, sm, f"{spath}.hostKey")
+        if address is None:
+            continue
+        address = canonical(address)
+        if address.lower() in taken:
+            r.problem(f"{spath}.address", _show(address), "the switch's own management address",
+                      f"{taken[address.lower()]} has it too")
+            continue
+        taken[address.lower()] = spath
+        pins = _pins(d, address, port, key)
+        if not pins and not refused:
+            r.problem(f"{spath}.hostKey", f"no host key for {address}",
+                      f"a hostKey, or a {P}.knownHosts line for {address}",
+                      "a switch is always pinned: verify only reads it, so nothing would record a key it learned")
+            continue
+        out.append(Switch(str(name), address, pins))
+    return Switches(tuple(out), user=user, port=port, jump_host=jump, command=command)
+
+
+def _planned_switches(spec: Spec) -> list[str] | None:
+    """The plan's switch names, or None where the fabric cannot be planned (its own problems say why)."""
+    from railyard.model.fabric.geometry import FabricError
+    from railyard.model.fabric.planner import plan_fabric
+
+    if getattr(spec, "fabric", None) is None or not getattr(spec, "node_pools", ()):
+        return None
+    try:
+        return [sw.name for sw in plan_fabric(spec).switches()]
+    except (FabricError, TypeError, AttributeError, ValueError):
+        return None
 
 
 def _pool_hosts(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path | None,
@@ -470,18 +569,7 @@ def _listed(r: _Reader, pm: Mapping, ppath: str, pool: str, d: _Defaults, root: 
         port = r.integer(m, "port", f"{ipath}.port", minimum=1, maximum=65535) or d.port
         own_jump = m.get("jumpHost") is not None
         jump = d.pinned_jump(r.jump_host(m.get("jumpHost"), f"{ipath}.jumpHost")) if own_jump else d.jump_host
-        own = r.plain(m, "hostKey", f"{ipath}.hostKey", "a host key `<type> <base64>`")
-        key = None
-        refused = own is None and m.get("hostKey") is not None  # a secret, refused by plain()
-        if own is not None:
-            why = key_problem(own) if isinstance(own, str) else "not a string"
-            refused = why is not None
-            if why is not None:
-                r.problem(f"{ipath}.hostKey", _show(own),
-                          f"a host key `<type> <base64>` (<type>: {', '.join(KEY_TYPES)})",
-                          why + "; give a key line of ssh-keyscan's output without its host name")
-            else:
-                key = " ".join(own.split()[:2])
+        key, refused = _host_key(r, m, f"{ipath}.hostKey")
         node_name = r.plain(m, "nodeName", f"{ipath}.nodeName", "a Kubernetes node name")
         if node_name is not None and (not isinstance(node_name, str) or address_kind(node_name) != "dns"
                                       or node_name != node_name.lower()):

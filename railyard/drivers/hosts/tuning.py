@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from railyard.drivers import Reboot, TuningHooks
+from railyard.drivers import Reboot, SwitchLldp, TuningHooks
 from railyard.drivers.hosts.config import DEFAULT_PORT, Host, HostsConfig
 from railyard.ssh_client import JUMP_VAR
 
@@ -110,4 +110,42 @@ def power_cycle(spec: Spec, plan: Plan, node: str) -> Callable[[float], str] | N
     return cycle
 
 
-HOOKS = TuningHooks(node_vars=node_vars, reboot=reboot, power_cycle=power_cycle)
+# Switches asked at once: each holds one ssh process, as a node's read does (railyard.verify.WORKERS).
+SWITCH_WORKERS = 16
+
+
+def read_switch_lldp(spec: Spec, plan: Plan, private_key: str | None, timeout: float) -> SwitchLldp:
+    """The LLDP tables of the switches railyard:hosts.switches names, each read over SSH with its
+    lldpCommand (lldpctl's JSON), concurrently and each bounded by `timeout`: a switch that does not
+    answer is named, never waited for. The switch's ports must be named as the plan names them
+    (Cumulus's `swp12`, routing.port_netdev); another naming is read as ports the plan lacks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from railyard.model import lldp
+    from railyard.remote.ssh import SshError, Target, run
+
+    config: HostsConfig = spec.driver_config
+    sw = config.switches
+    if sw is None or not sw.hosts:
+        return SwitchLldp({}, "railyard:hosts.switches names none")
+
+    def one(s: Any) -> tuple[str, Any]:
+        target = Target(s.name, s.address, user=sw.user, port=sw.port, jump=sw.jump_host, host_keys=s.host_keys)
+        try:
+            result = run(target, sw.command, private_key=private_key, timeout=timeout)
+        except SshError as exc:
+            return s.name, str(exc).split(": ", 1)[-1]
+        if result.rc != 0:
+            said = [line for line in result.stderr.splitlines() if line.strip()]
+            return s.name, f"{sw.command} exited {result.rc}: {said[-1] if said else 'no message'}"
+        try:
+            return s.name, lldp.parse(result.stdout)
+        except ValueError as exc:
+            return s.name, f"{sw.command}: {exc}"
+
+    with ThreadPoolExecutor(max_workers=min(SWITCH_WORKERS, len(sw.hosts))) as pool:
+        tables = dict(pool.map(one, sw.hosts))
+    return SwitchLldp(tables, f"over SSH, `{sw.command}`")
+
+
+HOOKS = TuningHooks(node_vars=node_vars, reboot=reboot, power_cycle=power_cycle, read_switch_lldp=read_switch_lldp)

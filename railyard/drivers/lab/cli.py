@@ -47,7 +47,7 @@ def register(sub) -> None:
                                         "faults, or --clear them",
                           epilog="kinds: " + "; ".join(f"{k} {' '.join(a)}" for k, a in ARGS.items()))
     p.add_argument("--stack", "-s", default=None, help="stack (default: the selected stack, else lab)")
-    p.add_argument("--clear", action="store_true", help="undo the faults (of NODE, if given), newest first")
+    p.add_argument("--clear", action="store_true", help="undo the faults (of NODE or SWITCH, if given), newest first")
     p.add_argument("--transient", action="store_true",
                    help=f"the node's next boot clears it (only {', '.join(TRANSIENT)}); else it outlives reboots")
     p.add_argument("kind", nargs="?", metavar="KIND", help=", ".join(KINDS))

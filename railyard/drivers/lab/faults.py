@@ -8,6 +8,9 @@ verify` finds. Each shows only where the node's own tools would show it:
     link-down NODE DEV           a rail's cable pulled: the fabric's end of its veth down (the node's
                                  interface loses carrier), its IB port DOWN, the cable gone from
                                  the subnet
+    link-down SWITCH PORT        a switch's cable pulled (PORT as the plan names it, swp33): on
+                                 Ethernet its port down in the switch's namespace, which both
+                                 ends' LLDP shows; on InfiniBand the cable gone from the subnet
     link-width NODE DEV WIDTH    a rail's cable trained narrower (2x, 1x) in the subnet
     link-slow NODE DEV MBIT      a rail that carries no more than MBIT Mbit/s out of the node: a
                                  token bucket (tc tbf) on the node's own netdev, which real
@@ -54,7 +57,7 @@ if TYPE_CHECKING:
     from railyard.model.plan import NodePlan, Plan
 
 KINDS = ("cable-swap", "link-down", "link-width", "link-slow", "gpu-lost", "pcie-degraded", "firmware", "ecc", "nvlink-down", "xid")
-ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE", "DEV"), "link-width": ("NODE", "DEV", "WIDTH"),
+ARGS = {"cable-swap": ("NODE", "DEV1", "DEV2"), "link-down": ("NODE|SWITCH", "DEV|PORT"), "link-width": ("NODE", "DEV", "WIDTH"),
         "link-slow": ("NODE", "DEV", "MBIT"),
         "gpu-lost": ("NODE", "GPU"), "pcie-degraded": ("NODE", "DEV", "WIDTH"), "firmware": ("NODE", "DEV", "VERSION"),
         "ecc": ("NODE", "GPU", "COUNT"), "nvlink-down": ("NODE", "GPU", "LINK"), "xid": ("NODE", "GPU", "CODE")}
@@ -337,6 +340,10 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
         raise FaultError(f"{kind} outlives a reboot; --transient takes {', '.join(TRANSIENT)}")
     if len(target) != len(ARGS[kind]):
         raise FaultError(f"{kind} takes {' '.join(ARGS[kind])}")
+    if kind == "link-down" and target[0] in {sw.name for sw in plan.fabric.switches()}:
+        said, undo, edit = _pull_switch_port(stack, plan, target[0], target[1])
+        return _record(stack, plan, {"kind": kind, "target": target, "undo": undo, "subnet": edit, "said": said,
+                                     "transient": False})
     f = _Fault(stack, plan, kind, target)
     node = target[0]
     try:
@@ -417,14 +424,48 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
     except BaseException:
         _undo(f.undo)
         raise
-    entries = _journal(stack)
     if transient:
         said += " (transient: its next boot clears it)"
-    entries.append({"kind": kind, "target": target, "undo": f.undo, "subnet": f.subnet_edit, "said": said,
-                    "transient": transient})
+    return _record(stack, plan, {"kind": kind, "target": target, "undo": f.undo, "subnet": f.subnet_edit,
+                                 "said": said, "transient": transient})
+
+
+def _record(stack: str, plan: Plan, entry: dict[str, Any]) -> str:
+    """One fault made, journalled with its undo, and the lab's subnet rewritten; what was done."""
+    entries = _journal(stack)
+    entries.append(entry)
     _save(stack, entries)
     _write_subnet(stack, plan, entries)
-    return said
+    return str(entry["said"])
+
+
+def _pull_switch_port(stack: str, plan: Plan, switch: str, port: str) -> tuple[str, list[dict[str, Any]], list[Any] | None]:
+    """(what was done, its undo, its subnet edit) for a switch's cable pulled at `port`: on an
+    InfiniBand fabric the cable gone from the simulated subnet; on Ethernet the port down in the
+    switch's namespace (the far end loses carrier, and both lldpd stop hearing each other)."""
+    from railyard.model.fabric.routing import port_netdev, port_number
+    from railyard.model.fabric.subnet import planned_cables
+
+    number = port_number(plan.fabric.switch, port)
+    if number is None:
+        raise FaultError(f"{switch} has no port {port}: its ports are named as the plan names them "
+                         f"({port_netdev(plan.fabric.switch, 1)} to {port_netdev(plan.fabric.switch, plan.fabric.switch.radix)})")
+    end = End(switch, number)
+    if not any(end in cable for cable in planned_cables(plan.fabric)):
+        raise FaultError(f"{switch} port {port} has no planned cable to pull")
+    said = f"{switch}: the cable on {port} pulled"
+    if plan.fabric.kind == "infiniband":
+        edit: list[Any] = ["unplug", [switch, number]]
+        _apply(subnet.current(stack, plan.fabric), edit)  # refused before anything changes
+        return said, [], edit
+    ns = names.switch_ns(stack, switch)
+    links = net.links(ns, with_addresses=False) if net.netns_exists(ns) else {}
+    # A leaf's host-facing port is named after its node in the lab, with the planned name as its alias.
+    dev = port if port in links else next((n for n, i in links.items() if i.get("ifalias") == port), None)
+    if dev is None:
+        raise FaultError(f"switch {switch} has no port {port} in the lab: is stack {stack} up?")
+    subprocess.run(["ip", "-n", ns, "link", "set", "dev", dev, "down"], check=True)
+    return said, [{"op": "link", "netns": ns, "dev": dev}], None
 
 
 def _apply(text: str, edit: list[Any]) -> str:

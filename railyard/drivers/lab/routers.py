@@ -203,6 +203,31 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
         time.sleep(0.05)
 
 
+def lldp_table(stack: str, switch: str) -> dict[str, list] | str:
+    """The neighbours the switch's lldpd heard, by its ports as the plan names them (a host-facing
+    port by the planned name in its alias, as lldp_ports sends it), as `railyard verify` reads a
+    real switch's table; or why it could not be read."""
+    from railyard.model import lldp
+
+    try:
+        shown = lldpcli(stack, switch, "-f", "json", "show", "neighbors")
+    except subprocess.TimeoutExpired:
+        return "lldpcli gave no answer in 10 s"
+    if shown.returncode != 0:
+        said = [line for line in shown.stderr.splitlines() if line.strip()]
+        return f"lldpcli exited {shown.returncode}: {said[-1].split('] ', 1)[-1] if said else 'no message'}"
+    try:
+        heard = lldp.parse(shown.stdout)
+    except ValueError as exc:
+        return f"lldpcli: {exc}"
+    links = net.links(names.switch_ns(stack, switch), with_addresses=False)
+    out: dict[str, list] = {}
+    for port, neighbours in heard.items():
+        alias = (links.get(port) or {}).get("ifalias") or ""
+        out.setdefault(port if _PORT.fullmatch(port) or not _PORT.fullmatch(alias) else alias, []).extend(neighbours)
+    return out
+
+
 def _daemons(ns: str) -> list[proc.Proc]:
     """Every process in the switch's namespace: FRR's and lldpd's."""
     ino = net.netns_inode(ns)

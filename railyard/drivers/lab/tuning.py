@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from railyard.drivers import Reboot, SubnetReading, TuningHooks
+from railyard.drivers import Reboot, SubnetReading, SwitchLldp, TuningHooks
 from railyard.drivers.lab.node import HW_TREE
 from railyard.drivers.lab.node.config import NODE_PATH
 
@@ -92,6 +92,17 @@ def read_subnet(spec: Spec, plan: Plan, default: Callable[[], SubnetReading]) ->
     return SubnetReading(text, where, judged)
 
 
+def read_switch_lldp(spec: Spec, plan: Plan, private_key: str | None, timeout: float) -> SwitchLldp:
+    """A RoCE lab stack's switches are the lab's routers, each running lldpd in its namespace on
+    this machine: their tables are asked here, with lldpcli, as a switch's own CLI would be."""
+    from railyard.drivers.lab import routers
+
+    if plan.fabric.kind != "roce" or not plan.networks.compute.routed:
+        return SwitchLldp({}, "the lab runs switches only for a routed RoCE fabric")
+    return SwitchLldp({s.name: routers.lldp_table(spec.stack, s.name) for s in plan.fabric.switches()},
+                      "the lab's switches, with lldpcli")
+
+
 def reboot(spec: Spec, pool: str) -> Reboot:
     """A lab node reboots through its power supervisor, one node of a pool at a time (the
     stack's railyard:health.maxUnavailable, where it gives one, is the repair loop's)."""
@@ -99,4 +110,4 @@ def reboot(spec: Spec, pool: str) -> Reboot:
 
 
 HOOKS = TuningHooks(tuning_vars=tuning_vars, acceptance_vars=acceptance_vars, node_vars=node_vars,
-                    read_subnet=read_subnet, reboot=reboot)
+                    read_subnet=read_subnet, read_switch_lldp=read_switch_lldp, reboot=reboot)

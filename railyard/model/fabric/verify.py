@@ -1,6 +1,7 @@
 """A fabric's cabling as discovered held against the plan: an InfiniBand subnet as ibnetdiscover
-shows it, or an Ethernet fabric's node-to-leaf cables as the hosts' LLDP neighbours show them.
-What a technician acts on, one finding per fault.
+shows it, or an Ethernet fabric's cables as LLDP shows them: the node-to-leaf ones in the hosts'
+neighbours, and every one in the switches' own tables where those are read. What a technician
+acts on, one finding per fault.
 
 Names are the join, as in subnet.py: an HCA is "<host> <device>" (rdma-ndd's node description),
 a switch its plan name. Every planned cable is one of: where it should be; moved (one end found on
@@ -11,7 +12,8 @@ should be is checked for its width and speed apart (`link-width`, `link-speed`):
 shows every link at its default speed (ibsim 0.10 predates NDR) is still judged on its cabling.
 
 Pure: the subnet is read elsewhere (railyard/sweep runs ibsim and ibnetdiscover; a dump is a file),
-and the LLDP neighbours by the hosts' facts program (railyard.model.lldp).
+the hosts' LLDP neighbours by their facts program (railyard.model.lldp), and the switches' tables by
+the stack's driver.
 """
 
 from __future__ import annotations
@@ -159,9 +161,92 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
     return judged, found, own, waiting
 
 
-def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[list[Finding], list[str]]:
-    """Every way the node-to-leaf cabling LLDP shows (lldp_cables) differs from the plan, and the
-    rails not judged yet."""
+def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]],
+                       senders: Mapping[str, tuple[str, Mapping[str, str]]]) -> tuple[set[tuple[End, End]],
+                                                                                      set[tuple[End, End]], list[Finding]]:
+    """(the planned cables the switches' own LLDP tables judge, the cables they show, findings of
+    their own) for an Ethernet fabric. switches: each switch read, {its port as the plan names it
+    (routing.port_netdev): the neighbours lldpd heard there (lldp.parse)}; senders: {the system
+    name a node's lldpd sends: (its node, {port id it sends (its netdev): its HCA's name})}.
+
+    A switch-to-switch cable is judged where either end's switch was read: a switch's lldpd always
+    speaks, so a silent port is a missing cable. A node's cable is judged where its leaf was read
+    and the node was heard on some switch read (its lldpd speaks, so its silence on the planned
+    port means the cable is not there), or where one of its NICs was heard anywhere (a port holds
+    one cable). A port the plan does not name (a management port) is not the fabric's; a neighbour
+    that is neither a planned switch nor a node is an `unknown-device`."""
+    from railyard.model.fabric.routing import port_number
+
+    names = {s.name for s in fabric.switches()}
+    found: set[tuple[End, End]] = set()
+    own: list[Finding] = []
+    heard_nodes: set[str] = set()
+    heard_hcas: set[str] = set()
+    for switch in sorted(switches):
+        for local, neighbours in sorted(switches[switch].items()):
+            here = port_number(fabric.switch, local)
+            if here is None:
+                continue
+            end = End(switch, here)
+            for n in neighbours:
+                system, port = n.get("system") or n.get("chassis_id") or "?", n.get("port") or "?"
+                if system in names:
+                    number = port_number(fabric.switch, port)
+                    if number is None:
+                        own.append(Finding("unknown-device", f"{system} port {port}", "a port of the plan's switches",
+                                           f"{end} cabled to it"))
+                    else:
+                        found.add(cable_of(end, End(system, number)))
+                elif system in senders:
+                    node, ports = senders[system]
+                    heard_nodes.add(node)
+                    hca = ports.get(port)
+                    if hca is None:
+                        own.append(Finding("unknown-device", f"{node} port {port}", "a compute NIC of the plan",
+                                           f"cabled to {end}"))
+                    else:
+                        heard_hcas.add(hca)
+                        found.add(cable_of(End(hca, 1), end))
+                else:
+                    own.append(Finding("unknown-device", system, "no such device", f"cabled to {end}"))
+    judged: set[tuple[End, End]] = set()
+    for link in fabric.links():
+        a, b = link_ends(link)
+        if link.tier == "node_leaf":
+            if (link.b_device in switches and link.a_device in heard_nodes) or a.device in heard_hcas:
+                judged.add(cable_of(a, b))
+        elif link.a_device in switches or link.b_device in switches:
+            judged.add(cable_of(a, b))
+    return judged, found, own
+
+
+def senders(nodes: Mapping[str, Mapping], planned_netdevs: Mapping[str, Mapping[str, str]]
+            ) -> dict[str, tuple[str, Mapping[str, str]]]:
+    """{the system name each node's lldpd sends: (the node, {its NICs' netdevs: their HCA names})}:
+    as the node's own facts show them where it was read (a host keeps its own hostname), else its
+    plan name and the plan's netdevs (planned_netdevs: {node: {RDMA device: netdev}})."""
+    out: dict[str, tuple[str, Mapping[str, str]]] = {}
+    for node, netdevs in planned_netdevs.items():
+        got = nodes.get(node)
+        read = got if isinstance(got, Mapping) else {}
+        shown = {nic.get("name"): nic.get("netdev") for nic in read.get("nics") or ()}
+        ports = {(shown.get(rdma) or netdev): hca_name(node, rdma) for rdma, netdev in netdevs.items()
+                 if shown.get(rdma) or netdev}
+        out[(read.get("lldp") or {}).get("system") or node] = (node, ports)
+    return out
+
+
+def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping],
+                switches: Mapping[str, Mapping[str, list]] | None = None,
+                planned_netdevs: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[Finding], list[str]]:
+    """Every way the cabling LLDP shows differs from the plan, and the rails not judged yet: the
+    node-to-leaf cables as the nodes hear them (lldp_cables), and, where `switches` were read, every
+    cable as those switches hear it (switch_lldp_cables, the nodes known by senders())."""
     judged, found, own, waiting = lldp_cables(fabric, nodes)
-    known = {s.name for s in fabric.switches()} | {end.device for cable in judged for end in cable}
+    if switches:
+        more, seen, theirs = switch_lldp_cables(fabric, switches, senders(nodes, planned_netdevs or {}))
+        judged, found, own = judged | more, found | seen, own + theirs
+        settled = {end.device for cable in more for end in cable}
+        waiting = [hca for hca in waiting if hca not in settled]
+    known = {end.device for cable in planned_cables(fabric) for end in cable}
     return cabling(judged, found, known) + own, waiting

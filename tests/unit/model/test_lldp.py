@@ -171,6 +171,141 @@ def test_verify_names_the_nodes_it_could_not_judge_and_whose_cables_it_did():
     assert (found, judged) == ([], False) and "LLDP not read on vela-0: lldpctl missing" in note
 
 
+# --- the switches' own tables -------------------------------------------------------------------
+
+def test_the_switch_side_fixtures_read_as_a_leaf_and_a_spine_hear_them():
+    leaf = lldp.parse((LLDP / "lldpctl-json-leaf-host-and-spine.json").read_text())
+    assert {k: [(n["system"], n["port"]) for n in v] for k, v in leaf.items()} == {
+        "gpu-0-r0": [("gpu-0", "ibp24s0")], "swp33": [("su0-spine0", "swp1")], "swp34": [("su0-spine0", "swp2")]}
+    spine = lldp.parse((LLDP / "lldpctl-json-spine-two-leaf-ports.json").read_text())
+    assert {k: [(n["system"], n["port"]) for n in v] for k, v in spine.items()} == {
+        "swp1": [("su0-leaf0", "swp33")], "swp2": [("su0-leaf0", "swp34")]}
+    assert lldp.parse_system((LLDP / "lldpcli-json-show-chassis-host.json").read_text()) == "gpu-0"
+    assert lldp.parse_system("not json") is None and lldp.parse_system('{"lldp": {}}') is None
+
+
+def netdevs(p):
+    return {n.name: {nic.name: nic.netdev for nic in n.nics} for n in p.nodes}
+
+
+def tables_as_cabled(p, swap=(), drop=(), system=None):
+    """Every switch's table as its lldpd would show the plan's cabling: each switch port hears its
+    cable's far end (a node by its system name and netdev, a switch by its name and port). swap:
+    two switch ends (switch, port) whose cables are exchanged (a free port: the cable moved
+    there); drop: switch ends whose cable is pulled; system: {node: the name its lldpd sends}."""
+    g = p.fabric.switch
+    nic = {(n.name, x.name): x.netdev for n in p.nodes for x in n.nics}
+    moved = dict(zip(swap, reversed(swap)))
+    heard: dict = {}
+    for link in p.fabric.links():
+        b = moved.get((link.b_device, link.b_port), (link.b_device, link.b_port))
+        if link.tier == "node_leaf":
+            a = None
+            if b in drop:
+                continue
+        else:
+            a = moved.get((link.a_device, link.a_port), (link.a_device, link.a_port))
+            if a in drop or b in drop:
+                continue
+            heard.setdefault(a[0], {}).setdefault(port_netdev(g, a[1]), []).append(
+                {"system": b[0], "chassis_id": "x", "port": port_netdev(g, b[1]), "port_type": "ifname"})
+        who = (system or {}).get(link.a_device, link.a_device) if a is None else a[0]
+        port = nic[(link.a_device, link.a_port)] if a is None else port_netdev(g, a[1])
+        heard.setdefault(b[0], {}).setdefault(port_netdev(g, b[1]), []).append(
+            {"system": who, "chassis_id": "x", "port": port, "port_type": "ifname"})
+    return heard
+
+
+def test_the_switches_tables_as_cabled_are_clean_and_judge_every_cable_with_no_node_read():
+    p = plan()
+    assert verify_lldp(p.fabric, facts_as_cabled(p), tables_as_cabled(p), netdevs(p)) == ([], [])
+    assert verify_lldp(p.fabric, {}, tables_as_cabled(p), netdevs(p)) == ([], [])
+    # With no node read, the switches alone find a swap at the leaves, as one finding.
+    leaf = p.nodes[0].nics[0].leaf
+    a, b = ((leaf, x.leaf_port) for x in (p.nodes[0].nics[0], p.nodes[1].nics[0]))
+    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(a, b)), netdevs(p))
+    assert [(f.kind, f.where) for f in found] == [("cable-swapped", "vela-0 mlx5_0 port 1 and vela-1 mlx5_0 port 1")]
+
+
+def test_a_pulled_or_swapped_uplink_is_found_only_from_the_switches_side():
+    p = plan()
+    up = [lk for lk in p.fabric.links() if lk.tier == "leaf_spine"]
+    one, two = up[0], up[1]
+    pulled = tables_as_cabled(p, drop={(one.a_device, one.a_port), (one.b_device, one.b_port)})
+    found, _ = verify_lldp(p.fabric, facts_as_cabled(p), pulled, netdevs(p))
+    assert [(f.kind, f.where) for f in found] == [
+        ("link-missing", f"{one.b_device} port {one.b_port} <-> {one.a_device} port {one.a_port}")]
+    # The hosts' side alone cannot see it.
+    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [])
+    # Two uplinks exchanged at the spine: one swap.
+    x, y = (one.b_device, one.b_port), (two.b_device, two.b_port)
+    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(x, y)), netdevs(p))
+    assert [f.kind for f in found] == ["cable-swapped"], found
+    assert found[0].where == f"{one.b_device} port {one.b_port} and {two.b_device} port {two.b_port}"
+    assert found[0].found == (f"{one.b_device} port {one.b_port} to {two.a_device} port {two.a_port}, "
+                              f"{two.b_device} port {two.b_port} to {one.a_device} port {one.a_port}")
+
+
+def test_a_node_its_switches_never_hear_is_not_judged_from_their_side_and_strangers_are_named():
+    p = plan()
+    # vela-1's lldpd is down: its leaves hear nothing from it, which says nothing of its cables.
+    silent = tables_as_cabled(p, drop={(x.leaf, x.leaf_port) for x in p.node_named("vela-1").nics})
+    assert verify_lldp(p.fabric, {}, silent, netdevs(p)) == ([], [])
+    # One of vela-1's NICs heard on the wrong port: misplaced.
+    x, y = p.node_named("vela-1").nics[:2]
+    free = max(lk.b_port for lk in p.fabric.links() if lk.b_device == x.leaf and lk.tier == "node_leaf") + 1
+    moved = tables_as_cabled(p, swap=((x.leaf, x.leaf_port), (x.leaf, free)))
+    found, _ = verify_lldp(p.fabric, {}, moved, netdevs(p))
+    assert [(f.kind, f.where, f.found) for f in found] == [
+        ("cable-misplaced", "vela-1 mlx5_0 port 1", f"cabled to {x.leaf} port {free}")]
+    # Heard on one rail, its lldpd speaks: another rail its leaf does not hear is a missing cable.
+    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, drop={(y.leaf, y.leaf_port)}), netdevs(p))
+    assert [(f.kind, f.where) for f in found] == [("link-missing", f"vela-1 {y.name} port 1 <-> {y.leaf} port {y.leaf_port}")]
+    # A host the plan does not have, and a node's port that is none of its NICs.
+    tables = tables_as_cabled(p)
+    tables[x.leaf][port_netdev(p.fabric.switch, free)] = [{"system": "rogue", "port": "eth0"}]
+    tables[x.leaf][port_netdev(p.fabric.switch, free + 1)] = [{"system": "vela-1", "port": "eno1"}]
+    found, _ = verify_lldp(p.fabric, {}, tables, netdevs(p))
+    assert sorted((f.kind, f.where) for f in found) == [("unknown-device", "rogue"),
+                                                        ("unknown-device", "vela-1 port eno1")]
+
+
+def test_a_host_is_known_by_the_system_name_its_lldpd_sends_and_its_own_netdevs():
+    """A host keeps its hostname: its switches hear `dgx-017`, which its facts name."""
+    p = plan()
+    facts = facts_as_cabled(p)
+    facts["vela-1"]["lldp"]["system"] = "dgx-017"
+    tables = tables_as_cabled(p, system={"vela-1": "dgx-017"})
+    assert verify_lldp(p.fabric, facts, tables, netdevs(p)) == ([], [])
+    # Known only by its plan name where it was not read: the stranger `dgx-017` is named.
+    found, _ = verify_lldp(p.fabric, {}, tables, netdevs(p))
+    assert {(f.kind, f.where) for f in found} == {("unknown-device", "dgx-017")}
+
+
+def test_rails_a_young_lldpd_has_not_heard_are_judged_by_their_leaves():
+    p = plan()
+    facts = facts_as_cabled(p, drop={("vela-1", 1)})
+    facts["vela-1"]["lldp"]["listening_s"] = 4
+    assert verify_lldp(p.fabric, facts)[1] == ["vela-1 mlx5_1"]
+    assert verify_lldp(p.fabric, facts, tables_as_cabled(p), netdevs(p)) == ([], [])
+
+
+def test_verify_notes_the_switches_read_and_those_that_could_not_be():
+    from railyard.drivers import SwitchLldp
+    from railyard.verify import cabling_from_lldp
+
+    p = plan()
+    tables = dict(tables_as_cabled(p), spine0="lldpcli exited 1: unable to connect to socket")
+    found, note, judged = cabling_from_lldp(p, facts_as_cabled(p), SwitchLldp(tables, "the lab's switches"))
+    assert (found, judged) == ([], True)
+    assert note == ("cabling: the LLDP neighbours of 2 node(s) read; the LLDP tables of 2 switch(es) read "
+                    "(the lab's switches); switch LLDP table not read on spine0: lldpcli exited 1: unable to "
+                    "connect to socket")
+    found, note, judged = cabling_from_lldp(p, {}, SwitchLldp({}, "railyard:hosts.switches names none"))
+    assert (found, judged) == ([], False)
+    assert note == "no switch's LLDP table read (railyard:hosts.switches names none): the nodes' side alone decides"
+
+
 def test_lldpds_age_is_read_from_its_pid_file_and_proc(tmp_path):
     (tmp_path / "lldpd.pid").write_text("4242\n")
     (tmp_path / "4242").mkdir()

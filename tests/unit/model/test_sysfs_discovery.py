@@ -274,7 +274,8 @@ def test_the_host_program_runs_standalone_and_prints_host_facts(trees, tmp_path)
 
 def test_the_host_program_of_an_ethernet_host_carries_its_lldp_neighbours(trees, tmp_path):
     """With lldp on, the same program asks the host's lldpctl (here one printing a real lldpd
-    1.0.16 output) and adds what it heard; a host without lldpctl says so."""
+    1.0.16 output) and adds what it heard, and the system name its lldpd sends (lldpcli's
+    chassis); a host without lldpctl says so."""
     import subprocess
 
     from railyard.model import bundle
@@ -287,11 +288,15 @@ def test_the_host_program_of_an_ethernet_host_carries_its_lldp_neighbours(trees,
     bin_dir.mkdir()
     (bin_dir / "lldpctl").write_text(f"#!/bin/sh\nexec /bin/cat {FIXTURES_DIR / 'lldp/lldpctl-json-host-two-leaves.json'}\n")
     (bin_dir / "lldpctl").chmod(0o755)
+    (bin_dir / "lldpcli").write_text("#!/bin/sh\n[ \"$*\" = '-f json show chassis' ] || exit 2\n"
+                                     f"exec /bin/cat {FIXTURES_DIR / 'lldp/lldpcli-json-show-chassis-host.json'}\n")
+    (bin_dir / "lldpcli").chmod(0o755)
     heard, missing = (subprocess.run([sys.executable, "-I", "-S", "-"], input=program, env=env, capture_output=True,
                                      text=True, timeout=60, cwd=tmp_path) for env in ({"PATH": str(bin_dir)}, {"PATH": "/nonexistent"}))
     facts = json.loads(heard.stdout.splitlines()[-1])
     assert {k: v for k, v in facts.items() if k != "lldp"} == _hw_facts(root)
     assert [n["system"] for n in facts["lldp"]["neighbours"]["ibp64s0"]] == ["su0-leaf1"]
+    assert facts["lldp"]["system"] == "gpu-0"
     assert json.loads(missing.stdout.splitlines()[-1])["lldp"] == {"not_read": "lldpctl missing: lldpd is not installed"}
 
 
