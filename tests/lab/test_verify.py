@@ -19,6 +19,8 @@ import pytest
 from railyard import paths
 from railyard.drivers.lab import names
 from railyard.drivers.lab.faults import _peer
+from railyard.model.fabric.routing import port_netdev
+from railyard.model.fabric.subnet import End, cable_of
 
 from .railyard_project import STORAGE, free_networks
 from .stack_project import StackProject, lab_stack
@@ -125,6 +127,21 @@ def test_each_fault_is_found_named_and_alone_then_cleared(project, args, expecte
         cleared = fault(project, "--clear")
     assert cleared.startswith("cleared: ")
     assert verify(project) == (0, [])
+
+
+def test_a_switchs_pulled_uplink_is_gone_from_the_subnet_and_named_by_its_two_switches(project):
+    """No node is on a leaf-to-spine cable: the finding names no node, only the two switch ports."""
+    up = next(lk for lk in project.plan.fabric.links() if lk.tier == "leaf_spine")
+    a, b = cable_of(End(up.a_device, up.a_port), End(up.b_device, up.b_port))
+    said = fault(project, "link-down", up.a_device, str(up.a_port))
+    try:
+        assert said.strip() == f"{up.a_device}: the cable on {port_netdev(project.plan.fabric.switch, up.a_port)} pulled"
+        rc, found = verify(project, "--only", "fabric")
+        assert rc == 1 and [(f["kind"], f["node"], f["where"]) for f in found] == [("link-missing", None, f"{a} <-> {b}")]
+        assert fault(project, "--clear", up.a_device).startswith("cleared: ")
+    finally:
+        fault(project, "--clear")
+    assert verify(project, "--only", "fabric") == (0, [])
 
 
 def test_several_faults_at_once_and_a_clear_of_one_node_keeps_the_others(project):

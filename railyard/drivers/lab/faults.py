@@ -8,7 +8,7 @@ verify` finds. Each shows only where the node's own tools would show it:
     link-down NODE DEV           a rail's cable pulled: the fabric's end of its veth down (the node's
                                  interface loses carrier), its IB port DOWN, the cable gone from
                                  the subnet
-    link-down SWITCH PORT        a switch's cable pulled (PORT as the plan names it, swp33): on
+    link-down SWITCH PORT        a switch's cable pulled (PORT its number, or as the plan names it, swp33): on
                                  Ethernet its port down in the switch's namespace, which both
                                  ends' LLDP shows; on InfiniBand the cable gone from the subnet
     link-width NODE DEV WIDTH    a rail's cable trained narrower (2x, 1x) in the subnet
@@ -446,10 +446,13 @@ def _pull_switch_port(stack: str, plan: Plan, switch: str, port: str) -> tuple[s
     from railyard.model.fabric.routing import port_netdev, port_number
     from railyard.model.fabric.subnet import planned_cables
 
-    number = port_number(plan.fabric.switch, port)
+    g = plan.fabric.switch
+    # Its number, as ibnetdiscover prints it, or its name as the plan gives it.
+    number = int(port) if port.isdigit() and 1 <= int(port) <= g.radix else port_number(g, port)
     if number is None:
-        raise FaultError(f"{switch} has no port {port}: its ports are named as the plan names them "
-                         f"({port_netdev(plan.fabric.switch, 1)} to {port_netdev(plan.fabric.switch, plan.fabric.switch.radix)})")
+        raise FaultError(f"{switch} has no port {port}: its ports are 1 to {g.radix}, or by name "
+                         f"{port_netdev(g, 1)} to {port_netdev(g, g.radix)}")
+    port = port_netdev(g, number)
     end = End(switch, number)
     if not any(end in cable for cable in planned_cables(plan.fabric)):
         raise FaultError(f"{switch} port {port} has no planned cable to pull")
