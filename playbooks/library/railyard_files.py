@@ -158,23 +158,24 @@ def _restore(root, path):
         os.chown(tmp, entry["uid"], entry["gid"])
         os.replace(tmp, path)
         os.unlink(saved)
-    else:
-        if os.path.lexists(path):
-            os.unlink(path)
-        for d in reversed(entry["dirs"]):
-            try:
-                os.rmdir(d)
-            except OSError:
-                break  # something else lives there now
+    elif os.path.lexists(path):
+        os.unlink(path)
     os.unlink(manifest)
     # The record's own directories go when they hold nothing more.
     d = os.path.dirname(manifest)
-    while d.startswith(originals) and d != os.path.dirname(os.path.dirname(originals)):
+    while d.startswith(originals):
         try:
-            os.rmdir(d)  # up to the originals directory's parent (/var/lib/railyard), when empty
+            os.rmdir(d)  # up to the originals directory, when empty
         except OSError:
             break
         d = os.path.dirname(d)
+    # Then those the first write made, now that the records are out of them (a file under
+    # /var/lib/railyard itself shares its parents with them).
+    for made in reversed(entry["dirs"] if not entry["existed"] else []):
+        try:
+            os.rmdir(made)
+        except OSError:
+            break  # something else lives there now
     return _read(path)
 
 
@@ -247,7 +248,9 @@ def main():
             if root and changed:
                 _remember(root, path, before, made)
             for d in made:
-                os.mkdir(d, DIR_MODE)
+                # The record may have made it already: a file under /var/lib/railyard itself.
+                if not os.path.isdir(d):
+                    os.mkdir(d, DIR_MODE)
                 module.set_owner_if_different(d, "root", False)
                 module.set_group_if_different(d, "root", False)
             if changed:

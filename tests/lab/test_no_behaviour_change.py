@@ -98,8 +98,11 @@ VIRTUAL = "lab-virtual"
 
 def _lldp_change(name: str, line: str) -> bool:
     """What `tune --check` says the lldp role (issue 40) would do on the RoCE stack's hosts: write
-    lldpd's drop-in and start it. Nothing else of the check may change."""
-    return name == ROUTED and ("/etc/lldpd.d/railyard.conf" in line or "Run lldpd by its pid file" in line)
+    lldpd's drop-in, record whether the host ran lldpd before, and start it. Nothing else of the
+    check may change."""
+    return name == ROUTED and any(what in line for what in (
+        "/etc/lldpd.d/railyard.conf", "/var/lib/railyard/lldp-before.json", "Record the host's own lldpd",
+        "Run lldpd by its pid file"))
 
 
 def _routed_switch_step(name: str, step: dict) -> bool:
