@@ -171,6 +171,32 @@ def test_a_changed_configuration_restarts_that_switch_only_and_its_sessions_come
         routers.ensure(STACK, switches_of(plan), plan.networks.compute.mtu)
 
 
+def test_a_namespace_deleted_while_frr_runs_is_not_kept_alive_by_its_mounts(fabric):
+    """FRR's mount namespace is a private copy of the host's mounts as they were when it started,
+    /run/netns's binds among them. A namespace the host deletes later (a node taken out) must not
+    live on there, unseen by `ip netns` and gc, while the switch runs: `ip netns del` unlinks its
+    file, and the kernel (since 3.18) detaches a mount whose mount point is unlinked in every
+    namespace, a private copy's too."""
+    plan, _ = fabric
+    doomed = STUB + "pin"
+    subprocess.run(["ip", "netns", "add", doomed], check=True)
+    switches = switches_of(plan)
+    switch = switches[0]["name"]
+    try:
+        switches[0] = {**switches[0], "frr_conf": switches[0]["frr_conf"] + "! restarted\n"}
+        routers.ensure(STACK, switches, plan.networks.compute.mtu)  # FRR starts again with the namespace there
+    finally:
+        subprocess.run(["ip", "netns", "del", doomed], check=True)
+    try:
+        frr = [p.pid for p in proc.in_namespaces({net.netns_inode(names.switch_ns(STACK, switch))})
+               if p.argv and not p.argv[0].rsplit("/", 1)[-1].startswith("lldpd")]
+        assert frr
+        held = [pid for pid in frr if f"/run/netns/{doomed} " in Path(f"/proc/{pid}/mountinfo").read_text()]
+        assert held == [], f"FRR's mounts keep {doomed} alive"
+    finally:
+        routers.ensure(STACK, switches_of(plan), plan.networks.compute.mtu)
+
+
 def test_delete_all_leaves_no_namespace_process_or_directory(fabric):
     plan, _ = fabric
     ensured = routers.read(STACK)["switches"]

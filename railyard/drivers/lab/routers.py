@@ -150,8 +150,9 @@ def _lldp_start(stack: str, switch: str) -> None:
     script = (f"mount -t tmpfs -o mode=0755 {q(names.switch_mount_marker(stack, switch))} /run && "
               f"printf %s {q(lldp_conf(switch))} >/run/lldpd.railyard.conf && "
               f"exec {q(str(LLDPD))} -O /run/lldpd.railyard.conf")
-    # A slave of the host's mounts, not a private copy: a netns the host deletes later (its
-    # /run/netns bind, under the tmpfs here) is let go of here too, instead of kept alive.
+    # A slave of the host's mounts: what the host mounts later shows here too. (A netns the host
+    # deletes goes from here either way: the kernel detaches a mount whose mount point is
+    # unlinked in every namespace; tests/lab/test_lab_routers.py holds FRR's private copy to it.)
     run = subprocess.run(["nsenter", f"--net={net.netns_path(ns)}", "unshare", "--mount", "--propagation", "slave",
                           "sh", "-c", script], capture_output=True, text=True,
                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", names.ENV_MARKER: names.switch_marker(stack, switch)})
