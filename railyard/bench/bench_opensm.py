@@ -76,6 +76,58 @@ def verify_pod(ctx: Context):
     yield Sample(f"{plan.fabric.nodes} nodes: the comparison alone", total - read, "s")
 
 
+def verify_pod_lldp(ctx: Context):
+    """The same pod on a routed 400GbE RoCE fabric (its compute fabric swapped for SN5600 leaves and
+    spines, 1:1): every node's LLDP neighbours and every switch's table as lldpd would show the
+    plan's cabling, with two uplinks exchanged at a spine, held against the plan from both sides."""
+    import copy
+    import time
+
+    from railyard.model.fabric.routing import port_netdev
+    from railyard.model.fabric.verify import verify_lldp
+    from railyard.model.plan import make_plan
+    from railyard.stack import parse_config
+
+    config = copy.deepcopy(yamlio.load(STACK.read_text())["config"])
+    config.pop("railyard:tenants", None)  # partition keys are InfiniBand's
+    config["railyard:fabric"]["compute"] = {"kind": "roce", "speed": "400gbe", "switch": "sn5600",
+                                            "topology": "rail-optimized", "oversubscription": 1, "cidr": "10.64.0.0/14",
+                                            "asnBase": 4200000000}
+    plan = make_plan(parse_config(config, stack="bench-lldp"))
+    g = plan.fabric.switch
+    links = list(plan.fabric.links())
+    up = [lk for lk in links if lk.tier != "node_leaf"]
+    # Two uplinks exchanged at their spine: each leaf port now hears the other's spine port.
+    swap = {(up[0].b_device, up[0].b_port): (up[1].b_device, up[1].b_port),
+            (up[1].b_device, up[1].b_port): (up[0].b_device, up[0].b_port)}
+    netdev = {(n.name, x.name): x.netdev or x.name for n in plan.nodes for x in n.nics}
+    facts = {n.name: {"nics": [{"name": x.name, "netdev": x.netdev} for x in n.nics],
+                      "lldp": {"neighbours": {x.netdev: [{"system": x.leaf, "port": port_netdev(g, x.leaf_port)}]
+                                              for x in n.nics}}} for n in plan.nodes}
+    tables: dict[str, dict[str, list]] = {}
+
+    def hears(at: tuple[str, int], system: str, port: str) -> None:
+        tables.setdefault(at[0], {}).setdefault(port_netdev(g, at[1]), []).append({"system": system, "port": port})
+
+    for lk in links:
+        b = swap.get((lk.b_device, lk.b_port), (lk.b_device, lk.b_port))
+        if lk.tier == "node_leaf":
+            hears(b, lk.a_device, netdev[(lk.a_device, lk.a_port)])
+        else:
+            hears(b, lk.a_device, port_netdev(g, lk.a_port))
+            hears((lk.a_device, lk.a_port), b[0], port_netdev(g, b[1]))
+    planned = {n.name: {x.name: x.netdev for x in n.nics if x.netdev} for n in plan.nodes}
+    started = time.perf_counter()
+    findings, _ = verify_lldp(plan.fabric, facts, tables, planned)
+    took = time.perf_counter() - started
+    if [f.kind for f in findings] != ["cable-swapped"]:
+        raise RuntimeError(f"the pod's LLDP verify found {[str(f) for f in findings[:3]]}, not the one swap")
+    yield Sample(f"{plan.fabric.nodes} nodes on RoCE: both sides' LLDP compared", took, "s", target=TARGET_VERIFY_448_S,
+                 note=f"{len(links):,} cables, {len(tables)} switches' tables")
+
+
 SECTIONS = (Section("opensm", "the 448-node pod simulated by ibsim and swept by OpenSM, with and without root GUIDs", run),
             Section("fabric-verify", "the 448-node pod's subnet (an ibnetdiscover dump) held against its plan",
-                    verify_pod))
+                    verify_pod),
+            Section("fabric-verify-lldp", "the 448-node pod on a RoCE fabric held against its plan from the nodes' "
+                                          "LLDP neighbours and the switches' tables", verify_pod_lldp))
