@@ -277,10 +277,7 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             report.unread["health"] = "; ".join(notes)
     if lldp:
         progress("reading the switches' LLDP tables")
-        from railyard import drivers
-
-        tables = drivers.read_switch_lldp(spec, plan, private_key, timeout)
-        found_lldp, note, judged = cabling_from_lldp(plan, facts, tables)
+        found_lldp, note, judged = cabling_from_lldp(plan, facts, switch_tables(spec, plan, private_key, timeout))
         report.findings += found_lldp
         report.notes.append(note)
         if not judged:
@@ -295,6 +292,24 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             report.findings += fabric(plan, subnet, speeds_judged=judged, switch_guids=spec.verify.switch_guids)
             report.notes.append(note)
     return report
+
+
+def switch_tables(spec: Spec, plan: Plan, private_key: str | None, timeout: float) -> SwitchLldp:
+    """The switches' own LLDP tables as the stack's driver reads them. A reading that fails as a
+    whole (a tool missing here, a switch namespace gone while read) is said, never raised: the
+    nodes' findings already read still come out."""
+    from railyard import drivers
+
+    try:
+        return drivers.read_switch_lldp(spec, plan, private_key, timeout)
+    except Exception as exc:  # noqa: BLE001 - any driver's failure is a reason, not an abort
+        return SwitchLldp({}, f"reading them failed: {type(exc).__name__}: {exc}")
+
+
+def planned_netdevs(plan: Plan) -> dict[str, dict[str, str | None]]:
+    """{node: {RDMA device: its netdev, or None where the plan does not know it}} of every node's
+    compute NICs: how a node's port ids are known where its own facts were not read."""
+    return {n.name: {nic.name: nic.netdev for nic in n.nics} for n in plan.nodes}
 
 
 def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
@@ -318,9 +333,8 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
         if isinstance(t, str):
             unread.setdefault(t, []).append(sw)
     nodes = {n.name for n in plan.nodes}
-    netdevs = {n.name: {nic.name: nic.netdev for nic in n.nics if nic.netdev} for n in plan.nodes}
     out = []
-    found, waiting = verify_lldp(plan.fabric, heard, tables, netdevs)
+    found, waiting, unjudged = verify_lldp(plan.fabric, heard, tables, planned_netdevs(plan))
     for f in found:
         node = f.where.split(" ", 1)[0]
         out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
@@ -332,6 +346,7 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
     said += [f"switch LLDP table not read on {', '.join(sws)}: {why}" for why, sws in unread.items()]
     if switches is not None and not switches.tables:
         said.append(f"no switch's LLDP table read ({where}): the nodes' side alone decides")
+    said += unjudged
     if waiting:
         said.append(f"LLDP not heard yet on {', '.join(waiting)}: their lldpd started under {LISTENING_S} s ago, "
                     "so those rails are not judged")

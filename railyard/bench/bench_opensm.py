@@ -87,6 +87,7 @@ def verify_pod_lldp(ctx: Context):
     from railyard.model.fabric.verify import verify_lldp
     from railyard.model.plan import make_plan
     from railyard.stack import parse_config
+    from railyard.verify import planned_netdevs
 
     config = copy.deepcopy(yamlio.load(STACK.read_text())["config"])
     config.pop("railyard:tenants", None)  # partition keys are InfiniBand's
@@ -116,9 +117,8 @@ def verify_pod_lldp(ctx: Context):
         else:
             hears(b, lk.a_device, port_netdev(g, lk.a_port))
             hears((lk.a_device, lk.a_port), b[0], port_netdev(g, b[1]))
-    planned = {n.name: {x.name: x.netdev for x in n.nics if x.netdev} for n in plan.nodes}
     started = time.perf_counter()
-    findings, _ = verify_lldp(plan.fabric, facts, tables, planned)
+    findings, _, _ = verify_lldp(plan.fabric, facts, tables, planned_netdevs(plan))
     took = time.perf_counter() - started
     if [f.kind for f in findings] != ["cable-swapped"]:
         raise RuntimeError(f"the pod's LLDP verify found {[str(f) for f in findings[:3]]}, not the one swap")

@@ -130,6 +130,9 @@ class RuleHooks:
     """Why it cannot act on this machine (a sentence that says nothing was changed), or None."""
     prepare: Callable[["Spec"], str | None] | None = None
     """Before an `up`: what it builds or fetches here for the stack; why it could not, or None."""
+    plan_problems: Callable[["Spec", Any], list["Problem"]] | None = None
+    """Its config's problems that only the planned fabric shows (a switch the plan lacks), given
+    the FabricPlan validation planned once."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,10 @@ class _Rules:
             return None, problems
         config, more = self.hooks.parse(section, spec)
         return config, problems + list(more)
+
+    def plan_problems(self, spec: Any, fabric: Any) -> list:
+        hook = self.hooks.plan_problems if self.hooks is not None else None
+        return list(hook(spec, fabric)) if hook is not None and spec.driver_config is not None else []
 
 
 def rules() -> dict[str, Any]:

@@ -85,7 +85,17 @@ def parse_system(text: str) -> str | None:
     return _chassis(local.get("chassis") if isinstance(local, dict) else None)["system"]
 
 
-def _system(argv: tuple = (LLDPCLI, "-f", "json", "show", "chassis")) -> str | None:
+def last_said(stderr: str) -> str:
+    """The last line a failed lldpctl or lldpcli printed, without the time and level it stamps its
+    messages with ("2026-12-06T09:17:50 [WARN/control] unable to connect ...")."""
+    said = [line for line in stderr.splitlines() if line.strip()]
+    return said[-1].split("] ", 1)[-1] if said else "no message"
+
+
+CHASSIS = (LLDPCLI, "-f", "json", "show", "chassis")
+
+
+def _system(argv: tuple) -> str | None:
     try:
         run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True, timeout=READ_TIMEOUT_S)
@@ -94,12 +104,13 @@ def _system(argv: tuple = (LLDPCLI, "-f", "json", "show", "chassis")) -> str | N
     return parse_system(run.stdout) if run.returncode == 0 else None
 
 
-def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
+def read(argv: tuple = (LLDPCTL, "-f", "json"), chassis: tuple | None = CHASSIS) -> dict:
     """This host's neighbours, {"neighbours": parse()}, or {"not_read": why} where lldpd cannot be
     asked (not installed, not running, too slow): then nothing can be said about its cables. The
     system name it sends is {"system": name}: what its switches' own LLDP tables call it, which
     need not be its plan name (a host keeps its hostname). An lldpd started under LISTENING_S ago
-    adds {"listening_s": its age}: a rail it has not heard yet is not judged."""
+    adds {"listening_s": its age}: a rail it has not heard yet is not judged. chassis: what prints
+    the local chassis (the system name); None: not asked."""
     try:
         run = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              universal_newlines=True, timeout=READ_TIMEOUT_S)
@@ -108,15 +119,12 @@ def read(argv: tuple = (LLDPCTL, "-f", "json")) -> dict:
     except subprocess.TimeoutExpired:
         return {"not_read": f"{argv[0]} gave no answer in {READ_TIMEOUT_S} s"}
     if run.returncode != 0:
-        said = [line for line in run.stderr.splitlines() if line.strip()]
-        # lldpctl stamps its messages: "2026-12-06T09:17:50 [WARN/control] unable to connect ..."
-        last = said[-1].split("] ", 1)[-1] if said else "no message"
-        return {"not_read": f"{argv[0]} exited {run.returncode}: {last}"}
+        return {"not_read": f"{argv[0]} exited {run.returncode}: {last_said(run.stderr)}"}
     try:
         out: dict = {"neighbours": parse(run.stdout)}
     except ValueError as exc:
         return {"not_read": f"{argv[0]}: {exc}"}
-    system = _system()
+    system = _system(chassis) if chassis else None
     if system:
         out["system"] = system
     age = running_s()

@@ -153,6 +153,26 @@ def test_a_pulled_uplink_is_found_only_in_the_switches_tables_and_clears(project
     assert verify_until(project, lambda f: f == []) == (0, [])
 
 
+def test_a_switch_whose_lldpd_is_down_is_named_and_makes_no_cable_missing(project):
+    """The spine's lldpd stopped: its table cannot be read and no leaf hears it any more, which says
+    nothing of its cables; the nodes' cables are still judged, from both sides."""
+    spine = next(s.name for s in project.plan.fabric.switches() if s.name not in {n.leaf for n in
+                                                                                   project.plan.node_named("gpu-0").nics})
+    routers._lldp_stop(STACK, spine)
+    try:
+        # Until every leaf port has forgotten it (its shutdown frames, or at the latest its TTL: 4 s
+        # here, 120 s at lldpd's defaults), a leaf still hears it on some uplinks and not on others.
+        deadline = time.monotonic() + 15
+        while (said := verify_text(project)).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert said.returncode == 0, said.stdout + said.stderr
+        assert f"switch LLDP table not read on {spine}: lldpcli exited 1: switch {spine} runs no lldpd" in said.stdout
+        assert "(fabric): as planned" in said.stdout
+    finally:
+        routers._lldp_start(STACK, spine)
+    assert verify_until(project, lambda f: f == []) == (0, [])
+
+
 def test_a_node_whose_lldpd_is_stopped_is_named_and_its_cables_not_judged(project):
     project.ssh("gpu-1", "kill $(cat /run/lldpd.pid)")
     try:

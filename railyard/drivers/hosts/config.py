@@ -19,8 +19,8 @@ HOST_KEY_MODES = ("pinned", "trust-on-first-use")
 DEFAULT_USER = "root"
 DEFAULT_REBOOT_COMMAND = "systemctl reboot"
 DEFAULT_REBOOT_TIMEOUT_SECONDS = 600
-# What prints a switch's LLDP table as lldpd's JSON: lldpd's own client, as on Cumulus Linux and
-# any Debian-based switch OS (SONiC keeps it in a container: `docker exec lldp lldpctl -f json`).
+# What prints a switch's LLDP table as lldpd's JSON: lldpd's own client, as on Cumulus Linux, whose
+# ports carry the plan's names (swp12); a switch OS naming them otherwise is not matched (verify.md).
 DEFAULT_LLDP_COMMAND = "lldpctl -f json"
 # A day: a server that has not answered by then needs a person, and the wait holds every later
 # host of its pool's rolling reboot.
@@ -155,6 +155,8 @@ class Switches:
     jump_host: JumpHost | None = None
     command: str = DEFAULT_LLDP_COMMAND
     """Run on each switch; prints its LLDP neighbours as `lldpctl -f json` does."""
+    jump_path: str = "railyard:hosts.jumpHost"
+    """Where its jump host was given (its own jumpHost, or the section's), for messages."""
 
 
 @dataclass(frozen=True)

@@ -353,12 +353,13 @@ def parse(section: Any, spec: Spec, root: Path | None = None) -> tuple[HostsConf
     # A jump host is pinned whatever hostKeys says: nothing would record a key learned through
     # it, so trusting it on first use would trust it on every use.
     told: set[tuple[str, str]] = set()
-    for e in entries:
-        j = e.host.jump_host
-        if j is not None and not j.host_keys and (e.jump_path, str(j)) not in told:
-            told.add((e.jump_path, str(j)))
-            r.problem(e.jump_path, f"no host key for the jump host {j.address}"
-                      + (f" ({e.place})" if e.host.name is not None else ""),
+    jumps = [(e.jump_path, e.host.jump_host, f" ({e.place})" if e.host.name is not None else "") for e in entries]
+    if switches is not None:
+        jumps.append((switches.jump_path, switches.jump_host, " (the switches')"))
+    for jump_path, j, place in jumps:
+        if j is not None and not j.host_keys and (jump_path, str(j)) not in told:
+            told.add((jump_path, str(j)))
+            r.problem(jump_path, f"no host key for the jump host {j.address}{place}",
                       f"a {P}.knownHosts line for {j.address}" + (f" port {j.port}" if j.port != 22 else ""),
                       "jump hosts are always pinned (trust on first use is for the hosts themselves)")
     if mode == "pinned":
@@ -453,9 +454,6 @@ def _switches(r: _Reader, s: Mapping, spec: Spec, d: _Defaults, hosts: Sequence[
     port = r.integer(m, "port", f"{path}.port", minimum=1, maximum=65535) or d.port
     own_jump = m.get("jumpHost") is not None
     jump = d.pinned_jump(r.jump_host(m.get("jumpHost"), f"{path}.jumpHost")) if own_jump else d.jump_host
-    if jump is not None and not jump.host_keys and own_jump:
-        r.problem(f"{path}.jumpHost", f"no host key for the jump host {jump.address}",
-                  f"a {P}.knownHosts line for {jump.address}", "jump hosts are always pinned")
     command = r.string(m, "lldpCommand", f"{path}.lldpCommand", "a command line") or DEFAULT_LLDP_COMMAND
     if "\n" in command:
         r.problem(f"{path}.lldpCommand", _show(command), "one command line",
@@ -468,15 +466,10 @@ def _switches(r: _Reader, s: Mapping, spec: Spec, d: _Defaults, hosts: Sequence[
         else:
             r.problem(f"{path}.hosts", _show(hm), allowed)
         return None
-    planned = _planned_switches(spec)
     taken = {h.host.address.lower(): h.place for h in hosts}
     out = []
     for name, value in hm.items():
-        spath = f"{path}.hosts.{name}"
-        if planned is not None and name not in planned:
-            r.problem(spath, _show(name), "a switch of the plan", _did_you_mean(str(name), planned)
-                      or "`railyard plan` lists them")
-            continue
+        spath = f"{path}.hosts.{name}"  # names are held to the plan by plan_problems, once it is planned
         sm = r.mapping(value, spath, KEYS["switches.hosts.<switch>"])
         if sm is None:
             continue
@@ -500,20 +493,20 @@ def _switches(r: _Reader, s: Mapping, spec: Spec, d: _Defaults, hosts: Sequence[
                       "a switch is always pinned: verify only reads it, so nothing would record a key it learned")
             continue
         out.append(Switch(str(name), address, pins))
-    return Switches(tuple(out), user=user, port=port, jump_host=jump, command=command)
+    return Switches(tuple(out), user=user, port=port, jump_host=jump, command=command,
+                    jump_path=f"{path}.jumpHost" if own_jump else f"{P}.jumpHost")
 
 
-def _planned_switches(spec: Spec) -> list[str] | None:
-    """The plan's switch names, or None where the fabric cannot be planned (its own problems say why)."""
-    from railyard.model.fabric.geometry import FabricError
-    from railyard.model.fabric.planner import plan_fabric
-
-    if getattr(spec, "fabric", None) is None or not getattr(spec, "node_pools", ()):
-        return None
-    try:
-        return [sw.name for sw in plan_fabric(spec).switches()]
-    except (FabricError, TypeError, AttributeError, ValueError):
-        return None
+def plan_problems(spec: Spec, fabric: Any) -> list[Problem]:
+    """railyard:hosts.switches names only switches of the planned fabric."""
+    config: HostsConfig = spec.driver_config
+    planned = [sw.name for sw in fabric.switches()]
+    out = []
+    for sw in config.switches.hosts if config.switches is not None else ():
+        if sw.name not in planned:
+            out.append(Problem(f"{P}.switches.hosts.{sw.name}", _show(sw.name), "a switch of the plan",
+                               _did_you_mean(sw.name, planned) or "`railyard plan` lists them"))
+    return out
 
 
 def _pool_hosts(r: _Reader, pm: Mapping, ppath: str, pool: str, root: Path | None,
@@ -716,4 +709,4 @@ def _check_object_store(r: _Reader, spec: Spec) -> None:
 
 
 # The contract's hooks this module provides (railyard.drivers.RuleHooks).
-HOOKS = RuleHooks(keys=KEYS, parse=parse)
+HOOKS = RuleHooks(keys=KEYS, parse=parse, plan_problems=plan_problems)

@@ -135,9 +135,10 @@ def read_switch_lldp(spec: Spec, plan: Plan, private_key: str | None, timeout: f
             result = run(target, sw.command, private_key=private_key, timeout=timeout)
         except SshError as exc:
             return s.name, str(exc).split(": ", 1)[-1]
+        except OSError as exc:  # no ssh here: every switch says so, none is passed
+            return s.name, f"ssh could not be run: {exc}"
         if result.rc != 0:
-            said = [line for line in result.stderr.splitlines() if line.strip()]
-            return s.name, f"{sw.command} exited {result.rc}: {said[-1] if said else 'no message'}"
+            return s.name, f"{sw.command} exited {result.rc}: {lldp.last_said(result.stderr)}"
         try:
             return s.name, lldp.parse(result.stdout)
         except ValueError as exc:

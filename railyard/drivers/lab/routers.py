@@ -111,7 +111,7 @@ def _lldpd_pid(stack: str, switch: str) -> int | None:
 
 
 def lldpcli(stack: str, switch: str, *args: str, commands: str | None = None,
-            pid: int | None = None) -> subprocess.CompletedProcess[str]:
+            pid: int | None = None, timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
     """lldpcli against the switch's lldpd (`pid`, found when not given), whose control socket is
     in the /run of its own mount namespace (lldpd's default path there): a path under the lab's
     directory could pass the 108 bytes a socket's path may have."""
@@ -119,7 +119,7 @@ def lldpcli(stack: str, switch: str, *args: str, commands: str | None = None,
     if pid is None:
         return subprocess.CompletedProcess(["lldpcli", *args], 1, "", f"switch {switch} runs no lldpd")
     return subprocess.run(["nsenter", "-t", str(pid), "-m", "lldpcli", *args], input=commands,
-                          capture_output=True, text=True, timeout=10)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _lldp_serving(stack: str, switch: str, configured: str | None = None) -> bool:
@@ -204,24 +204,24 @@ def lldp_ports(stack: str, switch: str, timeout: float = 10.0) -> dict[str, str]
         time.sleep(0.05)
 
 
-def lldp_table(stack: str, switch: str) -> dict[str, list] | str:
+def lldp_table(stack: str, switch: str, timeout: float = 10.0) -> dict[str, list] | str:
     """The neighbours the switch's lldpd heard, by its ports as the plan names them (a host-facing
     port by the planned name in its alias, as lldp_ports sends it), as `railyard verify` reads a
-    real switch's table; or why it could not be read."""
+    real switch's table; or why it could not be read (within `timeout`)."""
     from railyard.model import lldp
 
     try:
-        shown = lldpcli(stack, switch, "-f", "json", "show", "neighbors")
-    except subprocess.TimeoutExpired:
-        return "lldpcli gave no answer in 10 s"
-    if shown.returncode != 0:
-        said = [line for line in shown.stderr.splitlines() if line.strip()]
-        return f"lldpcli exited {shown.returncode}: {said[-1].split('] ', 1)[-1] if said else 'no message'}"
-    try:
+        shown = lldpcli(stack, switch, "-f", "json", "show", "neighbors", timeout=timeout)
+        if shown.returncode != 0:
+            return f"lldpcli exited {shown.returncode}: {lldp.last_said(shown.stderr)}"
         heard = lldp.parse(shown.stdout)
+        links = net.links(names.switch_ns(stack, switch), with_addresses=False)
+    except subprocess.TimeoutExpired:
+        return f"lldpcli gave no answer in {timeout:g} s"
     except ValueError as exc:
         return f"lldpcli: {exc}"
-    links = net.links(names.switch_ns(stack, switch), with_addresses=False)
+    except (LabError, OSError) as exc:  # the switch's namespace gone while it was read
+        return str(exc)
     out: dict[str, list] = {}
     for port, neighbours in heard.items():
         alias = (links.get(port) or {}).get("ifalias") or ""

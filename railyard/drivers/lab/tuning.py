@@ -99,7 +99,7 @@ def read_switch_lldp(spec: Spec, plan: Plan, private_key: str | None, timeout: f
 
     if plan.fabric.kind != "roce" or not plan.networks.compute.routed:
         return SwitchLldp({}, "the lab runs switches only for a routed RoCE fabric")
-    return SwitchLldp({s.name: routers.lldp_table(spec.stack, s.name) for s in plan.fabric.switches()},
+    return SwitchLldp({s.name: routers.lldp_table(spec.stack, s.name, timeout) for s in plan.fabric.switches()},
                       "the lab's switches, with lldpcli")
 
 

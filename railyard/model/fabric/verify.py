@@ -19,7 +19,7 @@ the stack's driver.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from railyard.model.fabric.subnet import End, Subnet, cable_of, hca_name, link_ends, link_rate, planned_cables, rate_parts
 
@@ -161,92 +161,165 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
     return judged, found, own, waiting
 
 
-def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]],
-                       senders: Mapping[str, tuple[str, Mapping[str, str]]]) -> tuple[set[tuple[End, End]],
-                                                                                      set[tuple[End, End]], list[Finding]]:
-    """(the planned cables the switches' own LLDP tables judge, the cables they show, findings of
-    their own) for an Ethernet fabric. switches: each switch read, {its port as the plan names it
-    (routing.port_netdev): the neighbours lldpd heard there (lldp.parse)}; senders: {the system
-    name a node's lldpd sends: (its node, {port id it sends (its netdev): its HCA's name})}.
+class Sender(NamedTuple):
+    """A node as its switches' LLDP tables name it: the node, {the port ids its lldpd sends (its
+    NICs' netdevs): their HCA names}, and whether its system name is the one its own facts gave
+    (else its plan name, which a host keeping its own hostname does not send)."""
 
-    A switch-to-switch cable is judged where either end's switch was read: a switch's lldpd always
-    speaks, so a silent port is a missing cable. A node's cable is judged where its leaf was read
-    and the node was heard on some switch read (its lldpd speaks, so its silence on the planned
-    port means the cable is not there), or where one of its NICs was heard anywhere (a port holds
-    one cable). A port the plan does not name (a management port) is not the fabric's; a neighbour
-    that is neither a planned switch nor a node is an `unknown-device`."""
-    from railyard.model.fabric.routing import port_number
+    node: str
+    ports: Mapping[str, str]
+    confirmed: bool
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]],
+                       senders: Mapping[str, Sender], young: Iterable[str] = (), ambiguous: Iterable[str] = ()
+                       ) -> tuple[set[tuple[End, End]], set[tuple[End, End]], list[Finding], list[str]]:
+    """(the planned cables the switches' own LLDP tables judge, the cables they show, findings of
+    their own, notes on what they could not judge) for an Ethernet fabric. switches: each switch
+    read, {its port as the plan names it (routing.port_netdev): the neighbours lldpd heard there
+    (lldp.parse)}; senders: each node by the system name its lldpd sends (senders()); young: the
+    nodes whose lldpd started under lldp.LISTENING_S ago; ambiguous: system names several nodes
+    send, which are skipped.
+
+    A table whose ports are none of them named as the plan names them cannot be matched to it,
+    and is not judged (a note says so). A switch-to-switch cable is judged where a switch at one
+    end was read and the other end speaks (its table was read, or a read switch hears it): a
+    speaking switch's silent port is a missing cable, and a switch whose lldpd is down judges
+    nothing. A node's cable is judged where its leaf was read and the node was heard on some read
+    switch (its lldpd speaks, so its silence on the planned port means no cable), unless its lldpd
+    is young (a NIC slow to come up is not a missing cable yet); or where that NIC was heard
+    anywhere (a port holds one cable). A port the plan does not name (a management port) is not
+    the fabric's. A neighbour that is neither a planned switch nor a node is an `unknown-device`,
+    one finding per device, unless it sits where the plan puts a node whose own name is not known
+    (not read: a host may send its own hostname): then a note says so."""
+    from railyard.model.fabric.routing import port_netdev, port_number
 
     names = {s.name for s in fabric.switches()}
+    young, ambiguous = set(young), set(ambiguous)
+    notes: list[str] = []
+    read: dict[str, Mapping[str, list]] = {}
+    for switch, table in sorted(switches.items()):
+        if any(table.values()) and not any(port_number(fabric.switch, p) is not None for p in table):
+            notes.append(f"{switch}: none of its ports is named as the plan names them ({port_netdev(fabric.switch, 1)}"
+                         f", ...; heard on {_listed(sorted(table))}), so its table is not judged")
+        else:
+            read[switch] = table
+    planned_peer: dict[End, End] = {}
+    hca_node: dict[str, str] = {}
+    for link in fabric.links():
+        a, b = link_ends(link)
+        planned_peer[a], planned_peer[b] = b, a
+        if link.tier == "node_leaf":
+            hca_node[a.device] = link.a_device
+    unconfirmed = {s.node for s in senders.values() if not s.confirmed}
     found: set[tuple[End, End]] = set()
-    own: list[Finding] = []
     heard_nodes: set[str] = set()
     heard_hcas: set[str] = set()
-    for switch in sorted(switches):
-        for local, neighbours in sorted(switches[switch].items()):
+    heard_switches: set[str] = set()
+    strangers: dict[str, list[str]] = {}
+    foreign_ports: dict[str, list[str]] = {}
+    unnamed: dict[str, list[str]] = {}
+    for switch in sorted(read):
+        for local, neighbours in sorted(read[switch].items()):
             here = port_number(fabric.switch, local)
             if here is None:
                 continue
             end = End(switch, here)
             for n in neighbours:
                 system, port = n.get("system") or n.get("chassis_id") or "?", n.get("port") or "?"
+                if system in ambiguous:
+                    continue
                 if system in names:
+                    heard_switches.add(system)
                     number = port_number(fabric.switch, port)
                     if number is None:
-                        own.append(Finding("unknown-device", f"{system} port {port}", "a port of the plan's switches",
-                                           f"{end} cabled to it"))
+                        foreign_ports.setdefault(system, []).append(f"{port} (on {end})")
                     else:
                         found.add(cable_of(end, End(system, number)))
                 elif system in senders:
-                    node, ports = senders[system]
-                    heard_nodes.add(node)
-                    hca = ports.get(port)
+                    sender = senders[system]
+                    heard_nodes.add(sender.node)
+                    hca = sender.ports.get(port)
                     if hca is None:
-                        own.append(Finding("unknown-device", f"{node} port {port}", "a compute NIC of the plan",
-                                           f"cabled to {end}"))
+                        foreign_ports.setdefault(sender.node, []).append(f"{port} (on {end})")
                     else:
                         heard_hcas.add(hca)
                         found.add(cable_of(End(hca, 1), end))
                 else:
-                    own.append(Finding("unknown-device", system, "no such device", f"cabled to {end}"))
+                    peer = planned_peer.get(end)
+                    owner = hca_node.get(peer.device) if peer is not None else None
+                    if owner in unconfirmed:
+                        unnamed.setdefault(owner, []).append(f"{system} on {end}")
+                    else:
+                        strangers.setdefault(system, []).append(str(end))
+    own = [Finding("unknown-device", system, "no such device", f"cabled to {_listed(ends)}")
+           for system, ends in sorted(strangers.items())]
+    own += [Finding("unknown-device", f"{device} port {ports[0].split(' ')[0]}" if len(ports) == 1
+                    else f"{device} ports", "ports of the plan", f"port ids none of the plan's: {_listed(ports)}")
+            for device, ports in sorted(foreign_ports.items())]
+    if unnamed:
+        notes.append("heard where the plan puts nodes that were not read, under names that are not theirs in the "
+                     f"plan (a host may send its own hostname): {_listed([f'{n} ({_listed(e, 1)})' for n, e in sorted(unnamed.items())])}; "
+                     "those cables are judged from the nodes' side only")
+    speaking = set(read) | heard_switches
     judged: set[tuple[End, End]] = set()
     for link in fabric.links():
         a, b = link_ends(link)
         if link.tier == "node_leaf":
-            if (link.b_device in switches and link.a_device in heard_nodes) or a.device in heard_hcas:
+            if a.device in heard_hcas or (link.b_device in read and link.a_device in heard_nodes
+                                          and link.a_device not in young):
                 judged.add(cable_of(a, b))
-        elif link.a_device in switches or link.b_device in switches:
+        elif (link.a_device in read or link.b_device in read) and {link.a_device, link.b_device} <= speaking:
             judged.add(cable_of(a, b))
-    return judged, found, own
+    return judged, found, own, notes
 
 
-def senders(nodes: Mapping[str, Mapping], planned_netdevs: Mapping[str, Mapping[str, str]]
-            ) -> dict[str, tuple[str, Mapping[str, str]]]:
-    """{the system name each node's lldpd sends: (the node, {its NICs' netdevs: their HCA names})}:
-    as the node's own facts show them where it was read (a host keeps its own hostname), else its
-    plan name and the plan's netdevs (planned_netdevs: {node: {RDMA device: netdev}})."""
-    out: dict[str, tuple[str, Mapping[str, str]]] = {}
+def senders(nodes: Mapping[str, Mapping], planned_netdevs: Mapping[str, Mapping[str, str | None]]
+            ) -> tuple[dict[str, Sender], set[str], list[str]]:
+    """({the system name each node's lldpd sends: its Sender}, the names several send, notes): names and netdevs as the
+    node's own facts show them where it was read (a host keeps its own hostname), else its plan
+    name and the plan's netdevs (planned_netdevs: {node: {RDMA device: netdev, or None where the
+    plan does not know it}}). Nodes that send one name between them (a cloned image's
+    `localhost`) cannot be told apart in a switch's table: they are left out, and a note says so."""
+    by_name: dict[str, list[Sender]] = {}
     for node, netdevs in planned_netdevs.items():
         got = nodes.get(node)
-        read = got if isinstance(got, Mapping) else {}
-        shown = {nic.get("name"): nic.get("netdev") for nic in read.get("nics") or ()}
-        ports = {(shown.get(rdma) or netdev): hca_name(node, rdma) for rdma, netdev in netdevs.items()
-                 if shown.get(rdma) or netdev}
-        out[(read.get("lldp") or {}).get("system") or node] = (node, ports)
-    return out
+        facts = got if isinstance(got, Mapping) else {}
+        shown = {nic.get("name"): nic.get("netdev") for nic in facts.get("nics") or ()}
+        ports: dict[str, str] = {}
+        for rdma, netdev in netdevs.items():
+            port = shown.get(rdma) or netdev
+            if port:
+                ports[str(port)] = hca_name(node, rdma)
+        system = (facts.get("lldp") or {}).get("system")
+        by_name.setdefault(system or node, []).append(Sender(node, ports, bool(system)))
+    out = {name: found[0] for name, found in by_name.items() if len(found) == 1}
+    notes = [f"{_listed(sorted(s.node for s in found))} send one system name, {name!r}: their switches' tables "
+             "cannot tell them apart, so those cables are judged from the nodes' side only"
+             for name, found in sorted(by_name.items()) if len(found) > 1]
+    return out, {name for name, found in by_name.items() if len(found) > 1}, notes
 
 
 def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping],
                 switches: Mapping[str, Mapping[str, list]] | None = None,
-                planned_netdevs: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[Finding], list[str]]:
-    """Every way the cabling LLDP shows differs from the plan, and the rails not judged yet: the
-    node-to-leaf cables as the nodes hear them (lldp_cables), and, where `switches` were read, every
-    cable as those switches hear it (switch_lldp_cables, the nodes known by senders())."""
+                planned_netdevs: Mapping[str, Mapping[str, str | None]] | None = None
+                ) -> tuple[list[Finding], list[str], list[str]]:
+    """Every way the cabling LLDP shows differs from the plan, the rails not judged yet, and notes
+    on what the switches' tables could not judge: the node-to-leaf cables as the nodes hear them
+    (lldp_cables), and, where `switches` were read, every cable as those switches hear it
+    (switch_lldp_cables, the nodes known by senders())."""
     judged, found, own, waiting = lldp_cables(fabric, nodes)
+    notes: list[str] = []
     if switches:
-        more, seen, theirs = switch_lldp_cables(fabric, switches, senders(nodes, planned_netdevs or {}))
-        judged, found, own = judged | more, found | seen, own + theirs
+        known_by, shared, notes = senders(nodes, planned_netdevs or {})
+        young = {n for n, got in nodes.items() if (got.get("lldp") or {}).get("listening_s") is not None}
+        more, seen, theirs, said = switch_lldp_cables(fabric, switches, known_by, young, shared)
+        judged, found, own, notes = judged | more, found | seen, own + theirs, notes + said
         settled = {end.device for cable in more for end in cable}
         waiting = [hca for hca in waiting if hca not in settled]
     known = {end.device for cable in planned_cables(fabric) for end in cable}
-    return cabling(judged, found, known) + own, waiting
+    return cabling(judged, found, known) + own, waiting, notes

@@ -293,6 +293,9 @@ class _Parser(ConfigReader, CrossFieldRules):
                     if name not in planned:
                         self.problem(f"{NAMESPACE}:verify.switchGuids.{name}", _show(name), "a switch of the plan",
                                      _did_you_mean(name, planned) or "`railyard plan` lists them")
+            plan_problems = getattr(rules, "plan_problems", None)  # optional (DriverRules)
+            if plan_problems is not None and self.fabric_plan is not None:
+                self.problems.extend(plan_problems(spec, self.fabric_plan))
         if self.problems:
             raise SpecError(self.problems)
         return spec

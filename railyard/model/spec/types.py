@@ -143,6 +143,10 @@ class DriverRules(Protocol):
 
     def parse(self, section: Any, spec: "Spec") -> tuple[Any, list[Problem]]: ...
 
+    # Optional: plan_problems(spec, fabric) -> list[Problem], what only the planned fabric (the
+    # FabricPlan validation planned once) shows is wrong with the driver's config (a switch name
+    # the plan lacks). A driver's rules without it have none.
+
 
 # --------------------------------------------------------------------------------------------------
 # The model

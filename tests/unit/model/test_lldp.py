@@ -64,16 +64,16 @@ def test_what_is_not_lldpctls_json_is_refused(text):
 
 
 def test_read_says_why_when_lldpd_cannot_be_asked(tmp_path):
-    assert lldp.read((str(tmp_path / "lldpctl"), "-f", "json")) == {
+    assert lldp.read((str(tmp_path / "lldpctl"), "-f", "json"), chassis=None) == {
         "not_read": f"{tmp_path / 'lldpctl'} missing: lldpd is not installed"}
     # The real stderr lldpctl prints with no daemon on its socket, and its exit status.
     fake = tmp_path / "fake"
     fake.write_text(f"#!/bin/sh\ncat {LLDP / 'lldpctl-no-daemon.stderr'} >&2\nexit 1\n")
     fake.chmod(0o755)
-    assert lldp.read((str(fake),)) == {
+    assert lldp.read((str(fake),), chassis=None) == {
         "not_read": f"{fake} exited 1: unable to connect to socket /tmp/lt/nosuch.sock: No such file or directory"}
     fake.write_text(f"#!/bin/sh\ncat {LLDP / 'lldpctl-json-host-one-left.json'}\n")
-    assert lldp.read((str(fake),))["neighbours"]["ibp24s0"][0]["port"] == "swp1s0"
+    assert lldp.read((str(fake),), chassis=None)["neighbours"]["ibp24s0"][0]["port"] == "swp1s0"
 
 
 @pytest.mark.parametrize("per_cage,radix", [(1, 64), (2, 64), (4, 256)])
@@ -114,11 +114,11 @@ def facts_as_cabled(p, swap: tuple[tuple[str, int], tuple[str, int]] | None = No
 
 def test_the_plans_cabling_is_clean_and_only_the_nodes_read_are_judged():
     p = plan()
-    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [])
+    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [], [])
     # A node whose lldpd could not be asked: its cables are not judged, never passed or failed.
     facts = facts_as_cabled(p, drop={("vela-1", 0)})
     facts["vela-1"]["lldp"] = {"not_read": "lldpctl missing"}
-    assert verify_lldp(p.fabric, facts) == ([], [])
+    assert verify_lldp(p.fabric, facts) == ([], [], [])
 
 
 def test_a_swap_is_one_finding_a_silent_rail_a_missing_cable_and_a_foreign_port_its_own():
@@ -151,7 +151,7 @@ def test_an_lldpd_still_listening_leaves_its_unheard_rails_unjudged_and_judges_t
     p = plan()
     facts = facts_as_cabled(p, drop={("vela-1", 1)}, rename={("vela-1", 0): ("vela-su0-leaf0", "swp3s0")})
     facts["vela-1"]["lldp"]["listening_s"] = 4
-    found, waiting = verify_lldp(p.fabric, facts)
+    found, waiting, _ = verify_lldp(p.fabric, facts)
     assert waiting == ["vela-1 mlx5_1"]
     assert [(f.kind, f.where) for f in found] == [("cable-misplaced", "vela-1 mlx5_0 port 1")]
 
@@ -180,12 +180,17 @@ def test_the_switch_side_fixtures_read_as_a_leaf_and_a_spine_hear_them():
     spine = lldp.parse((LLDP / "lldpctl-json-spine-two-leaf-ports.json").read_text())
     assert {k: [(n["system"], n["port"]) for n in v] for k, v in spine.items()} == {
         "swp1": [("su0-leaf0", "swp33")], "swp2": [("su0-leaf0", "swp34")]}
+    # What lldpctl printed, stamped, with no daemon: the message alone.
+    assert lldp.last_said((LLDP / "lldpctl-no-daemon.stderr").read_text()) == (
+        "unable to connect to socket /tmp/lt/nosuch.sock: No such file or directory")
     assert lldp.parse_system((LLDP / "lldpcli-json-show-chassis-host.json").read_text()) == "gpu-0"
     assert lldp.parse_system("not json") is None and lldp.parse_system('{"lldp": {}}') is None
 
 
 def netdevs(p):
-    return {n.name: {nic.name: nic.netdev for nic in n.nics} for n in p.nodes}
+    from railyard.verify import planned_netdevs
+
+    return planned_netdevs(p)
 
 
 def tables_as_cabled(p, swap=(), drop=(), system=None):
@@ -218,12 +223,12 @@ def tables_as_cabled(p, swap=(), drop=(), system=None):
 
 def test_the_switches_tables_as_cabled_are_clean_and_judge_every_cable_with_no_node_read():
     p = plan()
-    assert verify_lldp(p.fabric, facts_as_cabled(p), tables_as_cabled(p), netdevs(p)) == ([], [])
-    assert verify_lldp(p.fabric, {}, tables_as_cabled(p), netdevs(p)) == ([], [])
+    assert verify_lldp(p.fabric, facts_as_cabled(p), tables_as_cabled(p), netdevs(p)) == ([], [], [])
+    assert verify_lldp(p.fabric, {}, tables_as_cabled(p), netdevs(p)) == ([], [], [])
     # With no node read, the switches alone find a swap at the leaves, as one finding.
     leaf = p.nodes[0].nics[0].leaf
     a, b = ((leaf, x.leaf_port) for x in (p.nodes[0].nics[0], p.nodes[1].nics[0]))
-    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(a, b)), netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(a, b)), netdevs(p))
     assert [(f.kind, f.where) for f in found] == [("cable-swapped", "vela-0 mlx5_0 port 1 and vela-1 mlx5_0 port 1")]
 
 
@@ -232,14 +237,14 @@ def test_a_pulled_or_swapped_uplink_is_found_only_from_the_switches_side():
     up = [lk for lk in p.fabric.links() if lk.tier == "leaf_spine"]
     one, two = up[0], up[1]
     pulled = tables_as_cabled(p, drop={(one.a_device, one.a_port), (one.b_device, one.b_port)})
-    found, _ = verify_lldp(p.fabric, facts_as_cabled(p), pulled, netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, facts_as_cabled(p), pulled, netdevs(p))
     assert [(f.kind, f.where) for f in found] == [
         ("link-missing", f"{one.b_device} port {one.b_port} <-> {one.a_device} port {one.a_port}")]
     # The hosts' side alone cannot see it.
-    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [])
+    assert verify_lldp(p.fabric, facts_as_cabled(p)) == ([], [], [])
     # Two uplinks exchanged at the spine: one swap.
     x, y = (one.b_device, one.b_port), (two.b_device, two.b_port)
-    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(x, y)), netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, swap=(x, y)), netdevs(p))
     assert [f.kind for f in found] == ["cable-swapped"], found
     assert found[0].where == f"{one.b_device} port {one.b_port} and {two.b_device} port {two.b_port}"
     assert found[0].found == (f"{one.b_device} port {one.b_port} to {two.a_device} port {two.a_port}, "
@@ -250,22 +255,22 @@ def test_a_node_its_switches_never_hear_is_not_judged_from_their_side_and_strang
     p = plan()
     # vela-1's lldpd is down: its leaves hear nothing from it, which says nothing of its cables.
     silent = tables_as_cabled(p, drop={(x.leaf, x.leaf_port) for x in p.node_named("vela-1").nics})
-    assert verify_lldp(p.fabric, {}, silent, netdevs(p)) == ([], [])
+    assert verify_lldp(p.fabric, {}, silent, netdevs(p)) == ([], [], [])
     # One of vela-1's NICs heard on the wrong port: misplaced.
     x, y = p.node_named("vela-1").nics[:2]
     free = max(lk.b_port for lk in p.fabric.links() if lk.b_device == x.leaf and lk.tier == "node_leaf") + 1
     moved = tables_as_cabled(p, swap=((x.leaf, x.leaf_port), (x.leaf, free)))
-    found, _ = verify_lldp(p.fabric, {}, moved, netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, {}, moved, netdevs(p))
     assert [(f.kind, f.where, f.found) for f in found] == [
         ("cable-misplaced", "vela-1 mlx5_0 port 1", f"cabled to {x.leaf} port {free}")]
     # Heard on one rail, its lldpd speaks: another rail its leaf does not hear is a missing cable.
-    found, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, drop={(y.leaf, y.leaf_port)}), netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, {}, tables_as_cabled(p, drop={(y.leaf, y.leaf_port)}), netdevs(p))
     assert [(f.kind, f.where) for f in found] == [("link-missing", f"vela-1 {y.name} port 1 <-> {y.leaf} port {y.leaf_port}")]
     # A host the plan does not have, and a node's port that is none of its NICs.
     tables = tables_as_cabled(p)
     tables[x.leaf][port_netdev(p.fabric.switch, free)] = [{"system": "rogue", "port": "eth0"}]
     tables[x.leaf][port_netdev(p.fabric.switch, free + 1)] = [{"system": "vela-1", "port": "eno1"}]
-    found, _ = verify_lldp(p.fabric, {}, tables, netdevs(p))
+    found, _, _ = verify_lldp(p.fabric, {}, tables, netdevs(p))
     assert sorted((f.kind, f.where) for f in found) == [("unknown-device", "rogue"),
                                                         ("unknown-device", "vela-1 port eno1")]
 
@@ -276,18 +281,76 @@ def test_a_host_is_known_by_the_system_name_its_lldpd_sends_and_its_own_netdevs(
     facts = facts_as_cabled(p)
     facts["vela-1"]["lldp"]["system"] = "dgx-017"
     tables = tables_as_cabled(p, system={"vela-1": "dgx-017"})
-    assert verify_lldp(p.fabric, facts, tables, netdevs(p)) == ([], [])
-    # Known only by its plan name where it was not read: the stranger `dgx-017` is named.
-    found, _ = verify_lldp(p.fabric, {}, tables, netdevs(p))
-    assert {(f.kind, f.where) for f in found} == {("unknown-device", "dgx-017")}
+    assert verify_lldp(p.fabric, facts, tables, netdevs(p)) == ([], [], [])
+    # Not read, its name is not known: heard where the plan puts it, it is not called a stranger.
+    found, _, notes = verify_lldp(p.fabric, {"vela-0": facts["vela-0"]}, tables, netdevs(p))
+    assert found == [] and len(notes) == 1 and "vela-1 (dgx-017 on vela-su0-leaf" in notes[0]
+    # A stranger where a node that was read belongs is one finding, however many ports hear it.
+    facts["vela-0"]["lldp"]["system"] = "vela-0"
+    x = p.node_named("vela-0").nics
+    for nic in x:
+        tables[nic.leaf][port_netdev(p.fabric.switch, nic.leaf_port)] = [{"system": "rogue", "port": "eth0"}]
+    found, _, _ = verify_lldp(p.fabric, {"vela-0": facts["vela-0"], "vela-1": facts["vela-1"]}, tables, netdevs(p))
+    assert [(f.kind, f.where) for f in found if f.kind == "unknown-device"] == [("unknown-device", "rogue")]
 
 
-def test_rails_a_young_lldpd_has_not_heard_are_judged_by_their_leaves():
+def test_nodes_sending_one_name_are_left_to_their_own_side():
+    p = plan()
+    facts = facts_as_cabled(p)
+    for n in facts.values():
+        n["lldp"]["system"] = "localhost"
+    tables = tables_as_cabled(p, system={"vela-0": "localhost", "vela-1": "localhost"})
+    found, _, notes = verify_lldp(p.fabric, facts, tables, netdevs(p))
+    assert found == [] and notes == ["vela-0, vela-1 send one system name, 'localhost': their switches' tables "
+                                     "cannot tell them apart, so those cables are judged from the nodes' side only"]
+
+
+def test_a_switch_whose_lldpd_is_down_or_unread_judges_no_uplink():
+    """spine0 silent: its table is not read and no leaf hears it, which says nothing of its cables."""
+    p = plan()
+    tables = tables_as_cabled(p)
+    del tables["spine0"]
+    for leaf in tables.values():
+        for port, heard in list(leaf.items()):
+            leaf[port] = [n for n in heard if n["system"] != "spine0"]
+    assert verify_lldp(p.fabric, facts_as_cabled(p), tables, netdevs(p)) == ([], [], [])
+    # Unread but heard by the leaves: it speaks, so an uplink a leaf does not hear is missing.
+    up = next(lk for lk in p.fabric.links() if lk.tier == "leaf_spine")
+    heard = tables_as_cabled(p, drop={(up.a_device, up.a_port), (up.b_device, up.b_port)})
+    del heard["spine0"]
+    found, _, _ = verify_lldp(p.fabric, {}, heard, netdevs(p))
+    assert [f.kind for f in found] == ["link-missing"]
+
+
+def test_a_switch_whose_ports_are_named_otherwise_is_not_judged_and_said_so():
+    """SONiC names its ports EthernetN: its table cannot be matched to the plan's swpN."""
+    p = plan()
+    tables = tables_as_cabled(p)
+    tables["spine0"] = {f"Ethernet{i}": heard for i, heard in enumerate(tables["spine0"].values())}
+    found, _, notes = verify_lldp(p.fabric, facts_as_cabled(p), tables, netdevs(p))
+    assert found == [] and len(notes) == 1 and notes[0].startswith("spine0: none of its ports is named as the plan")
+    # Its port ids, heard by the leaves, are another matter: one finding for the switch, not one per port.
+    renamed = tables_as_cabled(p)
+    for leaf in ("vela-su0-leaf0", "vela-su0-leaf1"):
+        for heard in renamed[leaf].values():
+            for n in heard:
+                if n["system"] == "spine0":
+                    n["port"] = "Ethernet" + n["port"][3:]
+    del renamed["spine0"]
+    found, _, _ = verify_lldp(p.fabric, {}, renamed, netdevs(p))
+    assert [(f.kind, f.where) for f in found if f.kind == "unknown-device"] == [("unknown-device", "spine0 ports")]
+
+
+def test_rails_a_young_lldpd_has_not_heard_are_judged_by_their_leaves_only_where_heard():
     p = plan()
     facts = facts_as_cabled(p, drop={("vela-1", 1)})
     facts["vela-1"]["lldp"]["listening_s"] = 4
     assert verify_lldp(p.fabric, facts)[1] == ["vela-1 mlx5_1"]
-    assert verify_lldp(p.fabric, facts, tables_as_cabled(p), netdevs(p)) == ([], [])
+    assert verify_lldp(p.fabric, facts, tables_as_cabled(p), netdevs(p)) == ([], [], [])
+    # Its leaf has not heard that NIC either (slow to come up after a boot): still waited for.
+    y = p.node_named("vela-1").nics[1]
+    assert verify_lldp(p.fabric, facts, tables_as_cabled(p, drop={(y.leaf, y.leaf_port)}), netdevs(p)) == (
+        [], ["vela-1 mlx5_1"], [])
 
 
 def test_verify_notes_the_switches_read_and_those_that_could_not_be():

@@ -30,8 +30,8 @@ def test_switches_take_the_sections_login_by_default_and_their_own_where_given()
     assert got is not None and (got.user, got.port, got.jump_host, got.command) == ("root", 22, None, DEFAULT_LLDP_COMMAND)
     assert got.hosts == (Switch("gpu-su0-leaf0", "192.0.2.21", (key(21),)), Switch("spine0", "192.0.2.31", (key(31),)))
     own = hosts_config(roce(switches=switches(user="cumulus", port=2222,
-                                              lldpCommand="docker exec lldp lldpctl -f json"))).switches
-    assert own is not None and (own.user, own.port, own.command) == ("cumulus", 2222, "docker exec lldp lldpctl -f json")
+                                              lldpCommand="sudo lldpctl -f json"))).switches
+    assert own is not None and (own.user, own.port, own.command) == ("cumulus", 2222, "sudo lldpctl -f json")
     assert hosts_config(roce()).switches is None
 
 
@@ -70,3 +70,19 @@ def test_bad_switches_are_one_problem_at_their_path(name):
 def test_switches_on_an_infiniband_fabric_are_refused_with_the_way_its_cabling_is_read():
     (p,) = problems(config(switches=switches()))
     assert p.path == f"{H}.switches" and "ibnetdiscover" in p.hint and "switchGuids" in p.hint
+
+
+def test_the_switches_jump_host_is_pinned_whether_their_own_or_the_sections():
+    """Every host here has a jump host of its own, pinned; the section's, which only the switches
+    take, has no key: refused, as a host's would be."""
+    cfg = roce(switches=switches(), jumpHost="admin@bastion.example.net", knownHosts=[f"jump2.example.net {key(40)}"])
+    for h in cfg[H]["pools"]["gpu"]["hosts"]:
+        h["jumpHost"] = "jump2.example.net"
+    (p,) = problems(cfg)
+    assert p.path == f"{H}.jumpHost" and "bastion.example.net (the switches')" in p.found
+    own = roce(switches=switches(jumpHost="jump3.example.net"))
+    (p,) = problems(own)
+    assert p.path == f"{H}.switches.jumpHost"
+    cfg[H]["knownHosts"].append(f"bastion.example.net {key(41)}")
+    got = hosts_config(cfg).switches
+    assert got is not None and got.jump_host is not None and got.jump_host.host_keys == (key(41),)
