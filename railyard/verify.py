@@ -334,7 +334,8 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
             unread.setdefault(t, []).append(sw)
     nodes = {n.name for n in plan.nodes}
     out = []
-    found, waiting, unjudged = verify_lldp(plan.fabric, heard, tables, planned_netdevs(plan))
+    read = {n: got for n, got in facts.items() if isinstance(got, dict)}
+    found, waiting, unjudged, judged = verify_lldp(plan.fabric, read, tables, planned_netdevs(plan))
     for f in found:
         node = f.where.split(" ", 1)[0]
         out.append(Finding(f.kind, node if node in nodes else None, f.where, f.planned, f.found, str(f)))
@@ -350,7 +351,9 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
     if waiting:
         said.append(f"LLDP not heard yet on {', '.join(waiting)}: their lldpd started under {LISTENING_S} s ago, "
                     "so those rails are not judged")
-    return out, "; ".join(said) or "cabling: no node read", bool(heard) or bool(tables)
+    # Read where a node's neighbours were (its waiting rails are said above), or where the switches'
+    # tables judged a cable: a table that could not be matched to the plan reads nothing.
+    return out, "; ".join(said) or "cabling: no node read", bool(heard) or judged
 
 
 def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], None],

@@ -118,7 +118,7 @@ def verify_pod_lldp(ctx: Context):
             hears(b, lk.a_device, port_netdev(g, lk.a_port))
             hears((lk.a_device, lk.a_port), b[0], port_netdev(g, b[1]))
     started = time.perf_counter()
-    findings, _, _ = verify_lldp(plan.fabric, facts, tables, planned_netdevs(plan))
+    findings, *_ = verify_lldp(plan.fabric, facts, tables, planned_netdevs(plan))
     took = time.perf_counter() - started
     if [f.kind for f in findings] != ["cable-swapped"]:
         raise RuntimeError(f"the pod's LLDP verify found {[str(f) for f in findings[:3]]}, not the one swap")

@@ -118,6 +118,16 @@ def cabling(planned: set[tuple[End, End]], found: set[tuple[End, End]],
     return out
 
 
+def _foreign(ports: Mapping[str, list[tuple[str, str]]]) -> list[Finding]:
+    """One `unknown-device` per device whose port ids (port, where heard) are none of the plan's."""
+    out = []
+    for device, heard in sorted(ports.items()):
+        where = f"{device} port {heard[0][0]}" if len({p for p, _ in heard}) == 1 else f"{device} ports"
+        out.append(Finding("unknown-device", where, "ports of the plan",
+                           f"port ids none of the plan's: {_listed([f'{p} (heard on {at})' for p, at in heard])}"))
+    return out
+
+
 def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[tuple[End, End]],
                                                                            set[tuple[End, End]], list[Finding], list[str]]:
     """(the planned cables LLDP can judge, the cables it shows, findings of its own, the rails not
@@ -126,8 +136,9 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
     is read, so only node-to-leaf cables are judged, and only those of nodes whose lldpd answered.
     A rail unheard by an lldpd still listening (started under lldp.LISTENING_S ago) is not judged
     yet. A neighbour is named by the system name and port id its switch sends (`swp12`, Cumulus's
-    and the plan's naming, routing.port_netdev); a port id that is no port of the plan's switch is
-    a finding of its own, an `unknown-device`."""
+    and the plan's naming, routing.port_netdev); port ids that are no port of the plan's switch
+    are one `unknown-device` for that switch, and a rail that hears only such ids is not judged (a
+    switch naming its ports otherwise cannot be matched to the plan)."""
     from railyard.model.fabric.routing import port_number
 
     planned_by_node: dict[str, list[tuple[str, tuple[End, End]]]] = {}
@@ -137,7 +148,7 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
                 (hca_name(link.a_device, link.a_port), cable_of(*link_ends(link))))
     judged: set[tuple[End, End]] = set()
     found: set[tuple[End, End]] = set()
-    own: list[Finding] = []
+    foreign: dict[str, list[tuple[str, str]]] = {}
     waiting: list[str] = []
     for node in sorted(nodes):
         reading = nodes[node].get("lldp") or {}
@@ -146,33 +157,65 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
             continue
         netdevs = {hca_name(node, nic.get("name")): nic.get("netdev") for nic in nodes[node].get("nics") or ()}
         for hca, cable in planned_by_node[node]:
-            if reading.get("listening_s") is not None and not heard.get(netdevs.get(hca) or ""):
+            neighbours = heard.get(netdevs.get(hca) or "", ())
+            if reading.get("listening_s") is not None and not neighbours:
                 waiting.append(hca)
                 continue
-            judged.add(cable)
-            for n in heard.get(netdevs.get(hca) or "", ()):
+            matched = not neighbours
+            for n in neighbours:
                 system, port = n.get("system") or n.get("chassis_id") or "?", n.get("port") or "?"
                 number = port_number(fabric.switch, port)
                 if number is None:
-                    own.append(Finding("unknown-device", f"{system} port {port}", "a port of the plan's switches",
-                                       f"{hca} ({netdevs[hca]}) cabled to it"))
+                    foreign.setdefault(system, []).append((port, f"{hca} ({netdevs[hca]})"))
                     continue
+                matched = True
                 found.add(cable_of(End(hca, 1), End(system, number)))
-    return judged, found, own, waiting
+            if matched:
+                judged.add(cable)
+    return judged, found, _foreign(foreign), waiting
 
 
 class Sender(NamedTuple):
     """A node as its switches' LLDP tables name it: the node, {the port ids its lldpd sends (its
-    NICs' netdevs): their HCA names}, and whether its system name is the one its own facts gave
-    (else its plan name, which a host keeping its own hostname does not send)."""
+    NICs' netdevs): their HCA names}, whether its system name is the one its own facts gave (else
+    its plan name, which a host keeping its own hostname does not send), and whether its port ids
+    are the ones its facts gave (else the plan's netdevs, predicted from its PCI layout)."""
 
     node: str
     ports: Mapping[str, str]
     confirmed: bool
+    ports_read: bool = True
 
 
 def _listed(items: list[str], shown: int = 3) -> str:
     return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def matched_tables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]], known: Iterable[str] = ()
+                   ) -> tuple[dict[str, Mapping[str, list]], list[str]]:
+    """(the switches' tables that can be held to the plan, a note on each that cannot): a table
+    that heard no one (an lldpd started just now has not heard its neighbours yet) says nothing,
+    and one whose ports that hear a planned switch or a `known` system (a node's name) are none of
+    them named as the plan names them (SONiC's `Ethernet0`) cannot be matched to it. A switch
+    whose fabric ports are dark, with only a management port heard, is still held to the plan."""
+    from railyard.model.fabric.routing import port_netdev, port_number
+
+    ours = {s.name for s in fabric.switches()} | set(known)
+    kept: dict[str, Mapping[str, list]] = {}
+    notes: list[str] = []
+    for switch, table in sorted(switches.items()):
+        if not any(table.values()):
+            notes.append(f"{switch}: its lldpd has heard no neighbour (started just now?), so its table is not judged")
+            continue
+        named = [p for p in table if port_number(fabric.switch, p) is not None]
+        fabric_ports = [p for p, heard in table.items() if any(n.get("system") in ours for n in heard)]
+        if not named and fabric_ports:
+            notes.append(f"{switch}: none of its ports is named as the plan names them "
+                         f"({port_netdev(fabric.switch, 1)}, ...; heard on {_listed(sorted(fabric_ports))}), "
+                         "so its table is not judged")
+            continue
+        kept[switch] = table
+    return kept, notes
 
 
 def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]],
@@ -181,33 +224,26 @@ def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, l
     """(the planned cables the switches' own LLDP tables judge, the cables they show, findings of
     their own, notes on what they could not judge) for an Ethernet fabric. switches: each switch
     read, {its port as the plan names it (routing.port_netdev): the neighbours lldpd heard there
-    (lldp.parse)}; senders: each node by the system name its lldpd sends (senders()); young: the
-    nodes whose lldpd started under lldp.LISTENING_S ago; ambiguous: system names several nodes
-    send, which are skipped.
+    (lldp.parse)}, as matched_tables() keeps them; senders: each node by the system name its lldpd
+    sends (senders()); young: the nodes whose lldpd started under lldp.LISTENING_S ago; ambiguous:
+    system names several nodes send, which are skipped.
 
-    A table whose ports are none of them named as the plan names them cannot be matched to it,
-    and is not judged (a note says so). A switch-to-switch cable is judged where a switch at one
-    end was read and the other end speaks (its table was read, or a read switch hears it): a
-    speaking switch's silent port is a missing cable, and a switch whose lldpd is down judges
-    nothing. A node's cable is judged where its leaf was read and the node was heard on some read
-    switch (its lldpd speaks, so its silence on the planned port means no cable), unless its lldpd
-    is young (a NIC slow to come up is not a missing cable yet); or where that NIC was heard
-    anywhere (a port holds one cable). A port the plan does not name (a management port) is not
-    the fabric's. A neighbour that is neither a planned switch nor a node is an `unknown-device`,
-    one finding per device, unless it sits where the plan puts a node whose own name is not known
-    (not read: a host may send its own hostname): then a note says so."""
-    from railyard.model.fabric.routing import port_netdev, port_number
+    A switch-to-switch cable is judged where a switch at one end was read and the other end speaks
+    in the plan's words (its table was read, or a read switch hears it with a port id of the
+    plan's): a speaking switch's silent port is a missing cable, and a switch whose lldpd is down,
+    or that names its ports otherwise, judges nothing. A node's cable is judged where its leaf was
+    read and the node was heard on some read switch (its lldpd speaks, so its silence on the
+    planned port means no cable), unless its lldpd is young (a NIC slow to come up is not a missing
+    cable yet) or its port ids are the plan's prediction, not its own facts; or where that NIC was
+    heard anywhere (a port holds one cable). A port the plan does not name (a management port) is
+    not the fabric's. A neighbour that is neither a planned switch nor a node is one
+    `unknown-device` per device, unless it sits where the plan puts a node whose own name is not
+    known and that is heard nowhere under its plan name (a host may send its own hostname): then a
+    note says so."""
+    from railyard.model.fabric.routing import port_number
 
     names = {s.name for s in fabric.switches()}
     young, ambiguous = set(young), set(ambiguous)
-    notes: list[str] = []
-    read: dict[str, Mapping[str, list]] = {}
-    for switch, table in sorted(switches.items()):
-        if any(table.values()) and not any(port_number(fabric.switch, p) is not None for p in table):
-            notes.append(f"{switch}: none of its ports is named as the plan names them ({port_netdev(fabric.switch, 1)}"
-                         f", ...; heard on {_listed(sorted(table))}), so its table is not judged")
-        else:
-            read[switch] = table
     planned_peer: dict[End, End] = {}
     hca_node: dict[str, str] = {}
     for link in fabric.links():
@@ -215,16 +251,18 @@ def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, l
         planned_peer[a], planned_peer[b] = b, a
         if link.tier == "node_leaf":
             hca_node[a.device] = link.a_device
-    unconfirmed = {s.node for s in senders.values() if not s.confirmed}
+    by_node = {s.node: s for s in senders.values()}
+    confirmed = {s.node for s in senders.values() if s.confirmed}
     found: set[tuple[End, End]] = set()
     heard_nodes: set[str] = set()
     heard_hcas: set[str] = set()
     heard_switches: set[str] = set()
     strangers: dict[str, list[str]] = {}
-    foreign_ports: dict[str, list[str]] = {}
-    unnamed: dict[str, list[str]] = {}
-    for switch in sorted(read):
-        for local, neighbours in sorted(read[switch].items()):
+    foreign: dict[str, list[tuple[str, str]]] = {}
+    guessed: dict[str, list[str]] = {}
+    unnamed: dict[str, list[tuple[str, str]]] = {}
+    for switch in sorted(switches):
+        for local, neighbours in sorted(switches[switch].items()):
             here = port_number(fabric.switch, local)
             if here is None:
                 continue
@@ -234,57 +272,69 @@ def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, l
                 if system in ambiguous:
                     continue
                 if system in names:
-                    heard_switches.add(system)
                     number = port_number(fabric.switch, port)
                     if number is None:
-                        foreign_ports.setdefault(system, []).append(f"{port} (on {end})")
+                        foreign.setdefault(system, []).append((port, str(end)))
                     else:
+                        heard_switches.add(system)
                         found.add(cable_of(end, End(system, number)))
                 elif system in senders:
                     sender = senders[system]
                     heard_nodes.add(sender.node)
                     hca = sender.ports.get(port)
-                    if hca is None:
-                        foreign_ports.setdefault(sender.node, []).append(f"{port} (on {end})")
-                    else:
+                    if hca is not None:
                         heard_hcas.add(hca)
                         found.add(cable_of(End(hca, 1), end))
+                    elif sender.ports_read:
+                        foreign.setdefault(sender.node, []).append((port, str(end)))
+                    else:
+                        guessed.setdefault(sender.node, []).append(f"{port} on {end}")
                 else:
                     peer = planned_peer.get(end)
                     owner = hca_node.get(peer.device) if peer is not None else None
-                    if owner in unconfirmed:
-                        unnamed.setdefault(owner, []).append(f"{system} on {end}")
+                    if owner is not None and owner not in confirmed:
+                        unnamed.setdefault(owner, []).append((system, str(end)))
                     else:
                         strangers.setdefault(system, []).append(str(end))
+    for owner in [o for o in unnamed if o in heard_nodes]:  # heard under its plan name elsewhere: someone else
+        for system, at in unnamed.pop(owner):
+            strangers.setdefault(system, []).append(at)
     own = [Finding("unknown-device", system, "no such device", f"cabled to {_listed(ends)}")
            for system, ends in sorted(strangers.items())]
-    own += [Finding("unknown-device", f"{device} port {ports[0].split(' ')[0]}" if len(ports) == 1
-                    else f"{device} ports", "ports of the plan", f"port ids none of the plan's: {_listed(ports)}")
-            for device, ports in sorted(foreign_ports.items())]
+    own += _foreign(foreign)
+    notes: list[str] = []
     if unnamed:
-        notes.append("heard where the plan puts nodes that were not read, under names that are not theirs in the "
-                     f"plan (a host may send its own hostname): {_listed([f'{n} ({_listed(e, 1)})' for n, e in sorted(unnamed.items())])}; "
-                     "those cables are judged from the nodes' side only")
-    speaking = set(read) | heard_switches
+        notes.append("heard where the plan puts nodes whose own system name is not known (not read, or their lldpd "
+                     "did not say it), under other names (a host may send its own hostname): "
+                     f"{_listed([f'{n} ({e[0][0]} on {e[0][1]})' for n, e in sorted(unnamed.items())])}; "
+                     "those cables are not judged from the switches' side")
+    if guessed:
+        notes.append("port ids not the plan's predicted netdevs, from nodes that were not read: "
+                     f"{_listed([f'{n} ({_listed(e, 1)})' for n, e in sorted(guessed.items())])}; "
+                     "only their NICs that were recognised are judged from the switches' side")
+    speaking = set(switches) | heard_switches
     judged: set[tuple[End, End]] = set()
     for link in fabric.links():
         a, b = link_ends(link)
         if link.tier == "node_leaf":
-            if a.device in heard_hcas or (link.b_device in read and link.a_device in heard_nodes
-                                          and link.a_device not in young):
+            whole = link.a_device in by_node and by_node[link.a_device].ports_read
+            if a.device in heard_hcas or (link.b_device in switches and link.a_device in heard_nodes
+                                          and link.a_device not in young and whole):
                 judged.add(cable_of(a, b))
-        elif (link.a_device in read or link.b_device in read) and {link.a_device, link.b_device} <= speaking:
+        elif (link.a_device in switches or link.b_device in switches) and {link.a_device, link.b_device} <= speaking:
             judged.add(cable_of(a, b))
     return judged, found, own, notes
 
 
 def senders(nodes: Mapping[str, Mapping], planned_netdevs: Mapping[str, Mapping[str, str | None]]
             ) -> tuple[dict[str, Sender], set[str], list[str]]:
-    """({the system name each node's lldpd sends: its Sender}, the names several send, notes): names and netdevs as the
-    node's own facts show them where it was read (a host keeps its own hostname), else its plan
-    name and the plan's netdevs (planned_netdevs: {node: {RDMA device: netdev, or None where the
-    plan does not know it}}). Nodes that send one name between them (a cloned image's
-    `localhost`) cannot be told apart in a switch's table: they are left out, and a note says so."""
+    """({the system name each node's lldpd sends: its Sender}, the names several send, notes): names
+    and netdevs as the node's own facts show them where it was read (a host keeps its own
+    hostname), else its plan name and the plan's netdevs (planned_netdevs: {node: {RDMA device:
+    netdev, or None where the plan does not know it}}). A name a node's own facts give wins over
+    the same name only assumed for another (its plan name). Nodes whose facts give one name between
+    them (a cloned image's `localhost`) cannot be told apart in a switch's table: they are left
+    out, and a note says so."""
     by_name: dict[str, list[Sender]] = {}
     for node, netdevs in planned_netdevs.items():
         got = nodes.get(node)
@@ -296,30 +346,40 @@ def senders(nodes: Mapping[str, Mapping], planned_netdevs: Mapping[str, Mapping[
             if port:
                 ports[str(port)] = hca_name(node, rdma)
         system = (facts.get("lldp") or {}).get("system")
-        by_name.setdefault(system or node, []).append(Sender(node, ports, bool(system)))
-    out = {name: found[0] for name, found in by_name.items() if len(found) == 1}
-    notes = [f"{_listed(sorted(s.node for s in found))} send one system name, {name!r}: their switches' tables "
-             "cannot tell them apart, so those cables are judged from the nodes' side only"
-             for name, found in sorted(by_name.items()) if len(found) > 1]
-    return out, {name for name, found in by_name.items() if len(found) > 1}, notes
+        by_name.setdefault(system or node, []).append(
+            Sender(node, ports, bool(system), ports_read=bool(shown) and all(shown.get(r) for r in netdevs)))
+    out: dict[str, Sender] = {}
+    shared: set[str] = set()
+    notes: list[str] = []
+    for name, claims in sorted(by_name.items()):
+        own = [c for c in claims if c.confirmed]
+        if len(own) > 1 or (not own and len(claims) > 1):
+            shared.add(name)
+            notes.append(f"{_listed(sorted(c.node for c in claims))} send one system name, {name!r}: their switches' "
+                         "tables cannot tell them apart, so those cables are judged from the nodes' side only")
+        else:
+            out[name] = own[0] if own else claims[0]
+    return out, shared, notes
 
 
 def verify_lldp(fabric: FabricPlan, nodes: Mapping[str, Mapping],
                 switches: Mapping[str, Mapping[str, list]] | None = None,
                 planned_netdevs: Mapping[str, Mapping[str, str | None]] | None = None
-                ) -> tuple[list[Finding], list[str], list[str]]:
-    """Every way the cabling LLDP shows differs from the plan, the rails not judged yet, and notes
-    on what the switches' tables could not judge: the node-to-leaf cables as the nodes hear them
-    (lldp_cables), and, where `switches` were read, every cable as those switches hear it
-    (switch_lldp_cables, the nodes known by senders())."""
+                ) -> tuple[list[Finding], list[str], list[str], bool]:
+    """Every way the cabling LLDP shows differs from the plan, the rails not judged yet, notes on
+    what the switches' tables could not judge, and whether any cable was judged: the node-to-leaf
+    cables as the nodes hear them (lldp_cables; `nodes` may hold nodes without an LLDP reading,
+    whose facts still name their netdevs), and, where `switches` were read, every cable as those
+    switches hear it (switch_lldp_cables over matched_tables(), the nodes known by senders())."""
     judged, found, own, waiting = lldp_cables(fabric, nodes)
     notes: list[str] = []
     if switches:
         known_by, shared, notes = senders(nodes, planned_netdevs or {})
+        kept, set_aside = matched_tables(fabric, switches, set(known_by) | set(shared))
         young = {n for n, got in nodes.items() if (got.get("lldp") or {}).get("listening_s") is not None}
-        more, seen, theirs, said = switch_lldp_cables(fabric, switches, known_by, young, shared)
-        judged, found, own, notes = judged | more, found | seen, own + theirs, notes + said
+        more, seen, theirs, said = switch_lldp_cables(fabric, kept, known_by, young, shared)
+        judged, found, own, notes = judged | more, found | seen, own + theirs, notes + set_aside + said
         settled = {end.device for cable in more for end in cable}
         waiting = [hca for hca in waiting if hca not in settled]
     known = {end.device for cable in planned_cables(fabric) for end in cable}
-    return cabling(judged, found, known) + own, waiting, notes
+    return cabling(judged, found, known) + own, waiting, notes, bool(judged)
