@@ -327,11 +327,13 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
     for n, got in sorted(facts.items()):
         if isinstance(got, dict) and n not in heard:
             why_not.setdefault((got.get("lldp") or {}).get("not_read") or "no LLDP reading", []).append(n)
-    tables = {sw: t for sw, t in (switches.tables if switches else {}).items() if not isinstance(t, str)}
+    tables: dict[str, Mapping[str, list]] = {}
     unread: dict[str, list[str]] = {}
     for sw, t in sorted((switches.tables if switches else {}).items()):
         if isinstance(t, str):
             unread.setdefault(t, []).append(sw)
+        else:
+            tables[sw] = t
     nodes = {n.name for n in plan.nodes}
     out = []
     read = {n: got for n, got in facts.items() if isinstance(got, dict)}
