@@ -15,6 +15,7 @@ KINDS), the subnet's (railyard.model.fabric.verify KINDS), and `unreachable`.
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,6 +162,68 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
     return out, notes, ran
 
 
+def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, *,
+                     skip: Iterable[str] = (), workers: int = WORKERS, timeout: float = READ_TIMEOUT_S,
+                     progress: Callable[[str], None] = lambda line: None) -> tuple[list[Finding], list[str], bool]:
+    """all_reduce_perf across each rail's ring pairs (railyard.model.pair_collectives), launched
+    with srun from the Slurm controller: findings, notes on what did not run, and whether any pair
+    ran. skip: nodes not to run on (unreachable). Pairs run round by round, `workers` at a time,
+    each bounded by `timeout`."""
+    from railyard import drivers
+    from railyard.model import pair_collectives as pc
+    from railyard.model.catalog import load_catalog
+    from railyard.remote.ssh import SshError, run
+
+    if plan.slurm is None:
+        return [], ["pair collectives not run: they are launched with Slurm's srun, and the stack has no "
+                    "railyard:slurm"], False
+    launcher = plan.slurm.controller.name
+    skip = set(skip)
+    if launcher not in hosts or launcher in skip:
+        return [], [f"pair collectives not run: Slurm's controller {launcher} was not reached"], False
+    pairs = [p for p in pc.plan_pairs(plan, load_catalog().nodes)
+             if {p.a, p.b} <= hosts.keys() and not {p.a, p.b} & skip]
+    if not pairs:
+        return [], [], False
+
+    at_host_rate = drivers.entry(spec.driver).capabilities.rails_at_host_rate
+    sizes = pc.HOST_RATE_SIZES if at_host_rate is not None else pc.SIZES
+
+    def one(pair: pc.PairRun) -> pc.Outcome:
+        try:
+            result = run(hosts[launcher], pair.srun_argv(sizes, max(1.0, timeout - pc.STOP_MARGIN_S)),
+                         private_key=private_key, timeout=timeout)
+        except SshError as exc:
+            return pc.Outcome(pair, None, not_run=f"srun on {launcher}: {str(exc).split(': ', 1)[-1]}")
+        return pc.outcome(pair, result.rc, result.stdout, result.stderr)
+
+    def in_rounds(runs: list[pc.PairRun]) -> dict[pc.PairRun, pc.Outcome]:
+        done: dict[pc.PairRun, pc.Outcome] = {}
+        for batch in pc.rounds(runs):
+            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(batch)))) as pool:
+                done.update(zip(batch, pool.map(one, batch)))
+        return done
+
+    tolerance = at_host_rate if at_host_rate is not None else spec.health.collective_tolerance
+    bar = functools.partial(pc.yardstick, nic_gbps=spec.fabric.compute.speed_gbps,
+                            against_median=at_host_rate is not None)
+    progress(f"running all_reduce_perf across {len(pairs)} rail pair(s), {len(pc.rounds(pairs))} round(s)")
+    outcomes = in_rounds(pairs)
+    again = pc.suspects(outcomes.values(), bar, tolerance)
+    if again:
+        # Only a pair slow or failed twice is judged so.
+        progress(f"running {len(again)} slow or failed pair(s) again")
+        outcomes.update(in_rounds(again))
+    found = pc.judge(outcomes.values(), bar, tolerance)
+    out = [Finding(f.kind, f.node, f.where, f.planned, f.found, f.message) for f in found]
+    why_not: dict[str, list[str]] = {}
+    for o in outcomes.values():
+        if o.not_run is not None:
+            why_not.setdefault(o.not_run, []).append(o.pair.where)
+    notes = [f"pair collectives not run: {why}: {', '.join(where)}" for why, where in why_not.items()]
+    return out, notes, any(o.not_run is None for o in outcomes.values())
+
+
 def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,
                     timeout: float = READ_TIMEOUT_S) -> SubnetReading:
     """ibnetdiscover's output as the first of `tries` nodes that can run it prints it (any HCA on
@@ -269,6 +332,11 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
         found, notes, ran = health(plan, readings, addresses,
                                    tolerance=spec.health.collective_tolerance, expected=expected)
+        if deep:
+            pairs, pair_notes, pairs_ran = pair_collectives(
+                spec, plan, hosts, private_key, timeout=timeout, progress=progress,
+                skip=[n for n, got in readings.items() if isinstance(got, str)])
+            found, notes, ran = found + pairs, notes + pair_notes, ran or pairs_ran
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
         report.findings += [f for f in found if (f.kind, f.node) not in seen]

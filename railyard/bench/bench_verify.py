@@ -141,7 +141,45 @@ def run_health_check(ctx: Context):
                       "and its tools'")
 
 
+TARGET_PAIRS_JUDGED_S = 5.0
+
+
+def run_pairs(ctx: Context):
+    """The 448-node pod's collectives across rail pairs (issue 41): planning its pairs and rounds,
+    and judging one real nccl-tests table per pair, one NIC's pairs slowed (what `verify --deep`
+    does besides waiting for the runs). The runs themselves take the cluster's time, not this."""
+    import functools
+
+    from railyard.model import pair_collectives as pc
+    from railyard.model.catalog import load_catalog
+    from railyard.stack import load
+
+    _, plan = load(str(Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.us-east-bm.yaml"))
+    real = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
+            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+    slow = real.replace("17179869184    4294967296     float     sum      -1    68652  250.24  469.21",
+                        "17179869184    4294967296     float     sum      -1   137304  125.12  234.60")
+    slow = slow.replace("0    68668  250.19  469.10", "0   137336  125.10  234.55")
+    started = time.perf_counter()
+    pairs = pc.plan_pairs(plan, load_catalog().nodes)
+    rounds = pc.rounds(pairs)
+    planned = time.perf_counter() - started
+    target = plan.nodes[7].name
+    started = time.perf_counter()
+    outcomes = [pc.outcome(p, 0, slow if p.rail == 3 and target in (p.a, p.b) else real, "") for p in pairs]
+    found = pc.judge(outcomes, functools.partial(pc.yardstick, nic_gbps=469.21 * 8), 0.15)
+    judged = time.perf_counter() - started
+    if [(f.kind, f.node, f.where) for f in found] != [("collective-slow", target, "rail3")]:
+        raise RuntimeError(f"the pod's pairs were judged {[str(f) for f in found[:3]]}, not {target}'s rail 3")
+    note = f"{len(pairs):,} pairs in {len(rounds)} rounds"
+    yield Sample(f"{len(plan.nodes)} nodes: the rail pairs and their rounds planned", planned, "s", note=note)
+    yield Sample(f"{len(plan.nodes)} nodes: {len(pairs):,} real tables read and judged", judged, "s",
+                 target=TARGET_PAIRS_JUDGED_S, note="one NIC slowed, named alone")
+
+
 SECTIONS = (Section("verify", "railyard verify: reading 32 and 64 lab nodes over SSH with their SKU check, "
                               f"projected to the {POD}-node pod (target {TARGET_POD_S:.0f} s)", run),
             Section("health-check", "slurmd's health check (issue 41): what one run costs a node, the program as "
-                                    "the slurm role installs it", run_health_check))
+                                    "the slurm role installs it", run_health_check),
+            Section("pair-collectives", "the 448-node pod's all_reduce_perf rail pairs (issue 41): planned, and "
+                                        "a real table per pair judged", run_pairs))

@@ -56,6 +56,10 @@ class Capabilities:
     playbook, removing what tuning put on them, instead of deleting machines."""
     unverifiable: str = ""
     """Why `railyard verify` cannot read this driver's machines; empty where it can."""
+    rails_at_host_rate: float | None = None
+    """Set where the rails cannot carry their planned rate (the lab's veths go as fast as this
+    machine's CPUs move bytes): the collectives across node pairs (`verify --deep`) are then held
+    against the median of the pairs run, with this tolerance, not against the rail's speed."""
 
     @property
     def railyard_tunes(self) -> bool:
@@ -216,7 +220,9 @@ DRIVERS: dict[str, DriverEntry] = {
     "lab": DriverEntry(
         "lab", Capabilities(machines="node", addresses="plan", tuned_by="railyard", vms="on-hypervisors",
                             playground=True,
-                            kubernetes="runs"),
+                            kubernetes="runs",
+                            # Its acceptance holds a rail to its node's other rails with it too (lab/tuning.py).
+                            rails_at_host_rate=0.75),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
         tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
     # Existing servers over SSH (railyard:hosts): discovered, checked against their SKU, tuned and

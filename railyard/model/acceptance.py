@@ -116,11 +116,9 @@ def _routers(path: str) -> int:
     return {"leaf": 0, "spine": 3, "core": 5}[path]
 
 
-def plan_acceptance(plan: PlanView) -> AcceptancePlan | None:
-    """The stack's acceptance checks; None when railyard:acceptance.enabled is false."""
-    spec = plan.spec
-    if not spec.acceptance.enabled:
-        return None
+def rail_ring(plan: PlanView) -> tuple[RailProbe, ...]:
+    """Each rail's ring of probes (the module's docstring): the pairs acceptance measures, and the
+    pairs the health check's collectives run across (railyard.model.pair_collectives)."""
     fabric = plan.fabric
     probes = []
     for rail in range(fabric.rails):
@@ -132,9 +130,17 @@ def plan_acceptance(plan: PlanView) -> AcceptancePlan | None:
             hops = fabric.switch_hops((a.pool, a.index, rail), (b.pool, b.index, rail))
             probes.append(RailProbe(rail, a.name, a.nics[rail].ip, b.name, b.nics[rail].ip, a.nics[rail].name,
                                     b.nics[rail].name, PATHS[hops]))
+    return tuple(probes)
+
+
+def plan_acceptance(plan: PlanView) -> AcceptancePlan | None:
+    """The stack's acceptance checks; None when railyard:acceptance.enabled is false."""
+    spec = plan.spec
+    if not spec.acceptance.enabled:
+        return None
     pfs = spec.storage.parallel_fs
     tolerance = spec.acceptance.bandwidth_tolerance
-    return AcceptancePlan(mtu=plan.networks.compute.mtu, probes=tuple(probes),
+    return AcceptancePlan(mtu=plan.networks.compute.mtu, probes=rail_ring(plan),
                           tolerance=tolerance if tolerance is not None else DEFAULT_TOLERANCE,
                           on_failure=spec.acceptance.on_failure, cache_mount=spec.storage.local_cache.mount,
                           pfs_mount=pfs.mount if pfs is not None else "", object_store=spec.storage.object is not None,
@@ -179,8 +185,8 @@ def evaluate(reports: dict[str, dict], nodes: Iterable[str], *, mtu: int, tolera
             err = (report.get("storage") or {}).get(tier)
             if err:
                 findings.append(Finding(node, tier, err))
-    findings += _blame(lost, "rail-mtu", f"no {mtu}-byte unfragmented ping ")
-    findings += _blame(no_rate, "bandwidth", "no bandwidth figure ")
+    findings += blame(lost, "rail-mtu", f"no {mtu}-byte unfragmented ping ")
+    findings += blame(no_rate, "bandwidth", "no bandwidth figure ")
     # A rail's peers are the other rails of its node, measured one after the other from the same
     # node: what the node itself cannot send (a busy host, a slow CPU) does not single out a rail.
     slow: list[tuple[str, dict, str]] = []
@@ -194,13 +200,13 @@ def evaluate(reports: dict[str, dict], nodes: Iterable[str], *, mtu: int, tolera
                 e["flagged"] = True
                 slow.append((node, e, f"to {e['peer']}: {e['gbps']:.2f} Gb/s, more than {tolerance:.0%} below "
                                       f"the median of {node}'s rails ({median:.2f} Gb/s)"))
-    findings += _blame(slow, "bandwidth", "")
+    findings += blame(slow, "bandwidth", "")
     measured = [e["gbps"] for e in rails if e["gbps"] is not None]
     findings.sort(key=lambda f: (f.check != "node", f.node, f.rail if f.rail is not None else -1))
     return {"findings": findings, "rails": rails, "median_gbps": statistics.median(measured) if measured else None}
 
 
-def _blame(bad: list[tuple[str, dict, str]], check: str, lead: str) -> list[Finding]:
+def blame(bad: list[tuple[str, dict, str]], check: str, lead: str) -> list[Finding]:
     """A dead, slow or misconfigured NIC spoils both ring probes that touch it, the one it sends
     and the one it receives: on each rail, a node in two bad probes is named, not its neighbours.
     A bad probe whose ends are in no other names its sender. (Two bad NICs side by side in a ring,

@@ -22,6 +22,8 @@ from railyard.drivers.lab import gc
 from railyard.drivers.lab.node.power import events
 from railyard.engine import control_plane as binaries
 from railyard.kube_api import from_kubeconfig
+from railyard.model.plan import make_plan
+from railyard.stack import parse_config
 
 from .railyard_project import STORAGE, free_networks, lab_config
 from .stack_project import StackProject
@@ -45,6 +47,7 @@ def project(tmp_path_factory):
                                          "railyard:ephemeral": {"ttl": "2h"}})
     p = StackProject(tmp_path_factory.mktemp("repair"), STACK, cfg)
     p.cfg = cfg
+    p.plan = make_plan(parse_config(cfg, stack=STACK))
     p.env["RAILYARD_ROOT"] = str(p.dir)
     p.pulumi("stack", "init", "--secrets-provider", "passphrase")
     try:
@@ -104,6 +107,43 @@ def out_intervals(node_state: dict) -> list[tuple[float, float]]:
             out.append((start, c["time"]))
             start = None
     return out
+
+
+def deep_health(p: StackProject) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    proc = p.railyard("verify", "--stack", STACK, "--only", "health", "--deep", "--json", timeout=900)
+    return proc, json.loads(proc.stdout or "[]")
+
+
+def allocations(p: StackProject) -> int:
+    """The allocations slurmctld has granted srun (its log's own line for each)."""
+    return int(ctl(p, "grep -c _slurm_rpc_allocate_resources /var/log/slurm/slurmctld.log || true").strip() or 0)
+
+
+def test_deep_verify_runs_all_reduce_perf_across_each_rail_pair_and_names_a_slowed_rail(project):
+    """--deep runs all_reduce_perf across every rail's ring pairs with srun from slurmctld's node, one
+    rank a node on the rail's NIC and its GPU; the lab's stand-in moves the bytes over the rail
+    itself. A rail slowed with tc on one node is named on that node and rail alone, both its pairs
+    being slow and each run twice before it is judged; cleared, the stack is clean again. Runs
+    first: later tests drain nodes."""
+    before = allocations(project)
+    proc, found = deep_health(project)
+    assert proc.returncode == 0 and found == [], proc.stdout + proc.stderr
+    assert allocations(project) - before == 4 * 8  # a ring of four on each of eight rails
+    dev = project.plan.node_named("gpu-2").nics[5].netdev
+    fault(project, "link-slow", "gpu-2", dev, "400")  # 50 MB/s: a lab pair goes at about 1 GB/s
+    try:
+        before = allocations(project)
+        proc, found = deep_health(project)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert [(f["kind"], f["node"], f["where"]) for f in found] == [("collective-slow", "gpu-2", "rail5")], found
+        assert "to gpu-3" in found[0]["message"] and "from gpu-1" in found[0]["message"], found[0]
+        assert allocations(project) - before == 4 * 8 + 2
+        assert states(project)["gpu-2"]["state"] == "suspect"
+    finally:
+        fault(project, "--clear", "gpu-2")
+    proc, found = deep_health(project)
+    assert proc.returncode == 0 and found == [], proc.stdout + proc.stderr
+    assert states(project)["gpu-2"]["state"] == "ready"
 
 
 def test_a_transient_gpu_loss_is_drained_reset_checked_returned_and_takes_jobs_again(project, api):

@@ -11,7 +11,9 @@ formats of real output kept as fixtures (railyard/data/fixtures/gpu):
     nvidia-smi nvlink --status  per GPU its links, as the H100 and GB200 fixtures print them
                                 (-s, and -i INDEX, as the real tool takes them)
     nvidia-smi -r -i <bus id>   the GPU reset (below), printing what the real tool prints
-    all_reduce_perf -b -e -f -g nccl-tests' table for one process over the node's GPUs (below)
+    all_reduce_perf -b -e -f -g nccl-tests' table for one process over the node's GPUs (below),
+                                or, as one of a pair's two ranks under srun, measured for real
+                                over the rail (_across_nodes)
     dcgmi diag -r 1|2|3 -j      DCGM's diagnostic report as JSON (below)
 
 nvidia-smi prints a subset of the real tool's fields, never one the real tool lacks: the GPU's
@@ -96,6 +98,8 @@ DCGM_TESTS = (("Deployment", "software", 1), ("Integration", "pcie", 2), ("Hardw
 DBE_VIOLATION = {"error_category": 10, "error_id": 103, "error_severity": 2}
 DBE_WARNING = "Detected {count} ecc_dbe_volatile_total for GPU {gpu} Run a field diagnostic on the GPU."
 EXIT_ISOLATE = 256 - 51
+# How long a rank of a run across nodes waits for its peer: Slurm starts the two within a second.
+PEER_WAIT_S = 20
 
 
 def _read(path: str) -> str | None:
@@ -270,31 +274,37 @@ def _time(usec: float) -> str:
     return f"{usec:7.0f}" if usec >= 10000 else f"{usec:7.1f}" if usec >= 100 else f"{usec:7.2f}"
 
 
-def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None) -> int:
-    opts = {"-b": "32M", "-e": "32M", "-f": "1", "-g": "1"}
+def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] | None = None,
+                    env: dict[str, str] | None = None) -> int:
+    opts = {"-b": "32M", "-e": "32M", "-f": "1", "-g": "1", "-w": "5", "-n": "20"}
     args = [a for a in argv if a]
-    # Only -b/-e/-f/-g, each with its value: any other option, or one without its value, is refused
-    # rather than run with a default the caller did not ask for.
+    # Only -b/-e/-f/-g/-w/-n, each with its value: any other option, or one without its value, is
+    # refused rather than run with a default the caller did not ask for.
     if len(args) % 2 or any(flag not in opts for flag in args[::2]):
         sys.stderr.write(COLLECTIVE_USAGE)
         return 2
     opts.update(zip(args[::2], args[1::2]))
     try:
         low, high, factor, ngpus = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"]), int(opts["-g"])
+        warmup, iters = int(opts["-w"]), int(opts["-n"])
     except ValueError:
         sys.stderr.write(COLLECTIVE_USAGE)
         return 2
-    info = _manifest(hw)
-    kept = {int(size): (oop, ip) for size, oop, ip in _manifest(hw, "all_reduce_perf").get("rows", ())}
     sizes = [low]
     while factor > 1 and sizes[-1] * factor <= high:
         sizes.append(sizes[-1] * factor)
+    header = (f"# nThread 1 nGpus {ngpus} minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: "
+              f"{warmup} iters: {iters} agg iters: 1 validation: 1 graph: 0\n")
+    env = dict(os.environ) if env is None else env
+    if int(env.get("SLURM_NTASKS") or 1) > 1:
+        return _across_nodes(env, hw, sizes, ngpus, warmup, iters, header, found)
+    info = _manifest(hw)
+    kept = {int(size): (oop, ip) for size, oop, ip in _manifest(hw, "all_reduce_perf").get("rows", ())}
     if not kept or any(size not in kept for size in sizes) or ngpus < 1:
         sys.stderr.write(COLLECTIVE_USAGE)
         return 2
     found = gpus(hw) if found is None else found
-    out = [f"# nThread 1 nGpus {ngpus} minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: 5 "
-           "iters: 20 agg iters: 1 validation: 1 graph: 0\n", "#\n", "# Using devices\n"]
+    out = [header, "#\n", "# Using devices\n"]
     if ngpus > len(found):
         sys.stdout.write("".join(out))
         sys.stderr.write(f"Invalid number of GPUs: {ngpus} requested but only {len(found)} were found.\n"
@@ -314,10 +324,7 @@ def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] |
     scale = largest / (kept[largest][0] * 1e3) * factor_bw / (up * float(speed.split()[0])) if ngpus > 1 else 1.0
     host, pid = socket.gethostname(), os.getpid()
     for rank, g in enumerate(found[:ngpus]):
-        domain, bus, rest = g["bdf"].split(":")
-        out.append(f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10s} device {rank:2d} "
-                   f"[{int(domain, 16):04x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}] "
-                   f"{info.get('product_name', 'N/A')}\n")
+        out.append(_rank_line(rank, pid, host, g["bdf"], info.get("product_name", "N/A"), device=rank))
     out.append(COLLECTIVE_HEADER)
     busbws = []
     for size in sizes:
@@ -331,6 +338,140 @@ def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] |
     out += ["# Out of bounds values : 0 OK\n", f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):g}\n", "#\n"]
     sys.stdout.write("".join(out))
     return 0
+
+
+def _rank_line(rank: int, pid: int, host: str, bdf: str, product: str, device: int = 0) -> str:
+    """nccl-tests' line for one rank: its process, its host and its CUDA device (the index among
+    the devices the process sees) with that GPU's bus address."""
+    domain, bus, rest = bdf.split(":")
+    return (f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10s} device {device:2d} "
+            f"[{int(domain, 16):04x}:{int(bus, 16):02x}:{int(rest.split('.')[0], 16):02x}] {product}\n")
+
+
+def _interface_address(name: str) -> str | None:
+    """An interface's IPv4 address (SIOCGIFADDR), or None where it has none."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(raw[20:24])
+
+
+def _exchange(sock: socket.socket, buf: memoryview, size: int, start: bool) -> float:
+    """One all-reduce of two ranks' worth of bytes: each sends `size` bytes while it receives the
+    other's, from a one-byte start rank 0 sends; the seconds it took."""
+    import threading
+
+    if start:
+        sock.sendall(b"g")
+    elif sock.recv(1) != b"g":
+        raise ConnectionError("the peer closed the connection")
+    began = time.perf_counter()
+    sender = threading.Thread(target=sock.sendall, args=(buf[:size],))
+    sender.start()
+    got = 0
+    while got < size:
+        n = sock.recv_into(buf[got:size], size - got)
+        if not n:
+            raise ConnectionError("the peer closed the connection")
+        got += n
+    sender.join()
+    return time.perf_counter() - began
+
+
+def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, warmup: int, iters: int,
+                  header: str, found: list[dict[str, Any]] | None) -> int:
+    """A run of two ranks, one on each node of a rail's pair (railyard.model.pair_collectives):
+    rank 0 listens at NCCL_COMM_ID, rank 1 reaches it from its NCCL_SOCKET_IFNAME's address, and
+    the sizes' bytes cross the lab's rail for real, so the times are the rail's as this machine's
+    veths carry it (a link down fails the run, a slowed link slows it). Rank 0 prints the table."""
+    ranks, rank = int(env.get("SLURM_NTASKS") or 1), int(env.get("SLURM_PROCID") or 0)
+    stand_in = "all_reduce_perf: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py): "
+    if ranks != 2 or ngpus != 1 or max(sizes) > SIZE_UNITS["G"]:
+        sys.stderr.write(stand_in + "across nodes it answers two ranks of one GPU each, up to 1G, only\n")
+        return 2
+    root, _, port = (env.get("NCCL_COMM_ID") or "").rpartition(":")
+    ifname = (env.get("NCCL_SOCKET_IFNAME") or "").lstrip("=").split(",")[0].lstrip("=")
+    source = _interface_address(ifname) if ifname else None
+    if not root or not port.isdigit() or source is None:
+        sys.stderr.write(stand_in + "it needs NCCL_COMM_ID (rank 0's address:port) and NCCL_SOCKET_IFNAME (an "
+                         f"interface with an IPv4 address; {ifname or 'none'} given)\n")
+        return 2
+    found = gpus(hw) if found is None else found
+    visible = (env.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    if not visible.isdigit() or int(visible) >= len(found):
+        sys.stderr.write(f"Invalid number of GPUs: 1 requested but only {0 if not visible.isdigit() else len(found)} "
+                         "were found.\nPlease check the number of processes and GPUs per process.\n")
+        return 1
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "bdf": found[int(visible)]["bdf"]}
+    product = _manifest(hw).get("product_name", "N/A")
+    try:
+        if rank == 0:
+            with socket.create_server((root, int(port))) as server:
+                server.settimeout(PEER_WAIT_S)
+                sock, _ = server.accept()
+        else:
+            sock = _connect((root, int(port)), source)
+        with sock:
+            sock.settimeout(PEER_WAIT_S)
+            sock.sendall((json.dumps(me) + "\n").encode())
+            peer = json.loads(_line(sock) or b"null")
+            if peer is None:
+                raise ConnectionError("the peer closed the connection")
+            buf = memoryview(bytearray(max(sizes)))
+            rows = []
+            for size in sizes:
+                times = []
+                for _place in ("out-of-place", "in-place"):
+                    took = [_exchange(sock, buf, size, rank == 0) for _ in range(warmup + iters)][warmup:]
+                    times.append(sum(took) / len(took) * 1e6)
+                rows.append((size, times))
+    except OSError as exc:
+        sys.stderr.write(stand_in + f"rank {rank} on {me['host']} could not reach its peer at {root}:{port} "
+                         f"from {source} ({ifname}): {exc}\n")
+        return 1
+    if rank != 0:
+        return 0
+    out = [header, "#\n", "# Using devices\n", _rank_line(0, me["pid"], me["host"], me["bdf"], product),
+           _rank_line(1, int(peer["pid"]), str(peer["host"]), str(peer["bdf"]), product), COLLECTIVE_HEADER]
+    busbws = []
+    for size, times in rows:
+        row = f"{size:12d}  {size // 4:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}"
+        for usec in times:
+            algbw = size / (usec * 1e3)
+            busbws.append(algbw)  # two ranks: 2(n-1)/n = 1
+            row += f"  {_time(usec)}  {algbw:6.2f}  {algbw:6.2f}  {0:5g}"
+        out.append(row + "\n")
+    out += ["# Out of bounds values : 0 OK\n", f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):g}\n", "#\n"]
+    sys.stdout.write("".join(out))
+    return 0
+
+
+def _line(sock: socket.socket) -> bytes:
+    """One line from the peer, a byte at a time: a buffered reader would swallow what follows it."""
+    got = bytearray()
+    while not got.endswith(b"\n"):
+        byte = sock.recv(1)
+        if not byte:
+            break
+        got += byte
+    return bytes(got)
+
+
+def _connect(address: tuple[str, int], source: str) -> socket.socket:
+    """A connection to rank 0 from `source`, tried until rank 0 listens or PEER_WAIT_S pass."""
+    deadline = time.monotonic() + PEER_WAIT_S
+    while True:
+        try:
+            return socket.create_connection(address, timeout=PEER_WAIT_S, source_address=(source, 0))
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _styled(value: Any, depth: int) -> str:

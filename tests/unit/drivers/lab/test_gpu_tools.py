@@ -348,3 +348,69 @@ def test_only_findings_a_gpu_reset_clears_are_left_to_one():
     assert gh.gpu_reset_targets([("ecc-uncorrectable", "00000000:1B:00.0"), ("xid", "0000:1b:00")]) is None
     assert gh.gpu_reset_targets([("gpu-count", None)]) is None
     assert gh.gpu_reset_targets([]) is None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pair_env(rank: int, port: int, gpu: int) -> dict[str, str]:
+    """What srun and railyard.model.pair_collectives give each rank of a pair, over loopback."""
+    return {"SLURM_NTASKS": "2", "SLURM_PROCID": str(rank), "NCCL_COMM_ID": f"127.0.0.1:{port}",
+            "NCCL_SOCKET_IFNAME": "=lo", "CUDA_VISIBLE_DEVICES": str(gpu)}
+
+
+def test_a_pair_across_nodes_moves_its_bytes_between_the_ranks_and_prints_rank_zeros_table(h100):
+    import threading
+
+    from railyard.model.pair_collectives import SIZES
+
+    port, args = free_port(), [a for a in SIZES]
+    results: dict[int, int] = {}
+    peer = threading.Thread(target=lambda: results.setdefault(
+        1, gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(1, port, 6))))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        peer.start()
+        rc = gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(0, port, 2))
+        peer.join(30)
+    assert (rc, results.get(1)) == (0, 0), err.getvalue()
+    run = gh.parse_all_reduce_perf(out.getvalue())
+    bus = [g["bdf"] for g in gpu_tools.gpus(str(h100))]
+    # Two ranks, each on the GPU CUDA_VISIBLE_DEVICES gave it (its device 0), in the real tool's lines.
+    ranks = [ln for ln in out.getvalue().splitlines() if "Rank" in ln]
+    assert run.ranks == 2 and [ln.split("[")[1][:10] for ln in ranks] == [bus[2][:10], bus[6][:10]]
+    assert all(re.fullmatch(r"#  Rank  \d Group  0 Pid [ \d]{6} on [ \S]{10,} device  0 \[0000:[0-9a-f]{2}:00\] "
+                            r"NVIDIA H100 80GB HBM3", ln) for ln in ranks)
+    # Each row's columns end where the real tool's fixed-width columns end.
+    ends = lambda line: [m.end() for m in re.finditer(r"\S+", line)]  # noqa: E731
+    real = {tuple(ends(r)) for r in KEPT_RUN.read_text().splitlines() if ROW.match(r)}
+    rows = [ln for ln in out.getvalue().splitlines() if ROW.match(ln)]
+    assert [r.size for r in run.rows] == [8 << 20, 32 << 20, 128 << 20]
+    assert len(real) == 1 and {tuple(ends(r)) for r in rows} == real, rows
+    # Two ranks: the bus bandwidth is the algorithm bandwidth, bytes over the time they took.
+    assert all(r.busbw_oop > 0 and r.time_oop_us > 0 for r in run.rows)
+    assert run.rows[-1].busbw_oop == pytest.approx((128 << 20) / (run.rows[-1].time_oop_us * 1e3), rel=0.02)
+    assert "warmup iters: 1 iters: 4" in out.getvalue().splitlines()[0]
+
+
+def test_a_rank_whose_peer_never_listens_fails_saying_where_it_looked(h100, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_tools, "PEER_WAIT_S", 0.3)
+    port = free_port()
+    rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100), env=pair_env(1, port, 0))
+    err = capsys.readouterr().err
+    assert rc == 1 and f"rank 1 on " in err and f"could not reach its peer at 127.0.0.1:{port} from 127.0.0.1 (lo)" in err
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"NCCL_COMM_ID": ""}, "it needs NCCL_COMM_ID"),
+    ({"NCCL_SOCKET_IFNAME": "=no-such0"}, "no-such0 given"),
+    ({"SLURM_NTASKS": "4"}, "two ranks of one GPU each"),
+])
+def test_a_pair_without_what_it_needs_is_refused_naming_it(h100, capsys, change, said):
+    rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100), env={**pair_env(0, 1, 0), **change})
+    assert rc == 2 and said in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""Collectives across node pairs, rail by rail (railyard.model.pair_collectives): the pairs from
+acceptance's rings, the rounds they run in, the srun line each rank's settings come from, and the
+judging of real nccl-tests tables against the rail's speed or the other pairs."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from railyard.model import pair_collectives as pc
+from railyard.model.catalog import load_catalog
+from railyard.model.gpu_health import parse_all_reduce_perf
+
+from .test_acceptance import config, plan_of
+
+CATALOG = load_catalog()
+GPU = Path(__file__).resolve().parents[3] / "railyard" / "data" / "fixtures" / "gpu"
+# A real two-node run's table (8 ranks a node): what a healthy run across nodes prints.
+REAL = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+
+
+def pairs_of(count: int) -> tuple[pc.PairRun, ...]:
+    return pc.plan_pairs(plan_of(config(count)), CATALOG.nodes)
+
+
+def test_every_ring_pair_runs_once_on_the_nic_and_gpu_the_sku_pairs():
+    plan = plan_of(config(4))
+    pairs = pc.plan_pairs(plan, CATALOG.nodes)
+    assert len(pairs) == 4 * 8  # the ring of four on each of eight rails
+    paired = CATALOG.nodes["dgx-h100"].pairing()
+    gpu_index = {g.name: g.index for g in CATALOG.nodes["dgx-h100"].gpus}
+    for p in pairs:
+        a, b = plan.node_named(p.a), plan.node_named(p.b)
+        assert (p.hca_a, p.hca_b) == (a.nics[p.rail].name, b.nics[p.rail].name)
+        assert (p.ip_a, p.ip_b, p.netdev_a) == (a.nics[p.rail].ip, b.nics[p.rail].ip, a.nics[p.rail].netdev)
+        assert paired[next(g for g, i in gpu_index.items() if i == p.gpu_a)] == p.hca_a
+
+
+def test_a_two_node_ring_is_one_pair_a_rail():
+    pairs = pairs_of(2)
+    assert [(p.rail, p.a, p.b) for p in pairs] == [(r, "gpu-0", "gpu-1") for r in range(8)]
+
+
+def test_no_node_is_in_two_pairs_of_a_round_and_every_pair_runs_once():
+    pairs = pairs_of(12)
+    rounds = pc.rounds(pairs)
+    assert sorted(id(p) for r in rounds for p in r) == sorted(id(p) for p in pairs)
+    for r in rounds:
+        nodes = [n for p in r for n in (p.a, p.b)]
+        assert len(nodes) == len(set(nodes))
+    assert len(rounds) == 2 * 8  # an even ring takes two rounds a rail
+
+
+def ranks_env(pair: pc.PairRun, node: str, procid: int) -> dict[str, str]:
+    """What the srun line's shell hands each rank, run for real with `env` as the tool."""
+    argv = pair.srun_argv()
+    i = argv.index("sh")
+    script_args = argv[i + 1:argv.index("all_reduce_perf")]
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node, "SLURM_PROCID": str(procid)}
+    out = subprocess.run(["sh", *script_args, "env"], env=env, capture_output=True, text=True, check=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith(("NCCL_", "CUDA_")))
+
+
+@pytest.mark.parametrize("rank_of_a", [0, 1])
+def test_each_rank_gets_its_own_nic_gpu_and_rank_zeros_address_wherever_slurm_puts_it(rank_of_a):
+    pair = next(p for p in pairs_of(4) if p.rail == 3 and p.a == "gpu-3")  # the ring's wrap-around pair
+    argv = pair.srun_argv(limit_s=55)
+    assert argv[:10] == ["timeout", "-k", "5", "55", "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                         "--nodelist=gpu-3,gpu-0", f"--immediate={pc.ALLOCATE_S}"]
+    assert argv[argv.index("all_reduce_perf") + 1:] == list(pc.SIZES)
+    on_a, on_b = ranks_env(pair, "gpu-3", rank_of_a), ranks_env(pair, "gpu-0", 1 - rank_of_a)
+    root = pair.ip_a if rank_of_a == 0 else pair.ip_b
+    assert on_a == {"NCCL_IB_HCA": f"={pair.hca_a}", "NCCL_COMM_ID": f"{root}:{pc.PORT}",
+                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_a}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_a)}
+    assert on_b == {"NCCL_IB_HCA": f"={pair.hca_b}", "NCCL_COMM_ID": f"{root}:{pc.PORT}",
+                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_b}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_b)}
+
+
+def scaled(text: str, factor: float) -> str:
+    """The real table with every bus bandwidth at the largest size scaled (what a slower rail shows)."""
+    lines = text.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.strip() and line.strip()[0].isdigit())
+    cols = lines[last].split()
+    for i in (7, 11):
+        cols[i] = f"{float(cols[i]) * factor:.2f}"
+    lines[last] = "  ".join(cols)
+    return "\n".join(lines) + "\n"
+
+
+def bar(nic_gbps: float, median: bool = False) -> pc.Bar:
+    return functools.partial(pc.yardstick, nic_gbps=nic_gbps, against_median=median)
+
+
+def outcomes(pairs, texts) -> list[pc.Outcome]:
+    return [pc.outcome(p, 0, t, "") for p, t in zip(pairs, texts)]
+
+
+def test_a_pair_below_the_rails_speed_names_the_nic_both_of_its_pairs_touch():
+    pairs = [p for p in pairs_of(4) if p.rail == 5]
+    peak = parse_all_reduce_perf(REAL).peak_busbw
+    # Judged against a rail of the real run's own figure: gpu-2's NIC on rail 5 spoils its two pairs.
+    texts = [scaled(REAL, 0.5) if "gpu-2" in (p.a, p.b) else REAL for p in pairs]
+    found = pc.judge(outcomes(pairs, texts), bar(peak * 8), 0.15)
+    assert [(f.kind, f.node, f.where) for f in found] == [("collective-slow", "gpu-2", "rail5")]
+    slow = parse_all_reduce_perf(scaled(REAL, 0.5)).peak_busbw
+    assert found[0].planned == f"{peak:.4g} GB/s" and found[0].found == f"{slow:g} GB/s"
+    assert "more than 15% below the rail's planned speed" in found[0].message
+
+
+def test_healthy_pairs_at_the_rails_speed_are_not_findings():
+    pairs = [p for p in pairs_of(4) if p.rail == 0]
+    peak = parse_all_reduce_perf(REAL).peak_busbw
+    assert pc.judge(outcomes(pairs, [REAL] * 4), bar(peak * 8), 0.15) == []
+    # and the same table is slow on a rail planned twice as fast
+    assert {f.node for f in pc.judge(outcomes(pairs, [REAL] * 4), bar(peak * 16), 0.15)} == \
+        {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}
+
+
+def test_against_the_median_only_the_outlier_is_named_whatever_the_plans_speed():
+    pairs = [p for p in pairs_of(4) if p.rail == 2]
+    texts = [scaled(REAL, 0.01) if "gpu-1" in (p.a, p.b) else REAL for p in pairs]
+    found = pc.judge(outcomes(pairs, texts), bar(400, median=True), 0.75)
+    assert [(f.kind, f.node) for f in found] == [("collective-slow", "gpu-1")]
+    assert "the median of the pairs run" in found[0].message
+
+
+def test_in_a_two_node_ring_both_nodes_are_named():
+    pairs = [p for p in pairs_of(2) if p.rail == 1]
+    found = pc.judge([pc.outcome(pairs[0], 1, "", "srun: error: gpu-1: task 1: Exited with exit code 1\n")],
+                     bar(400), 0.15)
+    assert [(f.kind, f.node) for f in found] == [("collective-failed", "gpu-0"), ("collective-failed", "gpu-1")]
+    assert "exited 1: srun: error: gpu-1: task 1: Exited with exit code 1" in found[0].message
+
+
+def test_a_pair_stopped_at_its_time_limit_is_a_failed_run():
+    pair = pairs_of(2)[0]
+    stopped = pc.outcome(pair, 124, "# nThread 1 nGpus 1\n", "srun: forcing job termination\n")
+    assert stopped.not_run is None and stopped.error.startswith("did not finish in time")
+
+
+def test_no_allocation_and_a_missing_tool_are_not_run_never_failed():
+    pair = pairs_of(2)[0]
+    busy = pc.outcome(pair, 1, "", "srun: error: Unable to allocate resources: Requested node configuration "
+                                   "is not available\n")
+    missing = pc.outcome(pair, 127, "", "env: 'all_reduce_perf': No such file or directory\n"
+                                        "srun: error: gpu-0: task 0: Exited with exit code 127\n")
+    assert busy.not_run and busy.not_run.startswith("Slurm gave no allocation")
+    assert missing.not_run == "all_reduce_perf missing"
+    assert pc.judge([busy, missing], bar(400), 0.15) == []
+
+
+def test_a_run_that_counted_wrong_results_names_both_nodes():
+    pair = pairs_of(2)[0]
+    rows = REAL.splitlines()
+    i = max(i for i, line in enumerate(rows) if line.strip() and line.strip()[0].isdigit())
+    cols = rows[i].split()
+    cols[8] = "3"
+    rows[i] = "  ".join(cols)
+    found = pc.judge([pc.outcome(pair, 0, "\n".join(rows), "")], bar(0), 0.15)
+    assert sorted((f.kind, f.node) for f in found) == [("collective-wrong", "gpu-0"), ("collective-wrong", "gpu-1")]
+
+
+def test_only_the_slow_or_failed_pairs_are_run_again():
+    pairs = [p for p in pairs_of(4) if p.rail == 6]
+    outs = outcomes(pairs, [scaled(REAL, 0.5) if p.a == "gpu-0" else REAL for p in pairs])
+    outs[2] = pc.outcome(pairs[2], 1, "", "gone")
+    outs[3] = pc.outcome(pairs[3], 1, "", "srun: error: Unable to allocate resources: Socket timed out\n")
+    peak = parse_all_reduce_perf(REAL).peak_busbw
+    assert pc.suspects(outs, bar(peak * 8), 0.15) == [pairs[0], pairs[2]]
