@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 # Concurrent reads: each holds one ssh process and its pipe; 32 keep a 448-node read within the
 # scale target (docs/verify.md) without exhausting a controller's process or file limits.
 WORKERS = 32
+# srun sessions at once, all to the Slurm controller: below sshd's MaxStartups (10 by default).
+PAIR_WORKERS = 8
 READ_TIMEOUT_S = 60.0
 PARTS = ("hardware", "fabric", "health")
 UNREACHABLE = "unreachable"
@@ -163,39 +165,65 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
 
 
 def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, *,
-                     skip: Iterable[str] = (), workers: int = WORKERS, timeout: float = READ_TIMEOUT_S,
-                     progress: Callable[[str], None] = lambda line: None) -> tuple[list[Finding], list[str], bool]:
+                     nodes: Iterable[str] | None = None, skip: Iterable[str] = (), workers: int = PAIR_WORKERS,
+                     timeout: float = READ_TIMEOUT_S, progress: Callable[[str], None] = lambda line: None,
+                     ) -> tuple[list[Finding], list[str], set[tuple[str, int]]]:
     """all_reduce_perf across each rail's ring pairs (railyard.model.pair_collectives), launched
-    with srun from the Slurm controller: findings, notes on what did not run, and whether any pair
-    ran. skip: nodes not to run on (unreachable). Pairs run round by round, `workers` at a time,
-    each bounded by `timeout`."""
+    with srun from the Slurm controller: findings, notes on what did not run, and each (node,
+    rail) with a pair that ran. hosts: every node that may take part (the controller too); nodes:
+    only the pairs touching these (all where None); skip: nodes not to run on (unreachable). Pairs
+    run round by round, `workers` at a time, each stopped after `timeout`."""
+    import uuid
+
     from railyard import drivers
     from railyard.model import pair_collectives as pc
     from railyard.model.catalog import load_catalog
-    from railyard.remote.ssh import SshError, run
+    from railyard.remote.ssh import CONNECT_TIMEOUT_S, SshError, run
 
     if plan.slurm is None:
         return [], ["pair collectives not run: they are launched with Slurm's srun, and the stack has no "
-                    "railyard:slurm"], False
+                    "railyard:slurm"], set()
     launcher = plan.slurm.controller.name
     skip = set(skip)
     if launcher not in hosts or launcher in skip:
-        return [], [f"pair collectives not run: Slurm's controller {launcher} was not reached"], False
+        return [], [f"pair collectives not run: Slurm's controller {launcher} could not be reached"], set()
+    wanted = set(hosts) if nodes is None else set(nodes)
     pairs = [p for p in pc.plan_pairs(plan, load_catalog().nodes)
-             if {p.a, p.b} <= hosts.keys() and not {p.a, p.b} & skip]
+             if {p.a, p.b} <= hosts.keys() and {p.a, p.b} & wanted and not {p.a, p.b} & skip]
     if not pairs:
-        return [], [], False
+        return [], [], set()
+    # A node Slurm would not give (drained, down, running a job) is known before any pair waits
+    # srun's --immediate for it; where sinfo cannot be read, srun says so pair by pair.
+    try:
+        listed = run(hosts[launcher], ["sinfo", "--noheader", "--Node", "--format=%N %t"], private_key=private_key,
+                     timeout=timeout)
+        taken = pc.unavailable(listed.stdout) if listed.rc == 0 else {}
+    except SshError:
+        taken = {}
 
-    at_host_rate = drivers.entry(spec.driver).capabilities.rails_at_host_rate
+    capabilities = drivers.entry(spec.driver).capabilities
+    at_host_rate = capabilities.rails_at_host_rate
     sizes = pc.HOST_RATE_SIZES if at_host_rate is not None else pc.SIZES
+    mpi = (spec.slurm.mpi if spec.slurm is not None else None) or capabilities.slurm_mpi
+    # Each run's own job name: a run stopped in time is cancelled by it, and by nothing broader.
+    token = uuid.uuid4().hex[:8]
+    names = {p: f"railyard-pair-{token}-{i}" for i, p in enumerate(pairs)}
 
     def one(pair: pc.PairRun) -> pc.Outcome:
+        # ssh keeps 255 for itself: a run's 255 is told apart as 254. ssh waits for timeout(1)'s
+        # kill too, and for its own connection.
+        argv = ["sh", "-c", '"$@"; rc=$?; [ "$rc" -ne 255 ] || rc=254; exit "$rc"', "pair",
+                *pair.srun_argv(sizes, timeout, mpi, job_name=names[pair])]
         try:
-            result = run(hosts[launcher], pair.srun_argv(sizes, max(1.0, timeout - pc.STOP_MARGIN_S)),
-                         private_key=private_key, timeout=timeout)
+            result = run(hosts[launcher], argv, private_key=private_key,
+                         timeout=timeout + pc.KILL_AFTER_S + CONNECT_TIMEOUT_S + 5)
+            got = pc.outcome(pair, result.rc, result.stdout, result.stderr, sizes)
+            if result.rc in pc.TIMED_OUT:
+                # A run killed after its TERM may leave its job holding the two nodes until its --time.
+                run(hosts[launcher], ["scancel", f"--name={names[pair]}"], private_key=private_key, timeout=timeout)
         except SshError as exc:
             return pc.Outcome(pair, None, not_run=f"srun on {launcher}: {str(exc).split(': ', 1)[-1]}")
-        return pc.outcome(pair, result.rc, result.stdout, result.stderr)
+        return got
 
     def in_rounds(runs: list[pc.PairRun]) -> dict[pc.PairRun, pc.Outcome]:
         done: dict[pc.PairRun, pc.Outcome] = {}
@@ -207,13 +235,18 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     tolerance = at_host_rate if at_host_rate is not None else spec.health.collective_tolerance
     bar = functools.partial(pc.yardstick, nic_gbps=spec.fabric.compute.speed_gbps,
                             against_median=at_host_rate is not None)
+    held = {p: pc.Outcome(p, None, not_run=f"sinfo shows {n} {taken[n]}") for p in pairs
+            for n in (p.a, p.b) if n in taken}
+    held.update({p: pc.Outcome(p, None, not_run="its two nodes' SKUs have different GPU counts, or none")
+                 for p in pairs if not p.gpus and p not in held})
+    pairs = [p for p in pairs if p not in held]
     progress(f"running all_reduce_perf across {len(pairs)} rail pair(s), {len(pc.rounds(pairs))} round(s)")
-    outcomes = in_rounds(pairs)
+    outcomes = {**held, **in_rounds(pairs)}
     again = pc.suspects(outcomes.values(), bar, tolerance)
     if again:
-        # Only a pair slow or failed twice is judged so.
+        # Only a pair slow or failed twice is judged so; one that could not run again keeps its first result.
         progress(f"running {len(again)} slow or failed pair(s) again")
-        outcomes.update(in_rounds(again))
+        outcomes.update({p: o for p, o in in_rounds(again).items() if o.not_run is None})
     found = pc.judge(outcomes.values(), bar, tolerance)
     out = [Finding(f.kind, f.node, f.where, f.planned, f.found, f.message) for f in found]
     why_not: dict[str, list[str]] = {}
@@ -221,7 +254,25 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
         if o.not_run is not None:
             why_not.setdefault(o.not_run, []).append(o.pair.where)
     notes = [f"pair collectives not run: {why}: {', '.join(where)}" for why, where in why_not.items()]
-    return out, notes, any(o.not_run is None for o in outcomes.values())
+    return out, notes, {(n, o.pair.rail) for o in outcomes.values() if o.not_run is None for n in (o.pair.a, o.pair.b)}
+
+
+def is_pair_finding(f: Finding) -> bool:
+    """Whether a finding is a rail pair's (pair_collectives), not a node's own collective."""
+    return f.kind.startswith("collective-") and f.where.startswith("rail")
+
+
+def standing_pair_findings(before: Mapping[str, list[Finding]], nodes: Iterable[str],
+                           pairs_run: set[tuple[str, int]]) -> dict[str, list[Finding]]:
+    """The rail pair findings of `nodes` from an earlier reading that a reading in which that
+    node's pairs on that rail did not run cannot clear: Slurm allocates no drained node, so a node
+    drained for one keeps it until its pairs run again (a person resumes it)."""
+    out = {}
+    for n in nodes:
+        kept = [f for f in before.get(n, []) if is_pair_finding(f) and (n, int(f.where[4:])) not in pairs_run]
+        if kept:
+            out[n] = kept
+    return out
 
 
 def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,
@@ -299,6 +350,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     unread: dict[str, str] = field(default_factory=dict)
     """Each part asked for that could not be read (or run anywhere), and why."""
+    pairs_run: set[tuple[str, int]] = field(default_factory=set)
+    """Each (node, rail) with a run across a rail pair that ran (`deep`)."""
 
     def drifted(self) -> list[str]:
         """The nodes with a finding of their own, in name order."""
@@ -307,10 +360,13 @@ class Report:
 
 def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: str | None, *,
             parts: Iterable[str] = PARTS, timeout: float = READ_TIMEOUT_S, dump: str | None = None,
-            deep: bool = False, progress: Callable[[str], None] = lambda line: None) -> Report:
+            deep: bool = False, peers: Mapping[str, Target] | None = None,
+            progress: Callable[[str], None] = lambda line: None) -> Report:
     """Read what `parts` name and hold it against the plan: the one verification `railyard verify`
     and the drift check of `up` and preview both make. dump: an ibnetdiscover file to judge
-    instead of reading the subnet. deep: the health part's DCGM diagnostics at level 3."""
+    instead of reading the subnet. deep: the health part's DCGM diagnostics at level 3, and
+    all_reduce_perf within each node and across each rail's pairs touching it (pair_collectives),
+    whose other ends and launcher come from `peers` (every node of the stack; `hosts` where None)."""
     report = Report()
     parts = list(parts)
     addresses = {n: t.address for n, t in hosts.items()}
@@ -333,10 +389,10 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         found, notes, ran = health(plan, readings, addresses,
                                    tolerance=spec.health.collective_tolerance, expected=expected)
         if deep:
-            pairs, pair_notes, pairs_ran = pair_collectives(
-                spec, plan, hosts, private_key, timeout=timeout, progress=progress,
-                skip=[n for n, got in readings.items() if isinstance(got, str)])
-            found, notes, ran = found + pairs, notes + pair_notes, ran or pairs_ran
+            pairs, pair_notes, report.pairs_run = pair_collectives(
+                spec, plan, peers if peers is not None else hosts, private_key, nodes=hosts, timeout=timeout,
+                progress=progress, skip=[n for n, got in readings.items() if isinstance(got, str)])
+            found, notes, ran = found + pairs, notes + pair_notes, ran or bool(report.pairs_run)
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
         report.findings += [f for f in found if (f.kind, f.node) not in seen]

@@ -22,6 +22,7 @@ from typing import Mapping
 from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
+from railyard.model.pair_collectives import pair_rail
 
 SHOWN_PER_KIND = 20
 
@@ -34,8 +35,9 @@ def register(sub) -> None:
     p.add_argument("--only", default=",".join(_parts()), metavar="PARTS",
                    help="what to read, comma-separated: hardware, fabric, health (default: all)")
     p.add_argument("--deep", action="store_true",
-                   help="the health part's DCGM diagnostics at level 3 (minutes per node) instead of 1, and "
-                        "all_reduce_perf within each node against its NVLinks")
+                   help="the health part's DCGM diagnostics at level 3 (minutes per node) instead of 1, "
+                        "all_reduce_perf within each node against its NVLinks, and, with Slurm, across each "
+                        "rail's ring pairs one rail at a time against the rail's speed")
     p.add_argument("--ibnetdiscover", metavar="FILE",
                    help="judge this ibnetdiscover dump instead of reading the subnet")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -156,8 +158,11 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
     def recheck(which: list[str]) -> dict[str, list[str]]:
         again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
-                               deep=args.deep)
+                               deep=args.deep, peers=hosts)
         read = _by_node(again.findings, which)
+        if args.deep:
+            for n, kept in verify.standing_pair_findings(latest, which, again.pairs_run).items():
+                read.setdefault(n, []).extend(f for f in kept if f not in read.get(n, []))
         latest.update({n: read.get(n, []) for n in which})
         return _messages(read)
 
@@ -174,15 +179,20 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             progress(f"states not recorded: {exc}")
             return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
         states = repair.read_states(path)
+        findings.update(_standing(states, findings, report.pairs_run, hosts))
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
             act.save = lambda now: repair.write_states(path, now)
             pools, budgets = repair.budgets(spec, plan, nodes)
+            keep_out = {plan.slurm.controller.name: "it runs the Slurm controller"} if plan.slurm is not None else {}
+            # A rail pair's finding is a cable, an optic or a NIC: no reset re-tests it, since Slurm
+            # runs no pair on a drained node, so the node goes to a person once it is drained.
+            keep_out.update({n: "a rail pair's finding, which Slurm cannot re-test on a drained node"
+                             for n, said in findings.items() if said and all(pair_rail(m) for m in said)
+                             and n not in keep_out})
             outcome = repair.repair(states, findings, nodes, pools, budgets, act,
-                                    drain_timeout=spec.health.drain_timeout_s,
-                                    keep_out={plan.slurm.controller.name: "it runs the Slurm controller"}
-                                    if plan.slurm is not None else None)
+                                    drain_timeout=spec.health.drain_timeout_s, keep_out=keep_out)
         else:
             try:
                 outcome = repair.judge(states, findings, nodes, repair.schedulers(spec, plan, hosts, key, outputs, held),
@@ -193,6 +203,23 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                 outcome = repair.judge(states, findings, nodes, None, time.time())
         repair.write_states(path, outcome.states)
     return outcome
+
+
+def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set[tuple[str, int]],
+              hosts: Mapping) -> dict[str, list[str]]:
+    """The findings of nodes out of service (or suspect) for a rail pair's finding whose pairs on
+    that rail did not run in this reading (drained, busy, or not asked for with --deep): their
+    recorded finding stands, so a reading that could not re-test it does not return them."""
+    out = {}
+    for node, state in states.items():
+        said = next((c.finding for c in reversed(state.history) if c.finding), None)
+        if said is None:
+            continue
+        where = pair_rail(said)
+        if node in hosts and state.state in ("suspect", "drained", "failed") and where and where not in pairs_run \
+                and said not in findings.get(node, []):
+            out[node] = [*findings.get(node, []), said]
+    return out
 
 
 def _repaired(outcome: repair.Outcome, findings: list) -> bool:

@@ -2,18 +2,18 @@
 the two nodes of each ring pair acceptance probes (railyard.model.acceptance.rail_ring), one GPU
 and one NIC a node, launched by Slurm, and judged against the rail's planned speed.
 
-Why one rail at a time: a run over all eight rails at once is as fast as its slowest rail times
-eight, so one rail at half speed hides as a 6% slower collective; a run held to one NIC
-(NCCL_IB_HCA, `=` for the exact name) on the GPU paired with it (the SKU's pairing rule) shows that
-rail alone. Two ranks move each byte once each way, so a pair's bus bandwidth is its algorithm
-bandwidth, and a healthy pair's reaches the NIC's speed (400 Gb/s: 50 GB/s) less NCCL's headers.
+Why one rail at a time: a run over all eight rails says the node pair is slow, not which rail
+is; a run held to one NIC (NCCL_IB_HCA, `=` for the exact name) on the GPU paired with it (the
+SKU's pairing rule) names the rail. Two ranks move each byte once each way, so a pair's bus
+bandwidth is its algorithm bandwidth, and a healthy pair's reaches the NIC's speed (400 Gb/s:
+50 GB/s) less NCCL's headers.
 
-Why Slurm: nccl-tests across nodes needs a launcher that starts one rank per node and lets the
-ranks find each other; a Slurm stack has one on every node (srun), and it never starts a pair on
-a node a job holds. NCCL_COMM_ID names where rank 0 listens for the others (NCCL's bootstrap), here
-rank 0's rail address, so the ranks meet over the rail under test, and the lab's stand-in
-(railyard/drivers/lab/gpu_tools.py) carries its bytes there. A stack without Slurm says so and runs
-none.
+Why Slurm: nccl-tests across nodes is an MPI program (built with MPI=1), and srun starts its two
+ranks with the PMI the cluster's MPI speaks (--mpi, railyard:slurm.mpi), on nodes no job holds
+(--exclusive, --immediate), with the GPUs in the job (--gres: a cgroup-confined job sees no other).
+NCCL_COMM_ID names where rank 0 listens for the other (NCCL's bootstrap), rank 0's rail address,
+so the ranks meet over the rail under test; the lab's stand-in (railyard/drivers/lab/gpu_tools.py)
+carries its bytes there. A stack without Slurm says so and runs none.
 
 Pairs run in rounds in which no node is in two pairs, each pair on its own GPU and NIC: a node
 measures one pair at a time, so what one pair moves does not slow another's figure.
@@ -21,41 +21,60 @@ measures one pair at a time, so what one pair moves does not slow another's figu
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from railyard.model.acceptance import blame, rail_ring
+from railyard.model.acceptance import rail_ring
 from railyard.model.gpu_health import CollectiveRun, expected_busbw_pair, parse_all_reduce_perf
+from railyard.model.health_check import NCCL_TESTS_FAILURE
 
 if TYPE_CHECKING:
     from railyard.model.catalog import NodeSku
     from railyard.model.plan_types import PlanView
 
 # Where rank 0 listens (NCCL_COMM_ID's port); one pair a node a round, so one port serves all.
-PORT = 29500
+PORT = 29411
 # How long srun waits for the two nodes to be free.
 ALLOCATE_S = 10
-# 8 MiB to 128 MiB, each size warmed once and timed over four iterations: at 128 MiB a 400 Gb/s
-# rail's pair is past its latency-bound sizes (2.7 ms a transfer), and a pair costs well under a
-# second of the rail's time.
-SIZES = ("-b", "8M", "-e", "128M", "-f", "4", "-w", "1", "-n", "4", "-g", "1")
+# How long timeout(1) gives srun after its TERM (srun cancels the step) before it kills it.
+KILL_AFTER_S = 5
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """all_reduce_perf's sizes and iterations (-b -e -f, -w -n), one GPU a rank (-g 1)."""
+
+    low: str
+    high: str
+    high_bytes: int
+    factor: int = 4
+    warmup: int = 1
+    iters: int = 4
+
+    def argv(self) -> list[str]:
+        return ["-b", self.low, "-e", self.high, "-f", str(self.factor), "-w", str(self.warmup),
+                "-n", str(self.iters), "-g", "1"]
+
+
+# 8 MiB to 128 MiB, warmed once and timed over four iterations: at 128 MiB a 400 Gb/s rail's pair
+# is past its latency-bound sizes (2.7 ms a transfer), and a pair costs well under a second.
+SIZES = Sizes("8M", "128M", 128 << 20)
 # Where rails go at the host's rate (a driver's rails_at_host_rate: the lab's veths, a few GB/s at
 # best), an eighth of the bytes: 128 MiB would keep a slowed rail's pair busy for minutes there.
-HOST_RATE_SIZES = ("-b", "1M", "-e", "16M", "-f", "4", "-w", "1", "-n", "4", "-g", "1")
-# A pair that has not finished this long before its reading's own bound is stopped (timeout(1),
-# which makes srun end the job step) and is a failed run, with time left to say so.
-STOP_MARGIN_S = 5
+HOST_RATE_SIZES = Sizes("1M", "16M", 16 << 20)
 
 
 # Each rank's NCCL settings, chosen on its own node: which end of the pair it is (SLURMD_NODENAME),
 # its NIC, interface and GPU, and rank 0's rail address. Slurm, not the order the nodes are named
 # in, decides which node rank 0 lands on (of two ranks, rank 0 is on `a` where `a`'s own rank
-# is 0), so the address is rank 0's wherever that is.
+# is 0), so the address is rank 0's wherever that is. The GPU is the catalog's index, nvidia-smi's
+# PCI order, which CUDA follows only with CUDA_DEVICE_ORDER=PCI_BUS_ID.
 RANK_SETUP = r"""if [ "$SLURMD_NODENAME" = "$1" ]; then me=0 hca=$5 dev=$7 gpu=$9; else me=1 hca=$6 dev=$8 gpu=${10}; fi
 if [ "$SLURM_PROCID" = "$me" ]; then root=$3; else root=$4; fi
 shift 10
-exec env NCCL_IB_HCA="=$hca" NCCL_COMM_ID="$root:%d" ${dev:+NCCL_SOCKET_IFNAME="=$dev"} ${gpu:+CUDA_VISIBLE_DEVICES="$gpu"} "$@"
+exec env NCCL_IB_HCA="=$hca" NCCL_COMM_ID="$root:%d" ${dev:+NCCL_SOCKET_IFNAME="=$dev"} CUDA_DEVICE_ORDER=PCI_BUS_ID ${gpu:+CUDA_VISIBLE_DEVICES="$gpu"} "$@"
 """ % PORT
 
 
@@ -76,24 +95,30 @@ class PairRun:
     gpu_a: int | None
     gpu_b: int | None
     path: str
+    gpus: int = 0
+    """GPUs each node of the pair has, which the job asks for, so the paired GPU's index is the
+    node's own; 0 where the two SKUs' counts differ (or they have none): such a pair is not run."""
 
     @property
     def where(self) -> str:
         return f"rail{self.rail} {self.a} <-> {self.b} (through {self.path})"
 
-    def srun_argv(self, sizes: tuple[str, ...] = SIZES, limit_s: float = 60) -> list[str]:
+    def srun_argv(self, sizes: Sizes = SIZES, limit_s: float = 60, mpi: str = "pmix",
+                  job_name: str = "railyard-pair") -> list[str]:
         """The one command that runs the pair from any node with Slurm's client, stopped after
         `limit_s`: one rank on each node (NCCL_IB_HCA held to the rail's NIC, `=` for its exact
-        name; the socket interface its netdev; the GPU paired with it)."""
+        name; the socket interface its netdev; the GPU paired with it), started with `mpi`."""
         ends = [self.a, self.b, self.ip_a, self.ip_b, self.hca_a, self.hca_b, self.netdev_a or "",
                 self.netdev_b or "", "" if self.gpu_a is None else str(self.gpu_a),
                 "" if self.gpu_b is None else str(self.gpu_b)]
         # --immediate: a pair whose node a job holds (or that is drained) is not run, rather than
-        # queued behind the job.
-        return ["timeout", "-k", "5", f"{limit_s:g}",
-                "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", f"--nodelist={self.a},{self.b}",
-                f"--immediate={ALLOCATE_S}", "--job-name=railyard-pair", "sh", "-c", RANK_SETUP, "pair", *ends,
-                "all_reduce_perf", *sizes]
+        # queued behind the job; --kill-on-bad-exit: a rank that fails ends its peer, which would
+        # otherwise wait for it; --time: Slurm ends the job should srun itself be killed.
+        return ["timeout", "-k", str(KILL_AFTER_S), f"{limit_s:g}",
+                "srun", f"--mpi={mpi}", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                f"--nodelist={self.a},{self.b}", "--exclusive", *([f"--gres=gpu:{self.gpus}"] if self.gpus else []),
+                f"--immediate={ALLOCATE_S}", "--kill-on-bad-exit=1", f"--time={-(-int(limit_s) // 60) + 1}",
+                f"--job-name={job_name}", "sh", "-c", RANK_SETUP, "pair", *ends, "all_reduce_perf", *sizes.argv()]
 
 
 def paired_gpus(sku: NodeSku) -> dict[str, int]:
@@ -120,7 +145,8 @@ def plan_pairs(plan: PlanView, skus: Mapping[str, NodeSku]) -> tuple[PairRun, ..
         a, b = nodes[p.source], nodes[p.target]
         out.append(PairRun(p.rail, p.source, p.target, p.source_ip, p.target_ip, p.source_device, p.target_device,
                            a.nics[p.rail].netdev, b.nics[p.rail].netdev, gpus[a.sku].get(p.source_device),
-                           gpus[b.sku].get(p.target_device), p.path))
+                           gpus[b.sku].get(p.target_device), p.path,
+                           len(skus[a.sku].gpus) if len(skus[a.sku].gpus) == len(skus[b.sku].gpus) else 0))
     return tuple(out)
 
 
@@ -159,31 +185,61 @@ class Outcome:
     not_run: str | None = None
 
 
-# srun's words when it gets no allocation (a node busy, drained or down), env's exit status for a
-# command it cannot find, and timeout(1)'s for a run it stopped.
+def unavailable(sinfo: str) -> dict[str, str]:
+    """{node: its state} of the nodes `sinfo --noheader --Node --format='%N %t'` shows as anything
+    but idle (allocated, mixed, drained, down; `idle*`, not responding): Slurm would give them to
+    no pair now."""
+    out = {}
+    for line in sinfo.splitlines():
+        name, _, state = line.strip().partition(" ")
+        if name and state.strip() and state.strip() != "idle":
+            out[name] = state.strip()
+    return out
+
+
+# srun's words when it gets no allocation (a node busy, drained or down); the exit status env
+# gives a command it cannot find; timeout(1)'s for a run it stopped, and for one it then killed.
 NO_ALLOCATION = "Unable to allocate resources"
+# nccl-tests' first line, once a run: each process of a build without MPI prints its own.
+_HEADER = re.compile(r"^# nThread ", re.M)
 NOT_FOUND = 127
-TIMED_OUT = 124
+TIMED_OUT = (124, 137)
 
 
-def outcome(pair: PairRun, rc: int, stdout: str, stderr: str) -> Outcome:
-    """What one pair's srun printed, read: a run that failed (a non-zero status, or no table) is
-    its launcher's or tool's last words."""
+def outcome(pair: PairRun, rc: int, stdout: str, stderr: str, sizes: Sizes = SIZES) -> Outcome:
+    """What one pair's srun printed, read. A table from one run of two ranks on the two nodes that
+    reached the largest size is judged, wrong results and all (nccl-tests exits 1 on them); a run
+    that stopped, failed or timed out is a failed run, in nccl-tests' own failure line where it
+    printed one, else the launcher's last words. No allocation, a missing tool, and ranks that did
+    not form one run (srun's --mpi and the MPI build disagree) are not run: no node's fault."""
     try:
         run = parse_all_reduce_perf(stdout)
     except ValueError:
         run = None
-    if rc == 0 and run is not None:
-        return Outcome(pair, run)
-    said = [line.strip() for line in (stderr + "\n" + stdout).splitlines() if line.strip()]
-    last = said[-1] if said else "no output"
+    said = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
+            if line.strip() and not line.lstrip().startswith("#") and not line.strip()[:1].isdigit()]
+    failures = [line for line in said if NCCL_TESTS_FAILURE.search(line)]
+    last = (failures or said or ["no output"])[-1][:160]
     if NO_ALLOCATION in stderr:
         return Outcome(pair, None, not_run=f"Slurm gave no allocation ({last})")
-    if rc == TIMED_OUT:
-        return Outcome(pair, None, f"did not finish in time (stopped; {last})")
-    if rc == NOT_FOUND and "all_reduce_perf" in stderr:
-        return Outcome(pair, None, not_run="all_reduce_perf missing")
-    return Outcome(pair, None, f"exited {rc}: {last}")
+    if rc == NOT_FOUND or "exit code 127" in stderr:
+        return Outcome(pair, None, not_run="all_reduce_perf missing" if "all_reduce_perf" in stderr
+                       else f"a command was not found ({last})")
+    if rc in TIMED_OUT:
+        return Outcome(pair, None, f"did not finish in time, stopped ({last})")
+    if rc != 0 and not _HEADER.search(stdout):
+        # nccl-tests prints its header before it starts NCCL: a run without one never started (a
+        # PMI srun or the MPI build does not have, a launcher's error), which is no node's fault.
+        return Outcome(pair, None, not_run=f"the launch failed before all_reduce_perf started ({last})")
+    tables = len(_HEADER.findall(stdout))
+    if run is not None and (tables != 1 or run.ranks != 2 or len(run.hosts) != 2):
+        return Outcome(pair, None, not_run=f"its two ranks did not form one run ({tables} tables, {run.ranks} "
+                                           "ranks): srun's --mpi (railyard:slurm.mpi) and the MPI build of "
+                                           "nccl-tests must agree")
+    reached = run is not None and max(r.size for r in run.rows) >= sizes.high_bytes
+    if reached and run is not None and (rc == 0 or any(r.wrong for r in run.rows)):
+        return Outcome(pair, run)
+    return Outcome(pair, None, f"exited {rc}: {last}" if rc else f"stopped before {sizes.high} ({last})")
 
 
 # What a run is held to, given the runs: yardstick() with a stack's settings.
@@ -214,60 +270,75 @@ def suspects(outcomes: Iterable[Outcome], bar: Bar, tolerance: float) -> list[Pa
 
 def judge(outcomes: Iterable[Outcome], bar: Bar, tolerance: float) -> list[PairFinding]:
     """Findings of the pairs' runs: a pair is slow when its bus bandwidth at its largest size is
-    more than `tolerance` below the bar (yardstick, its settings given). A failed or slow NIC
-    spoils both pairs that touch it on its rail, so the ring's rule names it once
-    (acceptance.blame); a run that counted wrong results names both its nodes."""
+    more than `tolerance` below the bar (yardstick, its settings given), failed when it did not
+    finish. Each bad pair is put on the NIC that spoils it (_culprits); a run that counted wrong
+    results names both its nodes."""
     outcomes = [o for o in outcomes if o.not_run is None]
     bar_gbs, said = bar(outcomes)
-    failed: list[tuple[str, dict, str]] = []
-    slow: list[tuple[str, dict, str]] = []
+    bad: dict[PairRun, str] = {}
     out: list[PairFinding] = []
     for o in outcomes:
         p = o.pair
-        probes = [(p.a, {"rail": p.rail, "peer": p.b}), (p.b, {"rail": p.rail, "peer": p.a})]
         if o.run is None:
-            failed += [(src, r, f"all_reduce_perf to {r['peer']} failed ({o.error})") for src, r in probes[:1]]
+            bad[p] = f"all_reduce_perf of {p.a} <-> {p.b} ({p.path}) failed: {o.error}"
             continue
         peak = o.run.peak_busbw
         if bar_gbs is not None and peak is not None and peak < bar_gbs * (1 - tolerance):
-            what = (f"all_reduce_perf to {p.b} over rail {p.rail} ({p.path}): {peak:g} GB/s bus bandwidth at "
-                    f"its largest size, more than {tolerance:.0%} below {said} ({bar_gbs:.4g} GB/s)")
-            slow += [(p.a, probes[0][1], what)]
+            bad[p] = (f"all_reduce_perf of {p.a} <-> {p.b} ({p.path}): {peak:g} GB/s bus bandwidth at its "
+                      f"largest size, more than {tolerance:.0%} below {said} ({bar_gbs:.4g} GB/s)")
         wrong = sum(r.wrong for r in o.run.rows)
         if wrong:
             for node in (p.a, p.b):
                 out.append(PairFinding("collective-wrong", node, p.where,
-                                       f"all_reduce_perf over {p.where} counted {wrong} wrong result(s)", "0",
-                                       str(wrong)))
+                                       f"{node}: all_reduce_perf over {p.where} counted {wrong} wrong result(s)",
+                                       "0", str(wrong)))
     planned = f"{bar_gbs:.4g} GB/s" if bar_gbs is not None else None
-    # The lowest figure of a node's slow pairs on a rail is what it was found at.
-    lowest: dict[tuple[str, int], float] = {}
-    for o in outcomes:
-        peak = o.run.peak_busbw if o.run is not None else None
-        if peak is not None:
-            for node in (o.pair.a, o.pair.b):
-                key = (node, o.pair.rail)
-                lowest[key] = min(peak, lowest.get(key, peak))
-    for kind, bad in (("collective-failed", failed), ("collective-slow", slow)):
-        for f in blame(_both_ways(bad, outcomes), kind, ""):
-            rail = f.rail if f.rail is not None else -1
-            found = lowest.get((f.node, rail)) if kind == "collective-slow" else None
-            out.append(PairFinding(kind, f.node, f"rail{rail}", f"{f.node} rail{rail}: {f.message}",
-                                   planned if kind == "collective-slow" else None,
-                                   f"{found:g} GB/s" if found is not None else None))
+    ran = [o.pair for o in outcomes]
+    for node, rail, pairs in _culprits(list(bad), ran):
+        failed = [p for p in pairs if next(o for o in outcomes if o.pair is p).run is None]
+        peaks = [o.run.peak_busbw for o in outcomes if o.pair in pairs and o.run is not None
+                 and o.run.peak_busbw is not None]
+        message = f"{node} rail{rail}: " + "; ".join(bad[p] for p in pairs)
+        if failed:
+            out.append(PairFinding("collective-failed", node, f"rail{rail}", message))
+        else:
+            out.append(PairFinding("collective-slow", node, f"rail{rail}", message, planned,
+                                   f"{min(peaks):g} GB/s" if peaks else None))
     return sorted(out, key=lambda f: (f.node, f.where, f.kind))
 
 
-def _both_ways(bad: list[tuple[str, dict, str]], outcomes: list[Outcome]) -> list[tuple[str, dict, str]]:
-    """A two-node ring's one pair counts as its two probes, as acceptance sends them: neither
-    node can be told from the other, and both are named."""
-    ring_sizes: dict[int, set[str]] = {}
-    for o in outcomes:
-        ring_sizes.setdefault(o.pair.rail, set()).update((o.pair.a, o.pair.b))
-    out = list(bad)
-    for src, r, what in bad:
-        if len(ring_sizes.get(r["rail"], ())) == 2:
-            out.append((r["peer"], {"rail": r["rail"], "peer": src}, what))
+# A rail pair finding's message, as judge() writes it: what a recorded state's finding is read by.
+_PAIR_MESSAGE = re.compile(r"^(\S+) rail(\d+): all_reduce_perf of ")
+
+
+def pair_rail(message: str) -> tuple[str, int] | None:
+    """(node, rail) of a rail pair finding's message; None for any other message."""
+    m = _PAIR_MESSAGE.match(message)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _culprits(bad: list[PairRun], ran: list[PairRun]) -> list[tuple[str, int, list[PairRun]]]:
+    """(node, rail, its bad pairs) for each NIC the bad pairs point at. Unlike acceptance's probes
+    (acceptance.blame) a pair has no sender: a NIC in two bad pairs of its rail's ring spoils both
+    and is named alone; a lone bad pair names the end whose other pair on the rail did not run
+    well, or both ends where neither or both did (a two-node ring; a fault on the path between)."""
+    out = []
+    for rail in sorted({p.rail for p in bad}):
+        mine = [p for p in bad if p.rail == rail]
+        count: dict[str, int] = {}
+        for p in mine:
+            for n in (p.a, p.b):
+                count[n] = count.get(n, 0) + 1
+        named = {n for n, c in count.items() if c >= 2}
+        for p in mine:
+            if p.a in named or p.b in named:
+                continue
+            healthy = {n for n in (p.a, p.b)
+                       if any(q is not p and q.rail == rail and n in (q.a, q.b) and q not in mine for q in ran)}
+            ends = [n for n in (p.a, p.b) if n not in healthy] or [p.a, p.b]
+            named.update(ends)
+        for n in sorted(named):
+            pairs = [p for p in mine if n in (p.a, p.b)]
+            if pairs:
+                out.append((n, rail, pairs))
     return out
-
-

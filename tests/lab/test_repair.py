@@ -116,7 +116,7 @@ def deep_health(p: StackProject) -> tuple[subprocess.CompletedProcess[str], list
 
 def allocations(p: StackProject) -> int:
     """The allocations slurmctld has granted srun (its log's own line for each)."""
-    return int(ctl(p, "grep -c _slurm_rpc_allocate_resources /var/log/slurm/slurmctld.log || true").strip() or 0)
+    return int(ctl(p, "grep -c '_slurm_rpc_allocate_resources JobId=' /var/log/slurm/slurmctld.log || true").strip() or 0)
 
 
 def test_deep_verify_runs_all_reduce_perf_across_each_rail_pair_and_names_a_slowed_rail(project):
@@ -136,7 +136,7 @@ def test_deep_verify_runs_all_reduce_perf_across_each_rail_pair_and_names_a_slow
         proc, found = deep_health(project)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert [(f["kind"], f["node"], f["where"]) for f in found] == [("collective-slow", "gpu-2", "rail5")], found
-        assert "to gpu-3" in found[0]["message"] and "from gpu-1" in found[0]["message"], found[0]
+        assert "gpu-2 <-> gpu-3" in found[0]["message"] and "gpu-1 <-> gpu-2" in found[0]["message"], found[0]
         assert allocations(project) - before == 4 * 8 + 2
         assert states(project)["gpu-2"]["state"] == "suspect"
     finally:
@@ -144,6 +144,36 @@ def test_deep_verify_runs_all_reduce_perf_across_each_rail_pair_and_names_a_slow
     proc, found = deep_health(project)
     assert proc.returncode == 0 and found == [], proc.stdout + proc.stderr
     assert states(project)["gpu-2"]["state"] == "ready"
+
+
+def test_a_node_drained_for_a_slow_rail_goes_to_a_person_without_a_reset(project, api):
+    """--deep --repair on a slow rail: the suspect's pairs are run again with its ring neighbours,
+    still slow, so it is drained; a drained node gets no allocation, so no reset could be re-tested,
+    and it is handed to a person without one. A plain verify keeps the finding (its pairs did not
+    run); the person's resume lets the next --deep run its pairs, which pass."""
+    before = boots(project, "gpu-3")
+    dev = project.plan.node_named("gpu-3").nics[2].netdev
+    fault(project, "link-slow", "gpu-3", dev, "400")
+    try:
+        proc = project.railyard("verify", "--stack", STACK, "--only", "health", "--deep", "--repair", timeout=1200)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        hand_off = proc.stdout[proc.stdout.index("hand-off:"):]
+        assert "  gpu-3: railyard: not reset: a rail pair's finding" in hand_off and "gpu-3 rail2" in hand_off, hand_off
+        s = states(project)["gpu-3"]
+        assert s["state"] == "failed" and s["tries"] == 0 and boots(project, "gpu-3") == before
+        assert slurm_node(project, "gpu-3")[0] == "drained"
+    finally:
+        fault(project, "--clear")
+    # Its pairs cannot run while it is drained: a reading does not clear it.
+    verify(project)
+    assert states(project)["gpu-3"]["state"] == "failed"
+    ctl(project, "scontrol update NodeName=gpu-3 State=RESUME")
+    proc, found = deep_health(project)
+    assert proc.returncode == 0 and found == [], proc.stdout + proc.stderr
+    assert states(project)["gpu-3"]["state"] == "ready"
+    assert project.railyard("verify", "--stack", STACK, "--only", "health", "--repair", timeout=900).returncode == 0
+    node = api.get("/api/v1/nodes/gpu-3")
+    assert not node["spec"].get("unschedulable") and TAINT not in (node["spec"].get("taints") or [])
 
 
 def test_a_transient_gpu_loss_is_drained_reset_checked_returned_and_takes_jobs_again(project, api):

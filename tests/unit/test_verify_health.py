@@ -45,37 +45,47 @@ def test_findings_name_their_node_and_missing_tools_are_not_a_pass():
 def slurm_plan(count: int):
     from railyard.model.catalog import load_catalog
     from railyard.model.plan import make_plan
+    from railyard.remote import ssh
     from railyard.stack import parse_config
 
     from .model.test_acceptance import config
 
     spec = parse_config(config(count, extra={"railyard:slurm": {}}), stack="t")
-    return spec, make_plan(spec, load_catalog())
+    plan = make_plan(spec, load_catalog())
+    return spec, plan, {n.name: ssh.Target(n.name, f"10.0.0.{i}") for i, n in enumerate(plan.nodes)}
+
+
+def controller(monkeypatch, answer, sinfo: str = "gpu-0 idle\ngpu-1 idle\n") -> list[list[str]]:
+    """ssh.run on Slurm's controller: sinfo says `sinfo`, every other command is answer(argv)'s
+    (rc, stdout, stderr); the commands answered, in order."""
+    from railyard.remote import ssh
+
+    ran: list[list[str]] = []
+
+    def run(target, argv, **_):
+        if argv[0] == "sinfo":
+            return ssh.Result(0, sinfo, "", "")
+        ran.append(argv)
+        return ssh.Result(*answer(argv), "")
+
+    monkeypatch.setattr(ssh, "run", run)
+    return ran
 
 
 def test_pairs_are_launched_with_srun_on_the_controller_and_judged_there(monkeypatch):
-    from railyard.remote import ssh
+    from .model.test_pair_collectives import REAL
 
-    spec, plan = slurm_plan(2)
-    hosts = {n.name: ssh.Target(n.name, f"10.0.0.{i}") for i, n in enumerate(plan.nodes)}
-    ran: list[tuple[str, list[str]]] = []
-    kept = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+    spec, plan, hosts = slurm_plan(2)
     rail4 = plan.node_named("gpu-0").nics[4].name
-
-    def run(target, argv, **_):
-        ran.append((target.name, argv))
-        if rail4 in argv:  # a job holds rail 4's pair
-            return ssh.Result(1, "", "srun: error: Unable to allocate resources: Requested node configuration "
-                                     "is not available\n", "")
-        return ssh.Result(0, kept, "", "")
-
-    monkeypatch.setattr(ssh, "run", run)
-    found, notes, ran_any = verify.pair_collectives(spec, plan, hosts, None)
+    busy = (1, "", "srun: error: Unable to allocate resources: Requested node configuration is not available\n")
+    # A job holds rail 4's pair.
+    ran = controller(monkeypatch, lambda argv: busy if rail4 in argv else (0, REAL, ""))
+    found, notes, ran_on = verify.pair_collectives(spec, plan, hosts, None)
     # Eight rails of a two-node ring: eight pairs, each one srun on Slurm's controller.
-    assert len(ran) == 8 and {name for name, _ in ran} == {plan.slurm.controller.name}
-    assert all(argv[:5] == ["timeout", "-k", "5", "55", "srun"] for _, argv in ran) and ran_any
-    # The kept run (469 GB/s) is far above a 400 Gb/s rail's 50 GB/s: nothing found; the pair that
-    # got no allocation is said, not passed.
+    assert len(ran) == 8 and all(argv[4:10] == ["timeout", "-k", "5", "60", "srun", "--mpi=pmi2"] for argv in ran)
+    assert ran_on == {(n, r) for n in ("gpu-0", "gpu-1") for r in range(8) if r != 4}
+    # Every pair's table is alike, so none is below the median (the lab's rails are held to each
+    # other); the pair that got no allocation is said, not passed.
     assert found == [] and len(notes) == 1 and notes[0].startswith("pair collectives not run: Slurm gave no "
                                                                   "allocation") and "rail4 gpu-0 <-> gpu-1" in notes[0]
 
@@ -83,4 +93,70 @@ def test_pairs_are_launched_with_srun_on_the_controller_and_judged_there(monkeyp
 def test_a_stack_without_slurm_runs_no_pair_and_says_why():
     _, plain = load(ROOT / "stacks" / "Pulumi.lab.yaml")
     found, notes, ran = verify.pair_collectives(plain.spec, plain, {}, None)
-    assert (found, ran) == ([], False) and "the stack has no railyard:slurm" in notes[0]
+    assert (found, ran) == ([], set()) and "the stack has no railyard:slurm" in notes[0]
+
+
+def test_a_slow_pair_whose_second_run_gets_no_allocation_keeps_its_first_result(monkeypatch):
+    from .model.test_pair_collectives import REAL, scaled
+
+    spec, plan, hosts = slurm_plan(2)
+    rail2, seen = plan.node_named("gpu-0").nics[2].name, []
+
+    def answer(argv):
+        if rail2 not in argv:
+            return 0, REAL, ""
+        seen.append(argv)
+        return (0, scaled(REAL, 0.01), "") if len(seen) == 1 else \
+            (1, "", "srun: error: Unable to allocate resources: Requested nodes are busy\n")
+
+    controller(monkeypatch, answer)
+    found, _, _ = verify.pair_collectives(spec, plan, hosts, None)
+    assert len(seen) == 2 and [(f.kind, f.node, f.where) for f in found] == [
+        ("collective-slow", "gpu-0", "rail2"), ("collective-slow", "gpu-1", "rail2")]
+
+
+def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
+    pair = verify.Finding("collective-slow", "gpu-1", "rail5", "50 GB/s", "0.05 GB/s", "gpu-1 rail5: ...")
+    own = verify.Finding("collective-slow", "gpu-1", "gpu-1", "478 GB/s", "318 GB/s", "gpu-1: ...")
+    other = verify.Finding("collective-slow", "gpu-2", "rail5", "50 GB/s", "0.05 GB/s", "gpu-2 rail5: ...")
+    before = {"gpu-1": [pair, own], "gpu-2": [other]}
+    # gpu-1's rail 5 pairs did not run (drained; only its rail 0 ran): that finding stands, its own
+    # collective's does not; gpu-2's rail 5 pairs ran, and what they found now is all that counts.
+    assert verify.standing_pair_findings(before, ["gpu-1", "gpu-2"], {("gpu-1", 0), ("gpu-2", 5)}) == \
+        {"gpu-1": [pair]}
+    assert verify.is_pair_finding(pair) and not verify.is_pair_finding(own)
+
+
+def test_a_node_slurm_shows_drained_or_busy_runs_no_pair_and_is_named(monkeypatch):
+    spec, plan, hosts = slurm_plan(4)
+    # sinfo's own lines for the four nodes.
+    ran = controller(monkeypatch, lambda argv: (1, "", "unexpected"),
+                     sinfo="gpu-0 idle\ngpu-1 drain\ngpu-2 idle\ngpu-3 alloc\n")
+    found, notes, ran_on = verify.pair_collectives(spec, plan, hosts, None)
+    # Every pair of a four-node ring touches gpu-1 or gpu-3: none is started, none is a finding.
+    assert (found, ran, ran_on) == ([], [], set())
+    assert any(n.startswith("pair collectives not run: sinfo shows gpu-1 drain: rail0 gpu-0 <-> gpu-1") for n in notes)
+    assert any(n.startswith("pair collectives not run: sinfo shows gpu-3 alloc") for n in notes)
+
+
+def test_a_driver_whose_rails_carry_their_rate_holds_each_pair_to_the_rails_speed(monkeypatch):
+    import dataclasses
+
+    from railyard import drivers
+    from railyard.model import pair_collectives as pc
+
+    from .model.test_pair_collectives import REAL, scaled
+
+    entry = drivers.entry
+    monkeypatch.setattr(drivers, "entry", lambda name: dataclasses.replace(
+        entry(name), capabilities=dataclasses.replace(entry(name).capabilities, rails_at_host_rate=None,
+                                                      slurm_mpi="pmix")))
+    spec, plan, hosts = slurm_plan(2)
+    rail6 = plan.node_named("gpu-0").nics[6].name
+    # Every rail's pair at the real run's 469 GB/s, rail 6's at 5% of it: 23 GB/s, below 85% of 50.
+    ran = controller(monkeypatch, lambda argv: (0, scaled(REAL, 0.05) if rail6 in argv else REAL, ""))
+    found, _, _ = verify.pair_collectives(spec, plan, hosts, None)
+    assert all("--mpi=pmix" in argv and argv[-len(pc.SIZES.argv()):] == pc.SIZES.argv() for argv in ran)
+    assert [(f.kind, f.node, f.where, f.planned) for f in found] == [
+        ("collective-slow", "gpu-0", "rail6", "50 GB/s"), ("collective-slow", "gpu-1", "rail6", "50 GB/s")]
+    assert "more than 15% below the rail's planned speed (50 GB/s)" in found[0].message

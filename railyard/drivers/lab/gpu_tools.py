@@ -296,7 +296,9 @@ def all_reduce_perf(argv: list[str], hw: str = HW, found: list[dict[str, Any]] |
     header = (f"# nThread 1 nGpus {ngpus} minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: "
               f"{warmup} iters: {iters} agg iters: 1 validation: 1 graph: 0\n")
     env = dict(os.environ) if env is None else env
-    if int(env.get("SLURM_NTASKS") or 1) > 1:
+    # An MPI build's rank comes from the PMI its launcher speaks (srun --mpi=pmi2 or pmix); without
+    # one, each process is a run of its own, as a real one is.
+    if env.get("PMI_RANK") or env.get("PMIX_RANK"):
         return _across_nodes(env, hw, sizes, ngpus, warmup, iters, header, found)
     info = _manifest(hw)
     kept = {int(size): (oop, ip) for size, oop, ip in _manifest(hw, "all_reduce_perf").get("rows", ())}
@@ -361,7 +363,7 @@ def _interface_address(name: str) -> str | None:
     return socket.inet_ntoa(raw[20:24])
 
 
-def _exchange(sock: socket.socket, buf: memoryview, size: int, start: bool) -> float:
+def _exchange(sock: socket.socket, send: memoryview, recv: memoryview, size: int, start: bool) -> float:
     """One all-reduce of two ranks' worth of bytes: each sends `size` bytes while it receives the
     other's, from a one-byte start rank 0 sends; the seconds it took."""
     import threading
@@ -371,27 +373,41 @@ def _exchange(sock: socket.socket, buf: memoryview, size: int, start: bool) -> f
     elif sock.recv(1) != b"g":
         raise ConnectionError("the peer closed the connection")
     began = time.perf_counter()
-    sender = threading.Thread(target=sock.sendall, args=(buf[:size],))
-    sender.start()
+    failed: list[OSError] = []
+
+    def sender() -> None:
+        try:
+            sock.sendall(send[:size])
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=sender)
+    thread.start()
     got = 0
-    while got < size:
-        n = sock.recv_into(buf[got:size], size - got)
-        if not n:
-            raise ConnectionError("the peer closed the connection")
-        got += n
-    sender.join()
+    try:
+        while got < size:
+            n = sock.recv_into(recv[got:size], size - got)
+            if not n:
+                raise ConnectionError("the peer closed the connection")
+            got += n
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
     return time.perf_counter() - began
 
 
 def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, warmup: int, iters: int,
                   header: str, found: list[dict[str, Any]] | None) -> int:
-    """A run of two ranks, one on each node of a rail's pair (railyard.model.pair_collectives):
-    rank 0 listens at NCCL_COMM_ID, rank 1 reaches it from its NCCL_SOCKET_IFNAME's address, and
+    """A run of two ranks, one on each node of a rail's pair (railyard.model.pair_collectives), each
+    told its rank by the PMI srun started it with (PMI_RANK and PMI_SIZE, or PMIX_RANK): rank 0
+    listens at NCCL_COMM_ID, rank 1 reaches it from its NCCL_SOCKET_IFNAME's address, and
     the sizes' bytes cross the lab's rail for real, so the times are the rail's as this machine's
     veths carry it (a link down fails the run, a slowed link slows it). Rank 0 prints the table."""
-    ranks, rank = int(env.get("SLURM_NTASKS") or 1), int(env.get("SLURM_PROCID") or 0)
+    rank = int(env.get("PMI_RANK") or env.get("PMIX_RANK") or 0)
+    ranks = int(env.get("PMI_SIZE") or env.get("SLURM_NTASKS") or 1)
     stand_in = "all_reduce_perf: this is a lab node's stand-in (railyard/drivers/lab/gpu_tools.py): "
-    if ranks != 2 or ngpus != 1 or max(sizes) > SIZE_UNITS["G"]:
+    if ranks != 2 or ngpus != 1 or max(sizes) > SIZE_UNITS["G"] or iters < 1:
         sys.stderr.write(stand_in + "across nodes it answers two ranks of one GPU each, up to 1G, only\n")
         return 2
     root, _, port = (env.get("NCCL_COMM_ID") or "").rpartition(":")
@@ -409,6 +425,10 @@ def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, wa
         return 1
     me = {"host": socket.gethostname(), "pid": os.getpid(), "bdf": found[int(visible)]["bdf"]}
     product = _manifest(hw).get("product_name", "N/A")
+    if rank == 0:
+        # nccl-tests prints its header before NCCL starts: a run that then fails has it.
+        sys.stdout.write(header + "#\n# Using devices\n")
+        sys.stdout.flush()
     try:
         if rank == 0:
             with socket.create_server((root, int(port))) as server:
@@ -419,15 +439,20 @@ def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, wa
         with sock:
             sock.settimeout(PEER_WAIT_S)
             sock.sendall((json.dumps(me) + "\n").encode())
-            peer = json.loads(_line(sock) or b"null")
-            if peer is None:
-                raise ConnectionError("the peer closed the connection")
-            buf = memoryview(bytearray(max(sizes)))
+            try:
+                peer = json.loads(_line(sock))
+                peer = {"host": str(peer["host"]), "pid": int(peer["pid"]), "bdf": str(peer["bdf"])}
+            except (ValueError, TypeError, KeyError):
+                raise ConnectionError("the peer closed the connection before saying who it is") from None
+            send, recv = memoryview(bytearray(max(sizes))), memoryview(bytearray(max(sizes)))
+            # nccl-tests warms up once, at the largest size, before it times every size.
+            for _ in range(warmup):
+                _exchange(sock, send, recv, max(sizes), rank == 0)
             rows = []
             for size in sizes:
                 times = []
                 for _place in ("out-of-place", "in-place"):
-                    took = [_exchange(sock, buf, size, rank == 0) for _ in range(warmup + iters)][warmup:]
+                    took = [_exchange(sock, send, recv, size, rank == 0) for _ in range(iters)]
                     times.append(sum(took) / len(took) * 1e6)
                 rows.append((size, times))
     except OSError as exc:
@@ -436,8 +461,8 @@ def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, wa
         return 1
     if rank != 0:
         return 0
-    out = [header, "#\n", "# Using devices\n", _rank_line(0, me["pid"], me["host"], me["bdf"], product),
-           _rank_line(1, int(peer["pid"]), str(peer["host"]), str(peer["bdf"]), product), COLLECTIVE_HEADER]
+    out = [_rank_line(0, me["pid"], me["host"], me["bdf"], product),
+           _rank_line(1, peer["pid"], peer["host"], peer["bdf"], product), COLLECTIVE_HEADER]
     busbws = []
     for size, times in rows:
         row = f"{size:12d}  {size // 4:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}"

@@ -30,7 +30,7 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, DEFAULT_SWITCH_BY_SPEED, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_HEALTH_CHECK_INTERVAL, SLURM_HEALTH_CHECK_STATES, SLURM_MAX_SWITCH_WAIT, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_HEALTH_CHECK_INTERVAL, SLURM_HEALTH_CHECK_STATES, SLURM_MAX_SWITCH_WAIT, SLURM_MPI, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -705,11 +705,12 @@ class _Parser(ConfigReader, CrossFieldRules):
                 states = None
             else:
                 states = ",".join(words)
+        mpi = self.choice(sm, "mpi", f"{path}.mpi", SLURM_MPI)
         if controller is None or cluster is None or partition is None or wait is None or interval is None \
                 or states is None:
             return None
         return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait,
-                         health_check_interval=interval, health_check_node_state=states)
+                         health_check_interval=interval, health_check_node_state=states, mpi=mpi)
 
     # --- acceptance -----------------------------------------------------------------------------
 

@@ -100,7 +100,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tuning.sriov": ("vfsPerPf",),
     "tuning.affinity": ("policy",),
     "kubernetes": ("labelPrefix", "resourcePrefix", "kubeconfig"),
-    "slurm": ("controller", "clusterName", "partition", "maxSwitchWait", "healthCheckInterval", "healthCheckNodeState"),
+    "slurm": ("controller", "clusterName", "partition", "maxSwitchWait", "healthCheckInterval", "healthCheckNodeState",
+              "mpi"),
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
@@ -289,6 +290,14 @@ class SlurmSpec:
     health_check_interval: int = SLURM_HEALTH_CHECK_INTERVAL
     """Seconds between slurmd's runs of Railyard's health check on each node; 0: no health check."""
     health_check_node_state: str = "ANY"
+    mpi: str | None = None
+    """srun's --mpi for the runs across node pairs (`verify --deep`): the PMI the cluster's MPI
+    build of nccl-tests speaks; None: the driver's (SLURM_MPI)."""
+
+
+# srun's MPI plugins a stack may name (railyard:slurm.mpi): PMIx (Open MPI 5, NVIDIA HPC-X) or
+# Slurm's own PMI-2 (MPICH, MVAPICH).
+SLURM_MPI = ("pmix", "pmi2")
 
 
 ON_DRIFT = ("fail", "skip-node")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -19,8 +20,16 @@ from .test_acceptance import config, plan_of
 
 CATALOG = load_catalog()
 GPU = Path(__file__).resolve().parents[3] / "railyard" / "data" / "fixtures" / "gpu"
-# A real two-node run's table (8 ranks a node): what a healthy run across nodes prints.
-REAL = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+# A real two-node run's table (8 ranks a node), its rank lines cut to the first on each host and
+# renumbered: what a run of two ranks, one a node, prints (no real one of those is kept).
+_KEPT = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
+_RANKS = [line for line in _KEPT if "Rank" in line]
+REAL = "\n".join(line for line in _KEPT if "Rank" not in line or line in (_RANKS[0], _RANKS[8])).replace(
+    "Rank  8 Group", "Rank  1 Group") + "\n"
+
+
+# What a run that started prints before it fails: nccl-tests' header lines.
+STARTED = "\n".join(REAL.splitlines()[1:4]) + "\n"
 
 
 def pairs_of(count: int) -> tuple[pc.PairRun, ...]:
@@ -58,26 +67,29 @@ def test_no_node_is_in_two_pairs_of_a_round_and_every_pair_runs_once():
 def ranks_env(pair: pc.PairRun, node: str, procid: int) -> dict[str, str]:
     """What the srun line's shell hands each rank, run for real with `env` as the tool."""
     argv = pair.srun_argv()
-    i = argv.index("sh")
-    script_args = argv[i + 1:argv.index("all_reduce_perf")]
+    # What srun runs on the node, as the remote shell ssh hands the joined line to parses it.
+    task = argv[argv.index("sh"):argv.index("all_reduce_perf")] + ["env"]
     env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node, "SLURM_PROCID": str(procid)}
-    out = subprocess.run(["sh", *script_args, "env"], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["sh", "-c", shlex.join(task)], env=env, capture_output=True, text=True, check=True).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if line.startswith(("NCCL_", "CUDA_")))
 
 
 @pytest.mark.parametrize("rank_of_a", [0, 1])
 def test_each_rank_gets_its_own_nic_gpu_and_rank_zeros_address_wherever_slurm_puts_it(rank_of_a):
     pair = next(p for p in pairs_of(4) if p.rail == 3 and p.a == "gpu-3")  # the ring's wrap-around pair
-    argv = pair.srun_argv(limit_s=55)
-    assert argv[:10] == ["timeout", "-k", "5", "55", "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                         "--nodelist=gpu-3,gpu-0", f"--immediate={pc.ALLOCATE_S}"]
-    assert argv[argv.index("all_reduce_perf") + 1:] == list(pc.SIZES)
+    argv = pair.srun_argv(limit_s=55, mpi="pmi2")
+    assert argv[:16] == ["timeout", "-k", "5", "55", "srun", "--mpi=pmi2", "--nodes=2", "--ntasks=2",
+                         "--ntasks-per-node=1", "--nodelist=gpu-3,gpu-0", "--exclusive", "--gres=gpu:8",
+                         f"--immediate={pc.ALLOCATE_S}", "--kill-on-bad-exit=1", "--time=2", "--job-name=railyard-pair"]
+    assert argv[argv.index("all_reduce_perf") + 1:] == pc.SIZES.argv()
     on_a, on_b = ranks_env(pair, "gpu-3", rank_of_a), ranks_env(pair, "gpu-0", 1 - rank_of_a)
     root = pair.ip_a if rank_of_a == 0 else pair.ip_b
     assert on_a == {"NCCL_IB_HCA": f"={pair.hca_a}", "NCCL_COMM_ID": f"{root}:{pc.PORT}",
-                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_a}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_a)}
+                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_a}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_a),
+                    "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert on_b == {"NCCL_IB_HCA": f"={pair.hca_b}", "NCCL_COMM_ID": f"{root}:{pc.PORT}",
-                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_b}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_b)}
+                    "NCCL_SOCKET_IFNAME": f"={pair.netdev_b}", "CUDA_VISIBLE_DEVICES": str(pair.gpu_b),
+                    "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def scaled(text: str, factor: float) -> str:
@@ -130,7 +142,7 @@ def test_against_the_median_only_the_outlier_is_named_whatever_the_plans_speed()
 
 def test_in_a_two_node_ring_both_nodes_are_named():
     pairs = [p for p in pairs_of(2) if p.rail == 1]
-    found = pc.judge([pc.outcome(pairs[0], 1, "", "srun: error: gpu-1: task 1: Exited with exit code 1\n")],
+    found = pc.judge([pc.outcome(pairs[0], 1, STARTED, "srun: error: gpu-1: task 1: Exited with exit code 1\n")],
                      bar(400), 0.15)
     assert [(f.kind, f.node) for f in found] == [("collective-failed", "gpu-0"), ("collective-failed", "gpu-1")]
     assert "exited 1: srun: error: gpu-1: task 1: Exited with exit code 1" in found[0].message
@@ -160,14 +172,78 @@ def test_a_run_that_counted_wrong_results_names_both_nodes():
     cols = rows[i].split()
     cols[8] = "3"
     rows[i] = "  ".join(cols)
-    found = pc.judge([pc.outcome(pair, 0, "\n".join(rows), "")], bar(0), 0.15)
+    # nccl-tests exits 1 when it counted wrong results; the table is judged all the same.
+    found = pc.judge([pc.outcome(pair, 1, "\n".join(rows), "")], bar(0), 0.15)
     assert sorted((f.kind, f.node) for f in found) == [("collective-wrong", "gpu-0"), ("collective-wrong", "gpu-1")]
 
 
 def test_only_the_slow_or_failed_pairs_are_run_again():
     pairs = [p for p in pairs_of(4) if p.rail == 6]
     outs = outcomes(pairs, [scaled(REAL, 0.5) if p.a == "gpu-0" else REAL for p in pairs])
-    outs[2] = pc.outcome(pairs[2], 1, "", "gone")
+    outs[2] = pc.outcome(pairs[2], 1, STARTED, "gone")
     outs[3] = pc.outcome(pairs[3], 1, "", "srun: error: Unable to allocate resources: Socket timed out\n")
     peak = parse_all_reduce_perf(REAL).peak_busbw
     assert pc.suspects(outs, bar(peak * 8), 0.15) == [pairs[0], pairs[2]]
+
+
+def test_two_runs_of_one_rank_each_are_a_launcher_mismatch_not_a_node_fault():
+    # A build without MPI (or srun without the PMI it speaks): each process runs alone and prints its own table.
+    pair = pairs_of(2)[0]
+    alone = "\n".join(line for line in REAL.splitlines() if "Rank  1" not in line)
+    o = pc.outcome(pair, 0, alone + "\n" + alone, "")
+    assert o.run is None and o.not_run and "did not form one run (2 tables" in o.not_run
+    assert pc.judge([o], bar(400), 0.15) == []
+
+
+def test_a_nic_with_one_failed_and_one_slow_pair_is_named_alone_as_failed():
+    pairs = [p for p in pairs_of(4) if p.rail == 4]
+    peak = parse_all_reduce_perf(REAL).peak_busbw
+    outs = []
+    for p in pairs:
+        if {p.a, p.b} == {"gpu-1", "gpu-2"}:
+            outs.append(pc.outcome(p, 1, STARTED, "Test NCCL failure common.cu:1005 'remote process exited'\n"))
+        elif {p.a, p.b} == {"gpu-2", "gpu-3"}:
+            outs.append(pc.outcome(p, 0, scaled(REAL, 0.5), ""))
+        else:
+            outs.append(pc.outcome(p, 0, REAL, ""))
+    found = pc.judge(outs, bar(peak * 8), 0.15)
+    assert [(f.kind, f.node, f.where) for f in found] == [("collective-failed", "gpu-2", "rail4")]
+    assert "Test NCCL failure common.cu:1005" in found[0].message and "GB/s bus bandwidth" in found[0].message
+
+
+def test_a_lone_bad_pair_names_the_end_whose_other_pair_did_not_run_well():
+    pairs = [p for p in pairs_of(4) if p.rail == 0]
+    peak = parse_all_reduce_perf(REAL).peak_busbw
+    # gpu-0 <-> gpu-1 is slow; gpu-1's other pair ran healthy, gpu-0's other pair did not run.
+    outs = []
+    for p in pairs:
+        if {p.a, p.b} == {"gpu-0", "gpu-1"}:
+            outs.append(pc.outcome(p, 0, scaled(REAL, 0.5), ""))
+        elif "gpu-0" in (p.a, p.b):
+            outs.append(pc.outcome(p, 1, "", "srun: error: Unable to allocate resources: Requested nodes are busy\n"))
+        else:
+            outs.append(pc.outcome(p, 0, REAL, ""))
+    assert [(f.kind, f.node) for f in pc.judge(outs, bar(peak * 8), 0.15)] == [("collective-slow", "gpu-0")]
+
+
+def test_sinfo_names_the_nodes_slurm_would_give_no_pair():
+    # sinfo --noheader --Node --format='%N %t', as Slurm 22.05 prints it.
+    shown = "gpu-0 idle\ngpu-1 drain\ngpu-2 mix\ngpu-3 idle*\ngpu-4 down*\n"
+    assert pc.unavailable(shown) == {"gpu-1": "drain", "gpu-2": "mix", "gpu-3": "idle*", "gpu-4": "down*"}
+
+
+def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault():
+    pair = pairs_of(2)[0]
+    # srun --mpi=pmix where slurmd has the plugin but not the PMIx library (as on this machine).
+    o = pc.outcome(pair, 1, "", "srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files\n"
+                                "srun: error: cannot create mpi context for mpi/pmix\n")
+    assert o.not_run == ("the launch failed before all_reduce_perf started (srun: error: cannot create mpi context "
+                         "for mpi/pmix)")
+    assert pc.outcome(pair, 127, "", "timeout: failed to run command 'srun': No such file or directory\n").not_run \
+        .startswith("a command was not found")
+
+
+def test_a_finding_message_says_its_node_and_rail():
+    pairs = [p for p in pairs_of(2) if p.rail == 7]
+    [f, _] = pc.judge([pc.outcome(pairs[0], 1, STARTED, "x")], bar(400), 0.15)
+    assert pc.pair_rail(f.message) == (f.node, 7) and pc.pair_rail("gpu-0: Xid 79 on GPU 3") is None

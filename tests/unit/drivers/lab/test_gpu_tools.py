@@ -359,8 +359,8 @@ def free_port() -> int:
 
 
 def pair_env(rank: int, port: int, gpu: int) -> dict[str, str]:
-    """What srun and railyard.model.pair_collectives give each rank of a pair, over loopback."""
-    return {"SLURM_NTASKS": "2", "SLURM_PROCID": str(rank), "NCCL_COMM_ID": f"127.0.0.1:{port}",
+    """What srun --mpi=pmi2 and railyard.model.pair_collectives give each rank of a pair, over loopback."""
+    return {"PMI_SIZE": "2", "PMI_RANK": str(rank), "NCCL_COMM_ID": f"127.0.0.1:{port}",
             "NCCL_SOCKET_IFNAME": "=lo", "CUDA_VISIBLE_DEVICES": str(gpu)}
 
 
@@ -369,7 +369,7 @@ def test_a_pair_across_nodes_moves_its_bytes_between_the_ranks_and_prints_rank_z
 
     from railyard.model.pair_collectives import SIZES
 
-    port, args = free_port(), [a for a in SIZES]
+    port, args = free_port(), SIZES.argv()
     results: dict[int, int] = {}
     peer = threading.Thread(target=lambda: results.setdefault(
         1, gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(1, port, 6))))
@@ -409,7 +409,7 @@ def test_a_rank_whose_peer_never_listens_fails_saying_where_it_looked(h100, monk
 @pytest.mark.parametrize("change, said", [
     ({"NCCL_COMM_ID": ""}, "it needs NCCL_COMM_ID"),
     ({"NCCL_SOCKET_IFNAME": "=no-such0"}, "no-such0 given"),
-    ({"SLURM_NTASKS": "4"}, "two ranks of one GPU each"),
+    ({"PMI_SIZE": "4"}, "two ranks of one GPU each"),
 ])
 def test_a_pair_without_what_it_needs_is_refused_naming_it(h100, capsys, change, said):
     rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100), env={**pair_env(0, 1, 0), **change})
