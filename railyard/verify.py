@@ -269,10 +269,16 @@ def standing_pair_findings(before: Mapping[str, list[Finding]], nodes: Iterable[
     drained for one keeps it until its pairs run again (a person resumes it)."""
     out = {}
     for n in nodes:
-        kept = [f for f in before.get(n, []) if is_pair_finding(f) and (n, int(f.where[4:])) not in pairs_run]
+        kept = [f for f in before.get(n, []) if is_pair_finding(f) and (n, _rail_of(f)) not in pairs_run]
         if kept:
             out[n] = kept
     return out
+
+
+def _rail_of(f: Finding) -> int:
+    """The rail of a rail pair finding: its `where` is `railN`, or `railN A <-> B ...` for a
+    result counted wrong."""
+    return int(f.where[4:].split(" ", 1)[0])
 
 
 def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,

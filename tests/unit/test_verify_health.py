@@ -119,11 +119,13 @@ def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
     pair = verify.Finding("collective-slow", "gpu-1", "rail5", "50 GB/s", "0.05 GB/s", "gpu-1 rail5: ...")
     own = verify.Finding("collective-slow", "gpu-1", "gpu-1", "478 GB/s", "318 GB/s", "gpu-1: ...")
     other = verify.Finding("collective-slow", "gpu-2", "rail5", "50 GB/s", "0.05 GB/s", "gpu-2 rail5: ...")
-    before = {"gpu-1": [pair, own], "gpu-2": [other]}
+    wrong = verify.Finding("collective-wrong", "gpu-1", "rail5 gpu-0 <-> gpu-1 (through leaf)", "0", "3",
+                           "gpu-1: all_reduce_perf over rail5 gpu-0 <-> gpu-1 (through leaf) counted 3 wrong result(s)")
+    before = {"gpu-1": [pair, own, wrong], "gpu-2": [other]}
     # gpu-1's rail 5 pairs did not run (drained; only its rail 0 ran): that finding stands, its own
     # collective's does not; gpu-2's rail 5 pairs ran, and what they found now is all that counts.
     assert verify.standing_pair_findings(before, ["gpu-1", "gpu-2"], {("gpu-1", 0), ("gpu-2", 5)}) == \
-        {"gpu-1": [pair]}
+        {"gpu-1": [pair, wrong]}
     assert verify.is_pair_finding(pair) and not verify.is_pair_finding(own)
 
 
