@@ -178,6 +178,7 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     from railyard import drivers
     from railyard.model import pair_collectives as pc
     from railyard.model.catalog import load_catalog
+    from railyard.model.node_health import SINFO, parse_sinfo
     from railyard.remote.ssh import CONNECT_TIMEOUT_S, SshError, run
 
     if plan.slurm is None:
@@ -195,9 +196,8 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     # A node Slurm would not give (drained, down, running a job) is known before any pair waits
     # srun's --immediate for it; where sinfo cannot be read, srun says so pair by pair.
     try:
-        listed = run(hosts[launcher], ["sinfo", "--noheader", "--Node", "--format=%N %t"], private_key=private_key,
-                     timeout=timeout)
-        taken = pc.unavailable(listed.stdout) if listed.rc == 0 else {}
+        listed = run(hosts[launcher], SINFO, private_key=private_key, timeout=timeout)
+        taken = pc.unavailable(parse_sinfo(listed.stdout)) if listed.rc == 0 else {}
     except SshError:
         taken = {}
 
@@ -235,7 +235,7 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     tolerance = at_host_rate if at_host_rate is not None else spec.health.collective_tolerance
     bar = functools.partial(pc.yardstick, nic_gbps=spec.fabric.compute.speed_gbps,
                             against_median=at_host_rate is not None)
-    held = {p: pc.Outcome(p, None, not_run=f"sinfo shows {n} {taken[n]}") for p in pairs
+    held = {p: pc.Outcome(p, None, not_run=f"Slurm has {n} {taken[n]}") for p in pairs
             for n in (p.a, p.b) if n in taken}
     held.update({p: pc.Outcome(p, None, not_run="its two nodes' SKUs have different GPU counts, or none")
                  for p in pairs if not p.gpus and p not in held})

@@ -225,7 +225,7 @@ DRIVERS: dict[str, DriverEntry] = {
                             playground=True,
                             kubernetes="runs",
                             # Its acceptance holds a rail to its node's other rails with it too (lab/tuning.py).
-                            rails_at_host_rate=0.75,
+                            rails_at_host_rate=0.9,
                             # Debian's slurmd here has its PMIx plugin but not the PMIx library.
                             slurm_mpi="pmi2"),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 from railyard.model.acceptance import rail_ring
 from railyard.model.gpu_health import CollectiveRun, expected_busbw_pair, parse_all_reduce_perf
 from railyard.model.health_check import NCCL_TESTS_FAILURE
+from railyard.model.node_health import Held
 
 if TYPE_CHECKING:
     from railyard.model.catalog import NodeSku
@@ -185,16 +186,12 @@ class Outcome:
     not_run: str | None = None
 
 
-def unavailable(sinfo: str) -> dict[str, str]:
-    """{node: its state} of the nodes `sinfo --noheader --Node --format='%N %t'` shows as anything
-    but idle (allocated, mixed, drained, down; `idle*`, not responding): Slurm would give them to
-    no pair now."""
-    out = {}
-    for line in sinfo.splitlines():
-        name, _, state = line.strip().partition(" ")
-        if name and state.strip() and state.strip() != "idle":
-            out[name] = state.strip()
-    return out
+def unavailable(held: Mapping[str, Held]) -> dict[str, str]:
+    """{node: why} of the nodes Slurm would give no pair now, from sinfo as the repair loop reads
+    it (node_health.parse_sinfo): out of scheduling (drained, down), running a job, or not
+    responding."""
+    return {n: "out of scheduling" if h.out else "running a job" if h.busy else "not responding"
+            for n, h in held.items() if h.out or h.busy or not h.responding}
 
 
 # srun's words when it gets no allocation (a node busy, drained or down); the exit status env

@@ -80,8 +80,8 @@ def test_a_rail_slowed_in_a_node_is_the_only_one_flagged(two):
     dev = netdev(two, "gpu-0", 3)
     # `railyard lab fault link-slow`: a token bucket on the node's netdev, whose burst is above the
     # MTU: the pings pass, the bandwidth does not.
-    made = lab_fault(two, "link-slow", "gpu-0", dev, "100")
-    assert made == f"gpu-0: {dev} slowed to 100 Mbit/s\n"
+    made = lab_fault(two, "link-slow", "gpu-0", dev, "20")
+    assert made == f"gpu-0: {dev} slowed to 20 Mbit/s\n"
     assert "tbf" in in_node(two, "gpu-0", "tc", "qdisc", "show", "dev", dev).stdout
     # A second token bucket on the same rail is refused, and nothing changes.
     again = two.railyard("lab", "fault", "--stack", TWO, "link-slow", "gpu-0", dev, "50")
@@ -95,7 +95,7 @@ def test_a_rail_slowed_in_a_node_is_the_only_one_flagged(two):
         assert ("gpu-0", "3", "bandwidth") in found and {(rail, check) for _, rail, check in found} == \
             {("3", "bandwidth")}, proc.stdout[-3000:] + proc.stderr[-2000:]
     finally:
-        assert lab_fault(two, "--clear") == f"cleared: gpu-0: {dev} slowed to 100 Mbit/s\n"
+        assert lab_fault(two, "--clear") == f"cleared: gpu-0: {dev} slowed to 20 Mbit/s\n"
     assert "tbf" not in in_node(two, "gpu-0", "tc", "qdisc", "show", "dev", dev).stdout
 
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from railyard import verify
 from railyard.model import health_check
+from railyard.model.node_health import SINFO
 from railyard.stack import load
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "railyard" / "data" / "fixtures" / "gpu"
+SLURM = ROOT / "railyard" / "data" / "fixtures" / "slurm"
 
 
 def test_the_node_script_names_each_missing_tool_and_its_sections_split_back():
@@ -55,7 +57,7 @@ def slurm_plan(count: int):
     return spec, plan, {n.name: ssh.Target(n.name, f"10.0.0.{i}") for i, n in enumerate(plan.nodes)}
 
 
-def controller(monkeypatch, answer, sinfo: str = "gpu-0 idle\ngpu-1 idle\n") -> list[list[str]]:
+def controller(monkeypatch, answer, sinfo: str = "gpu-0|idle|Unknown|none\ngpu-1|idle|Unknown|none\n") -> list[list[str]]:
     """ssh.run on Slurm's controller: sinfo says `sinfo`, every other command is answer(argv)'s
     (rc, stdout, stderr); the commands answered, in order."""
     from railyard.remote import ssh
@@ -63,7 +65,7 @@ def controller(monkeypatch, answer, sinfo: str = "gpu-0 idle\ngpu-1 idle\n") -> 
     ran: list[list[str]] = []
 
     def run(target, argv, **_):
-        if argv[0] == "sinfo":
+        if argv == SINFO:
             return ssh.Result(0, sinfo, "", "")
         ran.append(argv)
         return ssh.Result(*answer(argv), "")
@@ -130,15 +132,18 @@ def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
 
 
 def test_a_node_slurm_shows_drained_or_busy_runs_no_pair_and_is_named(monkeypatch):
+    from .model.test_pair_collectives import REAL
+
     spec, plan, hosts = slurm_plan(4)
-    # sinfo's own lines for the four nodes.
-    ran = controller(monkeypatch, lambda argv: (1, "", "unexpected"),
-                     sinfo="gpu-0 idle\ngpu-1 drain\ngpu-2 idle\ngpu-3 alloc\n")
+    # Real sinfo: gpu-1 drained, gpu-2 running a job, gpu-0 idle (gpu-3 is not in that capture).
+    ran = controller(monkeypatch, lambda argv: (0, REAL, ""), sinfo=(SLURM / "sinfo_drained_mixed.txt").read_text())
     found, notes, ran_on = verify.pair_collectives(spec, plan, hosts, None)
-    # Every pair of a four-node ring touches gpu-1 or gpu-3: none is started, none is a finding.
-    assert (found, ran, ran_on) == ([], [], set())
-    assert any(n.startswith("pair collectives not run: sinfo shows gpu-1 drain: rail0 gpu-0 <-> gpu-1") for n in notes)
-    assert any(n.startswith("pair collectives not run: sinfo shows gpu-3 alloc") for n in notes)
+    # Of a four-node ring's pairs on each rail, only gpu-3 <-> gpu-0 has neither node: it alone runs.
+    assert found == [] and len(ran) == 8 and all("--nodelist=gpu-3,gpu-0" in argv for argv in ran)
+    assert ran_on == {(n, r) for n in ("gpu-0", "gpu-3") for r in range(8)}
+    assert any(n.startswith("pair collectives not run: Slurm has gpu-1 out of scheduling: rail0 gpu-0 <-> gpu-1")
+               for n in notes)
+    assert any(n.startswith("pair collectives not run: Slurm has gpu-2 running a job") for n in notes)
 
 
 def test_a_driver_whose_rails_carry_their_rate_holds_each_pair_to_the_rails_speed(monkeypatch):

@@ -135,7 +135,7 @@ def test_healthy_pairs_at_the_rails_speed_are_not_findings():
 def test_against_the_median_only_the_outlier_is_named_whatever_the_plans_speed():
     pairs = [p for p in pairs_of(4) if p.rail == 2]
     texts = [scaled(REAL, 0.01) if "gpu-1" in (p.a, p.b) else REAL for p in pairs]
-    found = pc.judge(outcomes(pairs, texts), bar(400, median=True), 0.75)
+    found = pc.judge(outcomes(pairs, texts), bar(400, median=True), 0.9)
     assert [(f.kind, f.node) for f in found] == [("collective-slow", "gpu-1")]
     assert "the median of the pairs run" in found[0].message
 
@@ -227,9 +227,14 @@ def test_a_lone_bad_pair_names_the_end_whose_other_pair_did_not_run_well():
 
 
 def test_sinfo_names_the_nodes_slurm_would_give_no_pair():
-    # sinfo --noheader --Node --format='%N %t', as Slurm 22.05 prints it.
-    shown = "gpu-0 idle\ngpu-1 drain\ngpu-2 mix\ngpu-3 idle*\ngpu-4 down*\n"
-    assert pc.unavailable(shown) == {"gpu-1": "drain", "gpu-2": "mix", "gpu-3": "idle*", "gpu-4": "down*"}
+    from railyard.model.node_health import parse_sinfo
+
+    slurm = GPU.parent / "slurm"  # real Slurm 22.05 output (its SOURCES.md)
+    assert pc.unavailable(parse_sinfo((slurm / "sinfo_drained_mixed.txt").read_text())) == {
+        "gpu-1": "out of scheduling", "gpu-2": "running a job"}
+    assert pc.unavailable(parse_sinfo((slurm / "sinfo_idle.txt").read_text())) == {}
+    assert set(pc.unavailable(parse_sinfo((slurm / "sinfo_not_responding.txt").read_text())).values()) <= {
+        "out of scheduling", "not responding"}
 
 
 def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault():
