@@ -225,9 +225,9 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
             return pc.Outcome(pair, None, not_run=f"srun on {launcher}: {str(exc).split(': ', 1)[-1]}")
         return got
 
-    def in_rounds(runs: list[pc.PairRun]) -> dict[pc.PairRun, pc.Outcome]:
+    def in_rounds(batches: list[list[pc.PairRun]]) -> dict[pc.PairRun, pc.Outcome]:
         done: dict[pc.PairRun, pc.Outcome] = {}
-        for batch in pc.rounds(runs):
+        for batch in batches:
             with ThreadPoolExecutor(max_workers=max(1, min(workers, len(batch)))) as pool:
                 done.update(zip(batch, pool.map(one, batch)))
         return done
@@ -240,13 +240,14 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     held.update({p: pc.Outcome(p, None, not_run="its two nodes' SKUs have different GPU counts, or none")
                  for p in pairs if not p.gpus and p not in held})
     pairs = [p for p in pairs if p not in held]
-    progress(f"running all_reduce_perf across {len(pairs)} rail pair(s), {len(pc.rounds(pairs))} round(s)")
-    outcomes = {**held, **in_rounds(pairs)}
+    batches = pc.rounds(pairs)
+    progress(f"running all_reduce_perf across {len(pairs)} rail pair(s), {len(batches)} round(s)")
+    outcomes = {**held, **in_rounds(batches)}
     again = pc.suspects(outcomes.values(), bar, tolerance)
     if again:
         # Only a pair slow or failed twice is judged so; one that could not run again keeps its first result.
         progress(f"running {len(again)} slow or failed pair(s) again")
-        outcomes.update({p: o for p, o in in_rounds(again).items() if o.not_run is None})
+        outcomes.update({p: o for p, o in in_rounds(pc.rounds(again)).items() if o.not_run is None})
     found = pc.judge(outcomes.values(), bar, tolerance)
     out = [Finding(f.kind, f.node, f.where, f.planned, f.found, f.message) for f in found]
     why_not: dict[str, list[str]] = {}

@@ -290,11 +290,10 @@ def judge(outcomes: Iterable[Outcome], bar: Bar, tolerance: float) -> list[PairF
                                        f"{node}: all_reduce_perf over {p.where} counted {wrong} wrong result(s)",
                                        "0", str(wrong)))
     planned = f"{bar_gbs:.4g} GB/s" if bar_gbs is not None else None
-    ran = [o.pair for o in outcomes]
-    for node, rail, pairs in _culprits(list(bad), ran):
-        failed = [p for p in pairs if next(o for o in outcomes if o.pair is p).run is None]
-        peaks = [o.run.peak_busbw for o in outcomes if o.pair in pairs and o.run is not None
-                 and o.run.peak_busbw is not None]
+    runs = {o.pair: o.run for o in outcomes}
+    for node, rail, pairs in _culprits(list(bad), list(runs)):
+        failed = [p for p in pairs if runs[p] is None]
+        peaks = [r.peak_busbw for p in pairs if (r := runs[p]) is not None and r.peak_busbw is not None]
         message = f"{node} rail{rail}: " + "; ".join(bad[p] for p in pairs)
         if failed:
             out.append(PairFinding("collective-failed", node, f"rail{rail}", message))
