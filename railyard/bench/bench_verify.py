@@ -155,8 +155,12 @@ def run_pairs(ctx: Context):
     from railyard.stack import load
 
     _, plan = load(str(Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.us-east-bm.yaml"))
-    real = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
-            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text()
+    kept = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
+            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
+    # Its rank lines cut to the first on each host: what a pair's two ranks print.
+    ranks = [line for line in kept if "Rank" in line]
+    real = "\n".join(line for line in kept if "Rank" not in line or line in (ranks[0], ranks[8])).replace(
+        "Rank  8 Group", "Rank  1 Group") + "\n"
     slow = real.replace("17179869184    4294967296     float     sum      -1    68652  250.24  469.21",
                         "17179869184    4294967296     float     sum      -1   137304  125.12  234.60")
     slow = slow.replace("0    68668  250.19  469.10", "0   137336  125.10  234.55")
