@@ -144,6 +144,17 @@ def run_health_check(ctx: Context):
 TARGET_PAIRS_JUDGED_S = 5.0
 
 
+def two_rank_table() -> str:
+    """The kept real two-node run (8 ranks a node) with its rank lines cut to the first on each
+    host and renumbered: what a pair's run of two ranks, one a node, prints. No real run of that
+    shape is kept (railyard/data/fixtures/gpu/SOURCES.md); the tests judge the same table."""
+    kept = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
+            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
+    ranks = [line for line in kept if "Rank" in line]
+    return "\n".join(line for line in kept if "Rank" not in line or line in (ranks[0], ranks[8])).replace(
+        "Rank  8 Group", "Rank  1 Group") + "\n"
+
+
 def run_pairs(ctx: Context):
     """The 448-node pod's collectives across rail pairs (issue 41): planning its pairs and rounds,
     and judging one real nccl-tests table per pair, one NIC's pairs slowed (what `verify --deep`
@@ -155,12 +166,7 @@ def run_pairs(ctx: Context):
     from railyard.stack import load
 
     _, plan = load(str(Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.us-east-bm.yaml"))
-    kept = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
-            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
-    # Its rank lines cut to the first on each host: what a pair's two ranks print.
-    ranks = [line for line in kept if "Rank" in line]
-    real = "\n".join(line for line in kept if "Rank" not in line or line in (ranks[0], ranks[8])).replace(
-        "Rank  8 Group", "Rank  1 Group") + "\n"
+    real = two_rank_table()
     slow = real.replace("17179869184    4294967296     float     sum      -1    68652  250.24  469.21",
                         "17179869184    4294967296     float     sum      -1   137304  125.12  234.60")
     slow = slow.replace("0    68668  250.19  469.10", "0   137336  125.10  234.55")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from railyard.bench.bench_verify import two_rank_table
 from railyard.model import pair_collectives as pc
 from railyard.model.catalog import load_catalog
 from railyard.model.gpu_health import parse_all_reduce_perf
@@ -20,12 +21,8 @@ from .test_acceptance import config, plan_of
 
 CATALOG = load_catalog()
 GPU = Path(__file__).resolve().parents[3] / "railyard" / "data" / "fixtures" / "gpu"
-# A real two-node run's table (8 ranks a node), its rank lines cut to the first on each host and
-# renumbered: what a run of two ranks, one a node, prints (no real one of those is kept).
-_KEPT = (GPU / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
-_RANKS = [line for line in _KEPT if "Rank" in line]
-REAL = "\n".join(line for line in _KEPT if "Rank" not in line or line in (_RANKS[0], _RANKS[8])).replace(
-    "Rank  8 Group", "Rank  1 Group") + "\n"
+# A real two-node run's table cut to one rank a node (no real run of two ranks is kept).
+REAL = two_rank_table()
 
 
 # What a run that started prints before it fails: nccl-tests' header lines.
