@@ -12,8 +12,8 @@ description:
     C(timeout I(server_lifetime)) so that none outlives a run cut short for long; C(stop) ends them. The role runs C(serve) on every node before
     any node runs C(probe).
   - C(probe), for each entry of I(probes), all rails at once, an unfragmented ping that fills the
-    MTU (ping -M do) and the routers the route crosses where I(probes[].routers) is given
-    (traceroute); then the bandwidth, one rail after the other so that the rails of a node are
+    MTU (ping -M do), once more for a rail that got none through, and the routers the route
+    crosses where I(probes[].routers) is given (traceroute); then the bandwidth, one rail after the other so that the rails of a node are
     measured alike, each for I(seconds), and once more for a rail more than I(tolerance) below the
     median of the node's rails (the better figure counts, since a slow rail is slow twice and a busy moment
     once); then it writes and reads back I(cache_mount) and I(pfs_mount), and reads the
@@ -230,6 +230,21 @@ def _reach(params, p):
     return out
 
 
+def _reach_again(params, probes, rails):
+    """The rails that got no ping through, pinged once more (all at once, after waiting I(ping_wait)):
+    a moment's loss (a host so busy that its packets wait, a switch still learning) is not a dead
+    rail, which is lost twice. Both attempts' errors are kept."""
+    lost = [i for i, r in enumerate(rails) if not r["ping_ok"]]
+    if not lost:
+        return rails
+    time.sleep(params["ping_wait"])
+    with ThreadPoolExecutor(max_workers=len(lost)) as pool:
+        again = dict(zip(lost, pool.map(lambda i: _reach(params, probes[i]), lost)))
+    return [again[i] if i in again and again[i]["ping_ok"] else
+            {**r, "ping_error": f"{r['ping_error']}; again: {again[i]['ping_error']}"} if i in again else r
+            for i, r in enumerate(rails)]
+
+
 def _measure(params, probes, rails):
     """Bandwidth of each reachable rail in turn, and again for those well below the others."""
     for p, r in zip(probes, rails):
@@ -333,6 +348,7 @@ def main():
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, len(params["probes"]))) as pool:
         rails = list(pool.map(lambda p: _reach(params, p), params["probes"]))
+    rails = _reach_again(params, params["probes"], rails)
     _measure(params, params["probes"], rails)
     name = params["node"] or os.uname().nodename
     storage = {}
