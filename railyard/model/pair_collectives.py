@@ -201,6 +201,12 @@ NO_ALLOCATION = "Unable to allocate resources"
 _HEADER = re.compile(r"^# nThread ", re.M)
 NOT_FOUND = 127
 TIMED_OUT = (124, 137)
+# srun's line for a rank that ended with an error; the first is the one that failed, the others
+# came after srun ended them (--kill-on-bad-exit), so srun's own status is theirs (143, SIGTERM).
+_TASK_FAILED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: Exited with exit code [1-9]\d*$")
+# srun's last words where slurmd cannot start the PMI asked for (Debian 12's mpi/pmix plugin
+# without its PMIx library: railyard/data/fixtures/slurm/srun_pmix_unavailable.txt).
+_NO_MPI = "Invalid MPI type"
 
 
 def outcome(pair: PairRun, rc: int, stdout: str, stderr: str, sizes: Sizes = SIZES) -> Outcome:
@@ -216,9 +222,13 @@ def outcome(pair: PairRun, rc: int, stdout: str, stderr: str, sizes: Sizes = SIZ
     said = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
             if line.strip() and not line.lstrip().startswith("#") and not line.strip()[:1].isdigit()]
     failures = [line for line in said if NCCL_TESTS_FAILURE.search(line)]
-    last = (failures or said or ["no output"])[-1][:160]
+    first_failed = [line for line in said if _TASK_FAILED.match(line)][:1]
+    last = (failures or first_failed or said or ["no output"])[-1][:160]
     if NO_ALLOCATION in stderr:
         return Outcome(pair, None, not_run=f"Slurm gave no allocation ({last})")
+    if _NO_MPI in stderr:
+        return Outcome(pair, None, not_run=f"srun cannot start the PMI asked for ({last}): railyard:slurm.mpi "
+                                           "must be one that `srun --mpi=list` names and slurmd can load")
     if rc == NOT_FOUND or "exit code 127" in stderr:
         return Outcome(pair, None, not_run="all_reduce_perf missing" if "all_reduce_perf" in stderr
                        else f"a command was not found ({last})")

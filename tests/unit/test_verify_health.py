@@ -79,7 +79,7 @@ def test_pairs_are_launched_with_srun_on_the_controller_and_judged_there(monkeyp
 
     spec, plan, hosts = slurm_plan(2)
     rail4 = plan.node_named("gpu-0").nics[4].name
-    busy = (1, "", "srun: error: Unable to allocate resources: Requested node configuration is not available\n")
+    busy = (1, "", (SLURM / "srun_busy_immediate.txt").read_text())  # real Slurm 22.05 (its SOURCES.md)
     # A job holds rail 4's pair.
     ran = controller(monkeypatch, lambda argv: busy if rail4 in argv else (0, REAL, ""))
     found, notes, ran_on = verify.pair_collectives(spec, plan, hosts, None)
@@ -109,7 +109,7 @@ def test_a_slow_pair_whose_second_run_gets_no_allocation_keeps_its_first_result(
             return 0, REAL, ""
         seen.append(argv)
         return (0, scaled(REAL, 0.01), "") if len(seen) == 1 else \
-            (1, "", "srun: error: Unable to allocate resources: Requested nodes are busy\n")
+            (1, "", (SLURM / "srun_busy_immediate.txt").read_text())
 
     controller(monkeypatch, answer)
     found, _, _ = verify.pair_collectives(spec, plan, hosts, None)

@@ -27,6 +27,12 @@ REAL = two_rank_table()
 
 # What a run that started prints before it fails: nccl-tests' header lines.
 STARTED = "\n".join(REAL.splitlines()[1:4]) + "\n"
+# What srun and slurmstepd print, captured from Debian 12's Slurm 22.05 in the lab (its SOURCES.md).
+SLURM = GPU.parent / "slurm"
+
+
+def srun(name: str) -> str:
+    return (SLURM / f"srun_{name}.txt").read_text()
 
 
 def pairs_of(count: int) -> tuple[pc.PairRun, ...]:
@@ -139,27 +145,32 @@ def test_against_the_median_only_the_outlier_is_named_whatever_the_plans_speed()
 
 def test_in_a_two_node_ring_both_nodes_are_named():
     pairs = [p for p in pairs_of(2) if p.rail == 1]
-    found = pc.judge([pc.outcome(pairs[0], 1, STARTED, "srun: error: gpu-1: task 1: Exited with exit code 1\n")],
-                     bar(400), 0.15)
+    # One rank exited 1; srun ended the other (--kill-on-bad-exit) and exits with its SIGTERM, 143.
+    found = pc.judge([pc.outcome(pairs[0], 143, STARTED, srun("rank_exit_1"))], bar(400), 0.15)
     assert [(f.kind, f.node) for f in found] == [("collective-failed", "gpu-0"), ("collective-failed", "gpu-1")]
-    assert "exited 1: srun: error: gpu-1: task 1: Exited with exit code 1" in found[0].message
+    # The rank that failed first is said, not srun's last words about the one it ended.
+    assert "exited 143: srun: error: gpu-2: task 1: Exited with exit code 1" in found[0].message
 
 
 def test_a_pair_stopped_at_its_time_limit_is_a_failed_run():
     pair = pairs_of(2)[0]
-    stopped = pc.outcome(pair, 124, "# nThread 1 nGpus 1\n", "srun: forcing job termination\n")
+    stopped = pc.outcome(pair, 124, STARTED, srun("timeout"))  # timeout(1)'s status, srun's words
     assert stopped.not_run is None and stopped.error.startswith("did not finish in time")
+    assert "task 1: Killed" in stopped.error
 
 
 def test_no_allocation_and_a_missing_tool_are_not_run_never_failed():
     pair = pairs_of(2)[0]
-    busy = pc.outcome(pair, 1, "", "srun: error: Unable to allocate resources: Requested node configuration "
-                                   "is not available\n")
-    missing = pc.outcome(pair, 127, "", "env: 'all_reduce_perf': No such file or directory\n"
-                                        "srun: error: gpu-0: task 0: Exited with exit code 127\n")
-    assert busy.not_run and busy.not_run.startswith("Slurm gave no allocation")
+    # Each as srun answers: a job holds the pair (--immediate gave up), a node drained, more GPUs
+    # than the nodes have, a node Slurm does not know; then the pair's own command where the tool
+    # is not installed (env's 127 through srun).
+    held = [pc.outcome(pair, 1, "", srun(name)) for name in ("busy_immediate", "drained_immediate",
+                                                            "gres_unavailable", "invalid_node")]
+    missing = pc.outcome(pair, 127, "", srun("tool_missing"))
+    assert all(o.not_run and o.not_run.startswith("Slurm gave no allocation") for o in held), held
+    assert "Requested nodes are busy" in held[0].not_run and "Invalid node name" in held[3].not_run
     assert missing.not_run == "all_reduce_perf missing"
-    assert pc.judge([busy, missing], bar(400), 0.15) == []
+    assert pc.judge([*held, missing], bar(400), 0.15) == []
 
 
 def test_a_run_that_counted_wrong_results_names_both_nodes():
@@ -178,7 +189,7 @@ def test_only_the_slow_or_failed_pairs_are_run_again():
     pairs = [p for p in pairs_of(4) if p.rail == 6]
     outs = outcomes(pairs, [scaled(REAL, 0.5) if p.a == "gpu-0" else REAL for p in pairs])
     outs[2] = pc.outcome(pairs[2], 1, STARTED, "gone")
-    outs[3] = pc.outcome(pairs[3], 1, "", "srun: error: Unable to allocate resources: Socket timed out\n")
+    outs[3] = pc.outcome(pairs[3], 1, "", srun("busy_immediate"))
     peak = parse_all_reduce_perf(REAL).peak_busbw
     assert pc.suspects(outs, bar(peak * 8), 0.15) == [pairs[0], pairs[2]]
 
@@ -217,7 +228,7 @@ def test_a_lone_bad_pair_names_the_end_whose_other_pair_did_not_run_well():
         if {p.a, p.b} == {"gpu-0", "gpu-1"}:
             outs.append(pc.outcome(p, 0, scaled(REAL, 0.5), ""))
         elif "gpu-0" in (p.a, p.b):
-            outs.append(pc.outcome(p, 1, "", "srun: error: Unable to allocate resources: Requested nodes are busy\n"))
+            outs.append(pc.outcome(p, 1, "", srun("busy_immediate")))
         else:
             outs.append(pc.outcome(p, 0, REAL, ""))
     assert [(f.kind, f.node) for f in pc.judge(outs, bar(peak * 8), 0.15)] == [("collective-slow", "gpu-0")]
@@ -226,21 +237,22 @@ def test_a_lone_bad_pair_names_the_end_whose_other_pair_did_not_run_well():
 def test_sinfo_names_the_nodes_slurm_would_give_no_pair():
     from railyard.model.node_health import parse_sinfo
 
-    slurm = GPU.parent / "slurm"  # real Slurm 22.05 output (its SOURCES.md)
-    assert pc.unavailable(parse_sinfo((slurm / "sinfo_drained_mixed.txt").read_text())) == {
+    assert pc.unavailable(parse_sinfo((SLURM / "sinfo_drained_mixed.txt").read_text())) == {
         "gpu-1": "out of scheduling", "gpu-2": "running a job"}
-    assert pc.unavailable(parse_sinfo((slurm / "sinfo_idle.txt").read_text())) == {}
-    assert set(pc.unavailable(parse_sinfo((slurm / "sinfo_not_responding.txt").read_text())).values()) <= {
+    assert pc.unavailable(parse_sinfo((SLURM / "sinfo_idle.txt").read_text())) == {}
+    assert set(pc.unavailable(parse_sinfo((SLURM / "sinfo_not_responding.txt").read_text())).values()) <= {
         "out of scheduling", "not responding"}
 
 
 def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault():
     pair = pairs_of(2)[0]
-    # srun --mpi=pmix where slurmd has the plugin but not the PMIx library (as on this machine).
-    o = pc.outcome(pair, 1, "", "srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files\n"
-                                "srun: error: cannot create mpi context for mpi/pmix\n")
-    assert o.not_run == ("the launch failed before all_reduce_perf started (srun: error: cannot create mpi context "
-                         "for mpi/pmix)")
+    # srun --mpi=pmix where Slurm has the plugin but not the PMIx library (Debian 12's, in the lab).
+    o = pc.outcome(pair, 1, "", srun("pmix_unavailable"))
+    assert o.not_run == ("srun cannot start the PMI asked for (srun: error: Invalid MPI type 'pmix', --mpi=list for "
+                         "acceptable types): railyard:slurm.mpi must be one that `srun --mpi=list` names and slurmd "
+                         "can load")
+    assert "pmi2" in srun("mpi_list").split()  # what the lab's stacks use instead (Capabilities.slurm_mpi)
+    assert pc.judge([o], bar(400), 0.15) == []
     assert pc.outcome(pair, 127, "", "timeout: failed to run command 'srun': No such file or directory\n").not_run \
         .startswith("a command was not found")
 
