@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from railyard.bench.bench_hosts import lab_servers
+from railyard.bench.fixtures import two_rank_table
 from railyard.bench.harness import Context, Sample, Section
 
 SIZES = (32, 64)
@@ -142,17 +143,6 @@ def run_health_check(ctx: Context):
 
 
 TARGET_PAIRS_JUDGED_S = 5.0
-
-
-def two_rank_table() -> str:
-    """The kept real two-node run (8 ranks a node) with its rank lines cut to the first on each
-    host and renumbered: what a pair's run of two ranks, one a node, prints. No real run of that
-    shape is kept (railyard/data/fixtures/gpu/SOURCES.md); the tests judge the same table."""
-    kept = (Path(__file__).resolve().parents[1] / "data" / "fixtures" / "gpu"
-            / "all_reduce_perf-h100-2node-16gpu-nvls-healthy.txt").read_text().splitlines()
-    ranks = [line for line in kept if "Rank" in line]
-    return "\n".join(line for line in kept if "Rank" not in line or line in (ranks[0], ranks[8])).replace(
-        "Rank  8 Group", "Rank  1 Group") + "\n"
 
 
 def run_pairs(ctx: Context):

@@ -201,9 +201,12 @@ NO_ALLOCATION = "Unable to allocate resources"
 _HEADER = re.compile(r"^# nThread ", re.M)
 NOT_FOUND = 127
 TIMED_OUT = (124, 137)
-# srun's line for a rank that ended with an error; the first is the one that failed, the others
-# came after srun ended them (--kill-on-bad-exit), so srun's own status is theirs (143, SIGTERM).
-_TASK_FAILED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: Exited with exit code [1-9]\d*$")
+# srun's line for each rank that ended badly (an exit code, a signal); the first is the one that
+# failed, those srun then ended (--kill-on-bad-exit) say Terminated, and srun's own status is
+# theirs (143): railyard/data/fixtures/slurm/srun_rank_exit_1.txt.
+_TASK_FAILED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (?!Terminated$)")
+# The loader's words for a binary that is there without its libraries (no NCCL): exit 127 too.
+_NO_LIBRARY = "error while loading shared libraries"
 # srun's last words where slurmd cannot start the PMI asked for (Debian 12's mpi/pmix plugin
 # without its PMIx library: railyard/data/fixtures/slurm/srun_pmix_unavailable.txt).
 _NO_MPI = "Invalid MPI type"
@@ -212,9 +215,10 @@ _NO_MPI = "Invalid MPI type"
 def outcome(pair: PairRun, rc: int, stdout: str, stderr: str, sizes: Sizes = SIZES) -> Outcome:
     """What one pair's srun printed, read. A table from one run of two ranks on the two nodes that
     reached the largest size is judged, wrong results and all (nccl-tests exits 1 on them); a run
-    that stopped, failed or timed out is a failed run, in nccl-tests' own failure line where it
-    printed one, else the launcher's last words. No allocation, a missing tool, and ranks that did
-    not form one run (srun's --mpi and the MPI build disagree) are not run: no node's fault."""
+    that stopped, failed or timed out is a failed run, said in nccl-tests' first failure line where
+    it printed one, else srun's line for the rank that failed first, else the last line printed.
+    No allocation, a missing tool or library, a PMI Slurm cannot start, and ranks that did not form
+    one run (srun's --mpi and the MPI build disagree) are not run: no node's fault."""
     try:
         run = parse_all_reduce_perf(stdout)
     except ValueError:
@@ -222,14 +226,17 @@ def outcome(pair: PairRun, rc: int, stdout: str, stderr: str, sizes: Sizes = SIZ
     said = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
             if line.strip() and not line.lstrip().startswith("#") and not line.strip()[:1].isdigit()]
     failures = [line for line in said if NCCL_TESTS_FAILURE.search(line)]
-    first_failed = [line for line in said if _TASK_FAILED.match(line)][:1]
-    last = (failures or first_failed or said or ["no output"])[-1][:160]
+    first_failed = [line for line in said if _TASK_FAILED.match(line)]
+    last = (failures[:1] or first_failed[:1] or said[-1:] or ["no output"])[0][:160]
     if NO_ALLOCATION in stderr:
         return Outcome(pair, None, not_run=f"Slurm gave no allocation ({last})")
     if _NO_MPI in stderr:
         return Outcome(pair, None, not_run=f"srun cannot start the PMI asked for ({last}): railyard:slurm.mpi "
                                            "must be one that `srun --mpi=list` names and slurmd can load")
     if rc == NOT_FOUND or "exit code 127" in stderr:
+        if _NO_LIBRARY in stderr:
+            return Outcome(pair, None, not_run=f"all_reduce_perf cannot load its libraries "
+                                               f"({next(x for x in said if _NO_LIBRARY in x)[:160]})")
         return Outcome(pair, None, not_run="all_reduce_perf missing" if "all_reduce_perf" in stderr
                        else f"a command was not found ({last})")
     if rc in TIMED_OUT:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from railyard.bench.bench_verify import two_rank_table
+from railyard.bench.fixtures import two_rank_table
 from railyard.model import pair_collectives as pc
 from railyard.model.catalog import load_catalog
 from railyard.model.gpu_health import parse_all_reduce_perf
@@ -156,7 +156,7 @@ def test_a_pair_stopped_at_its_time_limit_is_a_failed_run():
     pair = pairs_of(2)[0]
     stopped = pc.outcome(pair, 124, STARTED, srun("timeout"))  # timeout(1)'s status, srun's words
     assert stopped.not_run is None and stopped.error.startswith("did not finish in time")
-    assert "task 1: Killed" in stopped.error
+    assert "srun: error: gpu-1: task 0: Killed" in stopped.error  # the first rank srun says ended
 
 
 def test_no_allocation_and_a_missing_tool_are_not_run_never_failed():
@@ -255,6 +255,13 @@ def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault
     assert pc.judge([o], bar(400), 0.15) == []
     assert pc.outcome(pair, 127, "", "timeout: failed to run command 'srun': No such file or directory\n").not_run \
         .startswith("a command was not found")
+    # all_reduce_perf there without NCCL: the loader's 127 (glibc ld.so's words, as it says them for a
+    # binary linked against a libnccl.so.2 that is gone), not a missing tool.
+    lib = pc.outcome(pair, 127, "", "all_reduce_perf: error while loading shared libraries: libnccl.so.2: cannot open "
+                                    "shared object file: No such file or directory\n"
+                                    "srun: error: gpu-1: task 1: Exited with exit code 127\n")
+    assert lib.not_run and lib.not_run.startswith("all_reduce_perf cannot load its libraries (all_reduce_perf: error "
+                                                  "while loading shared libraries: libnccl.so.2")
 
 
 def test_a_finding_message_says_its_node_and_rail():

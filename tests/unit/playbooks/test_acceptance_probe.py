@@ -1,5 +1,6 @@
-"""The acceptance_probe module's second ping: a rail that got no ping through is pinged once more,
-and only a rail lost both times reaches the judge (railyard.model.acceptance) as lost."""
+"""The acceptance_probe module's rail pings (its _reach_all, which the probe mode runs): a rail that
+got no ping through is pinged once more, and only a rail lost both times reaches the judge
+(railyard.model.acceptance) as lost, saying both attempts."""
 
 from __future__ import annotations
 
@@ -13,38 +14,55 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 
 PARAMS = {"ping_wait": 0}
-PROBES = [{"rail": r, "peer": "gpu-1", "ip": f"198.19.{r}.3"} for r in range(3)]
+PROBES = [{"rail": r, "peer": "gpu-1", "ip": f"198.19.{r}.3", "routers": 1} for r in range(3)]
 
 
-def reached(rail: int, ok: bool, error: str = "") -> dict:
-    return {"rail": rail, "peer": "gpu-1", "ip": f"198.19.{rail}.3", "ping_ok": ok, "ping_error": "" if ok else error}
-
-
-def test_a_rail_lost_once_and_answering_again_counts_as_reached(monkeypatch):
-    asked = []
-
-    def again(params, p):
+def pinger(answers: dict[int, list[str]], asked: list[int]):
+    """_reach as the module has it, with each rail's pings answered in turn ("" is a reply)."""
+    def reach(params, p):
         asked.append(p["rail"])
-        return reached(p["rail"], True)
-
-    monkeypatch.setattr(probe, "_reach", again)
-    first = [reached(0, True), reached(1, False, "timed out after 5.6 s"), reached(2, True)]
-    out = probe._reach_again(PARAMS, PROBES, first)
-    assert asked == [1], "only the lost rail is pinged again"
-    assert [r["ping_ok"] for r in out] == [True, True, True]
-    assert out[0] is first[0] and out[2] is first[2]
+        error = answers[p["rail"]].pop(0)
+        return {"rail": p["rail"], "peer": p["peer"], "ip": p["ip"], "routers": p["routers"], "tool": "iperf3",
+                "ping_ok": not error, "ping_error": error, "routers_seen": None if error else 1, "routers_error": ""}
+    return reach
 
 
-def test_a_rail_lost_twice_stays_lost_with_both_attempts_said(monkeypatch):
-    monkeypatch.setattr(probe, "_reach", lambda params, p: reached(p["rail"], False, "100% packet loss"))
-    first = [reached(0, True), reached(1, False, "timed out after 5.6 s"), reached(2, False, "100% packet loss")]
-    out = probe._reach_again(PARAMS, PROBES, first)
-    assert [r["ping_ok"] for r in out] == [True, False, False]
-    assert out[1]["ping_error"] == "timed out after 5.6 s; again: 100% packet loss"
-    assert out[2]["ping_error"] == "100% packet loss; again: 100% packet loss"
+def test_a_rail_lost_once_and_answering_again_counts_as_reached_with_its_route(monkeypatch):
+    asked: list[int] = []
+    monkeypatch.setattr(probe, "_reach", pinger({0: [""], 1: ["timed out after 5.6 s", ""], 2: [""]}, asked))
+    rails = probe._reach_all(PARAMS, PROBES)
+    assert sorted(asked) == [0, 1, 1, 2], "only the lost rail is pinged again"
+    assert [(r["ping_ok"], r["ping_error"], r["routers_seen"]) for r in rails] == [(True, "", 1)] * 3
 
 
-def test_nothing_lost_pings_nothing_again(monkeypatch):
-    monkeypatch.setattr(probe, "_reach", lambda params, p: (_ for _ in ()).throw(AssertionError("pinged again")))
-    first = [reached(r, True) for r in range(3)]
-    assert probe._reach_again(PARAMS, PROBES, first) == first
+def test_a_rail_lost_twice_stays_lost_saying_both_attempts(monkeypatch):
+    asked: list[int] = []
+    monkeypatch.setattr(probe, "_reach", pinger(
+        {0: [""], 1: ["timed out after 5.6 s", "100% packet loss"], 2: ["100% packet loss"] * 2}, asked))
+    rails = probe._reach_all(PARAMS, PROBES)
+    assert [r["ping_ok"] for r in rails] == [True, False, False]
+    assert rails[1]["ping_error"] == "timed out after 5.6 s (again: 100% packet loss)"
+    assert rails[2]["ping_error"] == "100% packet loss (again: 100% packet loss)"
+    assert [r["rail"] for r in rails] == [0, 1, 2] and rails[1]["tool"] == "iperf3"
+
+
+def test_the_probe_mode_reports_a_rail_that_answered_the_second_ping_and_measures_it(monkeypatch):
+    class Module:  # AnsibleModule as the module uses it: params in, exit_json out
+        def __init__(self, argument_spec, supports_check_mode):
+            self.params = {k: v.get("default") for k, v in argument_spec.items()}
+            self.params.update(mode="probe", probes=PROBES, ping_wait=0)
+
+        def exit_json(self, **result):
+            raise SystemExit(result)
+
+    asked: list[int] = []
+    monkeypatch.setattr(probe, "AnsibleModule", Module)
+    monkeypatch.setattr(probe, "_reach", pinger({0: [""], 1: ["timed out after 5.6 s", ""], 2: ["lost", "lost"]}, asked))
+    monkeypatch.setattr(probe, "_bandwidth", lambda params, p: (10.0, ""))
+    try:
+        probe.main()
+    except SystemExit as done:
+        result = done.args[0]
+    rails = result["acceptance"]["rails"]
+    assert [(r["rail"], r["ping_ok"], r["gbps"]) for r in rails] == [(0, True, 10.0), (1, True, 10.0), (2, False, None)]
+    assert rails[2]["iperf_error"] == "no ping, no probe" and rails[2]["ping_error"] == "lost (again: lost)"

@@ -230,19 +230,21 @@ def _reach(params, p):
     return out
 
 
-def _reach_again(params, probes, rails):
-    """The rails that got no ping through, pinged once more (all at once, after waiting I(ping_wait)):
-    a moment's loss (a host so busy that its packets wait, a switch still learning) is not a dead
-    rail, which is lost twice. Both attempts' errors are kept."""
+def _reach_all(params, probes):
+    """Every rail's ping at once; then the rails that got none through, once more (all at once,
+    after waiting I(ping_wait)): a moment's loss (a host so busy that its packets wait, a switch
+    still learning) is not a dead rail, which is lost twice. A rail lost twice says both attempts."""
+    with ThreadPoolExecutor(max_workers=max(1, len(probes))) as pool:
+        rails = list(pool.map(lambda p: _reach(params, p), probes))
     lost = [i for i, r in enumerate(rails) if not r["ping_ok"]]
     if not lost:
         return rails
     time.sleep(params["ping_wait"])
     with ThreadPoolExecutor(max_workers=len(lost)) as pool:
         again = dict(zip(lost, pool.map(lambda i: _reach(params, probes[i]), lost)))
-    return [again[i] if i in again and again[i]["ping_ok"] else
-            {**r, "ping_error": f"{r['ping_error']}; again: {again[i]['ping_error']}"} if i in again else r
-            for i, r in enumerate(rails)]
+    for i, r in again.items():
+        rails[i] = r if r["ping_ok"] else {**rails[i], "ping_error": f"{rails[i]['ping_error']} (again: {r['ping_error']})"}
+    return rails
 
 
 def _measure(params, probes, rails):
@@ -346,9 +348,7 @@ def main():
         _stop(params)
         module.exit_json(changed=False)
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, len(params["probes"]))) as pool:
-        rails = list(pool.map(lambda p: _reach(params, p), params["probes"]))
-    rails = _reach_again(params, params["probes"], rails)
+    rails = _reach_all(params, params["probes"])
     _measure(params, params["probes"], rails)
     name = params["node"] or os.uname().nodename
     storage = {}
