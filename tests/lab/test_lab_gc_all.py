@@ -49,6 +49,21 @@ def copies(tmp_path_factory):
             b.cleanup()
 
 
+def changes(before: dict, after: dict) -> str:
+    """What differs between two {stack: leftovers} readings, item by item (a process by its pid
+    and command line), so that a failure says which object came or went."""
+    def items(x: dict, stack: str, key: str) -> set[str]:
+        return {repr((v["pid"], v["argv"], v["owner"])) if key == "processes" else repr(v)
+                for v in x.get(stack, {}).get(key, [])}
+
+    out = []
+    for stack in sorted(set(before) | set(after)):
+        for key in sorted(set(before.get(stack, {})) | set(after.get(stack, {}))):
+            gone, came = items(before, stack, key) - items(after, stack, key), items(after, stack, key) - items(before, stack, key)
+            out += [f"  {stack} {key}: gone {sorted(gone)}, came {sorted(came)}"] if gone or came else []
+    return "\n".join(out)
+
+
 def test_dry_run_lists_the_lost_stack_and_the_other_checkout_and_removes_nothing(copies):
     a, b = copies
     before = {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
@@ -58,7 +73,8 @@ def test_dry_run_lists_the_lost_stack_and_the_other_checkout_and_removes_nothing
     assert names.node_ns(LOST_A, "gpu-0") in out and names.host_link(LOST_A) in out
     assert "would remove nothing" in lines[f"stack {KEEP_A}"], out
     assert f"tag {names.stack_tag(KEEP_B)}: belongs elsewhere" in out and str(b.dir) in out, out
-    assert {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)} == before
+    after = {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
+    assert after == before, "the dry run changed the machine:\n" + changes(before, after)
 
 
 def test_all_removes_only_what_no_state_of_its_own_checkout_knows(copies):

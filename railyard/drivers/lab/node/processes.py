@@ -156,8 +156,23 @@ def _node_processes(stack: str, node: str) -> list[int]:
     return sorted(found)
 
 
+# Scans of a node's processes before it is given up as unkillable.
+KILL_ROUNDS = 5
+
+
 def _kill_node_processes(stack: str, node: str) -> None:
-    proc.kill_all(_node_processes(stack, node), what=f"node {names.node_ns(stack, node)}")
+    """Kill until a scan finds none: a process scanned but not yet killed may fork one the scan
+    missed (slurmd's health check starting sinfo as the node goes), which would outlive the node
+    in a netns no name leads to any more."""
+    what = f"node {names.node_ns(stack, node)}"
+    for _ in range(KILL_ROUNDS):
+        found = _node_processes(stack, node)
+        if not found:
+            return
+        proc.kill_all(found, what=what)
+    left = _node_processes(stack, node)
+    if left:
+        raise LabError(what, f"processes {left} kept appearing after {KILL_ROUNDS} rounds of SIGKILL")
 
 
 def _sshd_pid(stack: str, node: str, init: int) -> int | None:
