@@ -207,8 +207,8 @@ TIMED_OUT = (124, 137)
 _TASK_FAILED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (?!Terminated$)")
 # The loader's words for a binary that is there without its libraries (no NCCL): exit 127 too.
 _NO_LIBRARY = "error while loading shared libraries"
-# srun's last words where slurmd cannot start the PMI asked for (Debian 12's mpi/pmix plugin
-# without its PMIx library: railyard/data/fixtures/slurm/srun_pmix_unavailable.txt).
+# srun's last words where it cannot start the PMI asked for (Debian 12's mpi/pmix plugin, which
+# loads the libpmix.so only libpmix-dev ships: railyard/data/fixtures/slurm/srun_pmix_unavailable.txt).
 _NO_MPI = "Invalid MPI type"
 
 

@@ -246,7 +246,7 @@ def test_sinfo_names_the_nodes_slurm_would_give_no_pair():
 
 def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault():
     pair = pairs_of(2)[0]
-    # srun --mpi=pmix where Slurm has the plugin but not the PMIx library (Debian 12's, in the lab).
+    # srun --mpi=pmix where Slurm has the plugin but cannot load the PMIx library (Debian 12's, in the lab).
     o = pc.outcome(pair, 1, "", srun("pmix_unavailable"))
     assert o.not_run == ("srun cannot start the PMI asked for (srun: error: Invalid MPI type 'pmix', --mpi=list for "
                          "acceptable types): railyard:slurm.mpi must be one that `srun --mpi=list` names and slurmd "
