@@ -258,28 +258,19 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     return out, notes, {(n, o.pair.rail) for o in outcomes.values() if o.not_run is None for n in (o.pair.a, o.pair.b)}
 
 
-def is_pair_finding(f: Finding) -> bool:
-    """Whether a finding is a rail pair's (pair_collectives), not a node's own collective."""
-    return f.kind.startswith("collective-") and f.where.startswith("rail")
-
-
 def standing_pair_findings(before: Mapping[str, list[Finding]], nodes: Iterable[str],
                            pairs_run: set[tuple[str, int]]) -> dict[str, list[Finding]]:
     """The rail pair findings of `nodes` from an earlier reading that a reading in which that
     node's pairs on that rail did not run cannot clear: Slurm allocates no drained node, so a node
     drained for one keeps it until its pairs run again (a person resumes it)."""
+    from railyard.model.pair_collectives import pair_rail
+
     out = {}
     for n in nodes:
-        kept = [f for f in before.get(n, []) if is_pair_finding(f) and (n, _rail_of(f)) not in pairs_run]
+        kept = [f for f in before.get(n, []) if (where := pair_rail(f.message)) and where not in pairs_run]
         if kept:
             out[n] = kept
     return out
-
-
-def _rail_of(f: Finding) -> int:
-    """The rail of a rail pair finding: its `where` is `railN`, or `railN A <-> B ...` for a
-    result counted wrong."""
-    return int(f.where[4:].split(" ", 1)[0])
 
 
 def subnet_over_ssh(hosts: Mapping[str, Target], private_key: str | None, *, tries: int = 3,

@@ -320,14 +320,16 @@ def judge(outcomes: Iterable[Outcome], bar: Bar, tolerance: float) -> list[PairF
     return sorted(out, key=lambda f: (f.node, f.where, f.kind))
 
 
-# A rail pair finding's message, as judge() writes it: what a recorded state's finding is read by.
-_PAIR_MESSAGE = re.compile(r"^(\S+) rail(\d+): all_reduce_perf of ")
+# A rail pair finding's message, as judge() writes it: a NIC's slow or failed pairs, or a pair's
+# results counted wrong. What a finding (or a recorded state's) is known as a rail pair's by.
+_PAIR_MESSAGE = re.compile(r"^(\S+)(?: rail(\d+): all_reduce_perf of |: all_reduce_perf over rail(\d+) )")
 
 
 def pair_rail(message: str) -> tuple[str, int] | None:
-    """(node, rail) of a rail pair finding's message; None for any other message."""
+    """(node, rail) of a rail pair finding's message; None for any other message (a node's own
+    collective's among them)."""
     m = _PAIR_MESSAGE.match(message)
-    return (m.group(1), int(m.group(2))) if m else None
+    return (m.group(1), int(m.group(2) or m.group(3))) if m else None
 
 
 def _culprits(bad: list[PairRun], ran: list[PairRun]) -> list[tuple[str, int, list[PairRun]]]:

@@ -118,9 +118,12 @@ def test_a_slow_pair_whose_second_run_gets_no_allocation_keeps_its_first_result(
 
 
 def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
-    pair = verify.Finding("collective-slow", "gpu-1", "rail5", "50 GB/s", "0.05 GB/s", "gpu-1 rail5: ...")
-    own = verify.Finding("collective-slow", "gpu-1", "gpu-1", "478 GB/s", "318 GB/s", "gpu-1: ...")
-    other = verify.Finding("collective-slow", "gpu-2", "rail5", "50 GB/s", "0.05 GB/s", "gpu-2 rail5: ...")
+    pair = verify.Finding("collective-slow", "gpu-1", "rail5", "50 GB/s", "0.05 GB/s",
+                          "gpu-1 rail5: all_reduce_perf of gpu-0 <-> gpu-1 (through leaf): 0.05 GB/s ...")
+    own = verify.Finding("collective-slow", "gpu-1", "gpu-1", "478 GB/s", "318 GB/s",
+                         "gpu-1: all_reduce_perf over 8 ranks (gpu-1): 318 GB/s bus bandwidth ...")
+    other = verify.Finding("collective-slow", "gpu-2", "rail5", "50 GB/s", "0.05 GB/s",
+                           "gpu-2 rail5: all_reduce_perf of gpu-1 <-> gpu-2 (through leaf): 0.05 GB/s ...")
     wrong = verify.Finding("collective-wrong", "gpu-1", "rail5 gpu-0 <-> gpu-1 (through leaf)", "0", "3",
                            "gpu-1: all_reduce_perf over rail5 gpu-0 <-> gpu-1 (through leaf) counted 3 wrong result(s)")
     before = {"gpu-1": [pair, own, wrong], "gpu-2": [other]}
@@ -128,7 +131,10 @@ def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
     # collective's does not; gpu-2's rail 5 pairs ran, and what they found now is all that counts.
     assert verify.standing_pair_findings(before, ["gpu-1", "gpu-2"], {("gpu-1", 0), ("gpu-2", 5)}) == \
         {"gpu-1": [pair, wrong]}
-    assert verify.is_pair_finding(pair) and not verify.is_pair_finding(own)
+    from railyard.model.pair_collectives import pair_rail
+
+    # One reading of what a rail pair's finding is, for findings and recorded states alike.
+    assert [pair_rail(f.message) for f in (pair, wrong, own)] == [("gpu-1", 5), ("gpu-1", 5), None]
 
 
 def test_a_node_slurm_shows_drained_or_busy_runs_no_pair_and_is_named(monkeypatch):

@@ -25,3 +25,11 @@ def test_a_drained_nodes_rail_pair_finding_stands_until_that_rail_runs_again():
     assert _standing(states, {}, {("gpu-3", 2)}, hosts) == {}
     # Found again: not doubled.
     assert _standing(states, {"gpu-3": [PAIR]}, set(), hosts) == {}
+
+
+def test_a_pair_result_counted_wrong_stands_like_a_slow_one():
+    # judge()'s message for a pair's results counted wrong names the rail after "over", not before.
+    wrong = "gpu-3: all_reduce_perf over rail2 gpu-2 <-> gpu-3 (through leaf) counted 3 wrong result(s)"
+    states = {"gpu-3": state("drained", wrong)}
+    assert _standing(states, {}, {("gpu-3", 0)}, {"gpu-3": 0}) == {"gpu-3": [wrong]}
+    assert _standing(states, {}, {("gpu-3", 2)}, {"gpu-3": 0}) == {}
