@@ -181,7 +181,7 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     from railyard.model.node_health import SINFO, parse_sinfo
     from railyard.remote.ssh import CONNECT_TIMEOUT_S, SshError, run
 
-    if plan.slurm is None:
+    if plan.slurm is None or spec.slurm is None:
         return [], ["pair collectives not run: they are launched with Slurm's srun, and the stack has no "
                     "railyard:slurm"], set()
     launcher = plan.slurm.controller.name
@@ -204,7 +204,7 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     capabilities = drivers.entry(spec.driver).capabilities
     at_host_rate = capabilities.rails_at_host_rate
     sizes = pc.HOST_RATE_SIZES if at_host_rate is not None else pc.SIZES
-    mpi = (spec.slurm.mpi if spec.slurm is not None else None) or capabilities.slurm_mpi
+    mpi = spec.slurm.mpi
     # Each run's own job name: a run stopped in time is cancelled by it, and by nothing broader.
     token = uuid.uuid4().hex[:8]
     names = {p: f"railyard-pair-{token}-{i}" for i, p in enumerate(pairs)}

@@ -44,7 +44,7 @@ declare -A want=(
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
 if [ "${1:-}" = "--list" ]; then
-  printf '%s\n' "${want[@]}" python3-boto3 | sort -u
+  printf '%s\n' "${want[@]}" python3-boto3 libpmix-dev | sort -u
   exit 0
 fi
 missing=()
@@ -54,6 +54,9 @@ done
 # The system Python is what Ansible runs modules with on the lab's nodes (they share the host's
 # /usr); the dataset_cache role talks S3 through boto3 there, as it would on a real host.
 /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
+# srun --mpi=pmix, what MPI builds of nccl-tests launch with (Open MPI 5, HPC-X): Debian's mpi/pmix
+# plugin opens pmix2/lib/libpmix.so, which libpmix-dev ships and libpmix2 (the library) does not.
+dpkg-query -W -f='${Status}' libpmix-dev 2>/dev/null | grep -q "ok installed" || missing+=(libpmix-dev)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "railyard: missing host packages: ${missing[*]} (install them as root: apt-get install ${missing[*]})" >&2

@@ -56,9 +56,6 @@ class Capabilities:
     playbook, removing what tuning put on them, instead of deleting machines."""
     unverifiable: str = ""
     """Why `railyard verify` cannot read this driver's machines; empty where it can."""
-    slurm_mpi: str = "pmix"
-    """srun's --mpi for `verify --deep`'s runs across node pairs where the stack names none
-    (railyard:slurm.mpi)."""
     rails_at_host_rate: float | None = None
     """Set where the rails cannot carry their planned rate (the lab's veths go as fast as this
     machine's CPUs move bytes): the collectives across node pairs (`verify --deep`) are then held
@@ -225,9 +222,7 @@ DRIVERS: dict[str, DriverEntry] = {
                             playground=True,
                             kubernetes="runs",
                             # Its acceptance holds a rail to its node's other rails with it too (lab/tuning.py).
-                            rails_at_host_rate=0.9,
-                            # Debian's slurmd here has its PMIx plugin but not the PMIx library.
-                            slurm_mpi="pmi2"),
+                            rails_at_host_rate=0.9),
         implementation="railyard.drivers.lab.driver:LabDriver", rules="railyard.drivers.lab.rules",
         tuning="railyard.drivers.lab.tuning", cli="railyard.drivers.lab.cli"),
     # Existing servers over SSH (railyard:hosts): discovered, checked against their SKU, tuned and

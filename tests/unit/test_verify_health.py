@@ -84,7 +84,7 @@ def test_pairs_are_launched_with_srun_on_the_controller_and_judged_there(monkeyp
     ran = controller(monkeypatch, lambda argv: busy if rail4 in argv else (0, REAL, ""))
     found, notes, ran_on = verify.pair_collectives(spec, plan, hosts, None)
     # Eight rails of a two-node ring: eight pairs, each one srun on Slurm's controller.
-    assert len(ran) == 8 and all(argv[4:10] == ["timeout", "-k", "5", "60", "srun", "--mpi=pmi2"] for argv in ran)
+    assert len(ran) == 8 and all(argv[4:10] == ["timeout", "-k", "5", "60", "srun", "--mpi=pmix"] for argv in ran)
     assert ran_on == {(n, r) for n in ("gpu-0", "gpu-1") for r in range(8) if r != 4}
     # Every pair's table is alike, so none is below the median (the lab's rails are held to each
     # other); the pair that got no allocation is said, not passed.
@@ -162,8 +162,7 @@ def test_a_driver_whose_rails_carry_their_rate_holds_each_pair_to_the_rails_spee
 
     entry = drivers.entry
     monkeypatch.setattr(drivers, "entry", lambda name: dataclasses.replace(
-        entry(name), capabilities=dataclasses.replace(entry(name).capabilities, rails_at_host_rate=None,
-                                                      slurm_mpi="pmix")))
+        entry(name), capabilities=dataclasses.replace(entry(name).capabilities, rails_at_host_rate=None)))
     spec, plan, hosts = slurm_plan(2)
     rail6 = plan.node_named("gpu-0").nics[6].name
     # Every rail's pair at the real run's 469 GB/s, rail 6's at 5% of it: 23 GB/s, below 85% of 50.

@@ -705,9 +705,9 @@ class _Parser(ConfigReader, CrossFieldRules):
                 states = None
             else:
                 states = ",".join(words)
-        mpi = self.choice(sm, "mpi", f"{path}.mpi", SLURM_MPI)
+        mpi = self.choice(sm, "mpi", f"{path}.mpi", SLURM_MPI, default=SLURM_MPI[0])
         if controller is None or cluster is None or partition is None or wait is None or interval is None \
-                or states is None:
+                or states is None or mpi is None:
             return None
         return SlurmSpec(controller=controller, cluster_name=cluster, partition=partition, max_switch_wait=wait,
                          health_check_interval=interval, health_check_node_state=states, mpi=mpi)

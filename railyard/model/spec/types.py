@@ -290,9 +290,9 @@ class SlurmSpec:
     health_check_interval: int = SLURM_HEALTH_CHECK_INTERVAL
     """Seconds between slurmd's runs of Railyard's health check on each node; 0: no health check."""
     health_check_node_state: str = "ANY"
-    mpi: str | None = None
+    mpi: str = "pmix"
     """srun's --mpi for the runs across node pairs (`verify --deep`): the PMI the cluster's MPI
-    build of nccl-tests speaks; None: the driver's (SLURM_MPI)."""
+    build of nccl-tests speaks (SLURM_MPI)."""
 
 
 # srun's MPI plugins a stack may name (railyard:slurm.mpi): PMIx (Open MPI 5, NVIDIA HPC-X) or

@@ -358,13 +358,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pair_env(rank: int, port: int, gpu: int) -> dict[str, str]:
-    """What srun --mpi=pmi2 and railyard.model.pair_collectives give each rank of a pair, over loopback."""
-    return {"PMI_SIZE": "2", "PMI_RANK": str(rank), "NCCL_COMM_ID": f"127.0.0.1:{port}",
-            "NCCL_SOCKET_IFNAME": "=lo", "CUDA_VISIBLE_DEVICES": str(gpu)}
+def srun_env(rank: int, mpi: str) -> dict[str, str]:
+    """What real srun --mpi=MPI --label gave the rank (fixtures/slurm/srun_<mpi>_env.txt)."""
+    text = (ROOT / "railyard" / "data" / "fixtures" / "slurm" / f"srun_{mpi}_env.txt").read_text()
+    return dict(line.split(": ", 1)[1].split("=", 1) for line in text.splitlines()
+                if line.startswith(f"{rank}: "))
 
 
-def test_a_pair_across_nodes_moves_its_bytes_between_the_ranks_and_prints_rank_zeros_table(h100):
+def pair_env(rank: int, port: int, gpu: int, mpi: str = "pmix") -> dict[str, str]:
+    """What srun --mpi=MPI and railyard.model.pair_collectives give each rank of a pair, over loopback."""
+    return {**srun_env(rank, mpi), "NCCL_COMM_ID": f"127.0.0.1:{port}", "NCCL_SOCKET_IFNAME": "=lo",
+            "CUDA_VISIBLE_DEVICES": str(gpu)}
+
+
+@pytest.mark.parametrize("mpi", ["pmix", "pmi2"])
+def test_a_pair_across_nodes_moves_its_bytes_between_the_ranks_and_prints_rank_zeros_table(h100, mpi):
     import threading
 
     from railyard.model.pair_collectives import SIZES
@@ -372,11 +380,11 @@ def test_a_pair_across_nodes_moves_its_bytes_between_the_ranks_and_prints_rank_z
     port, args = free_port(), SIZES.argv()
     results: dict[int, int] = {}
     peer = threading.Thread(target=lambda: results.setdefault(
-        1, gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(1, port, 6))))
+        1, gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(1, port, 6, mpi))))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         peer.start()
-        rc = gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(0, port, 2))
+        rc = gpu_tools.all_reduce_perf(args, str(h100), env=pair_env(0, port, 2, mpi))
         peer.join(30)
     assert (rc, results.get(1)) == (0, 0), err.getvalue()
     run = gh.parse_all_reduce_perf(out.getvalue())
@@ -409,7 +417,7 @@ def test_a_rank_whose_peer_never_listens_fails_saying_where_it_looked(h100, monk
 @pytest.mark.parametrize("change, said", [
     ({"NCCL_COMM_ID": ""}, "it needs NCCL_COMM_ID"),
     ({"NCCL_SOCKET_IFNAME": "=no-such0"}, "no-such0 given"),
-    ({"PMI_SIZE": "4"}, "two ranks of one GPU each"),
+    ({"SLURM_NTASKS": "4"}, "two ranks of one GPU each"),
 ])
 def test_a_pair_without_what_it_needs_is_refused_naming_it(h100, capsys, change, said):
     rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100), env={**pair_env(0, 1, 0), **change})
