@@ -44,7 +44,7 @@ def test_findings_name_their_node_and_missing_tools_are_not_a_pass():
     assert not ran and notes[0] == "health not run: nvidia-smi missing: gpu-0"
 
 
-def slurm_plan(count: int):
+def slurm_plan(count: int, slurm: dict | None = None):
     from railyard.model.catalog import load_catalog
     from railyard.model.plan import make_plan
     from railyard.remote import ssh
@@ -52,7 +52,7 @@ def slurm_plan(count: int):
 
     from .model.test_acceptance import config
 
-    spec = parse_config(config(count, extra={"railyard:slurm": {}}), stack="t")
+    spec = parse_config(config(count, extra={"railyard:slurm": slurm or {}}), stack="t")
     plan = make_plan(spec, load_catalog())
     return spec, plan, {n.name: ssh.Target(n.name, f"10.0.0.{i}") for i, n in enumerate(plan.nodes)}
 
@@ -90,6 +90,15 @@ def test_pairs_are_launched_with_srun_on_the_controller_and_judged_there(monkeyp
     # other); the pair that got no allocation is said, not passed.
     assert found == [] and len(notes) == 1 and notes[0].startswith("pair collectives not run: Slurm gave no "
                                                                   "allocation") and "rail4 gpu-0 <-> gpu-1" in notes[0]
+
+
+def test_a_stack_naming_pmi2_launches_every_pair_with_it(monkeypatch):
+    from .model.test_pair_collectives import REAL
+
+    spec, plan, hosts = slurm_plan(2, {"mpi": "pmi2"})
+    ran = controller(monkeypatch, lambda argv: (0, REAL, ""))
+    found, _, _ = verify.pair_collectives(spec, plan, hosts, None)
+    assert found == [] and len(ran) == 8 and all(argv[8:10] == ["srun", "--mpi=pmi2"] for argv in ran)
 
 
 def test_a_stack_without_slurm_runs_no_pair_and_says_why():

@@ -207,3 +207,10 @@ def test_bad_health_check_keys_are_named():
     assert set(found) == {"railyard:slurm.healthCheckInterval", "railyard:slurm.healthCheckNodeState"}
     assert "did you mean IDLE?" in found["railyard:slurm.healthCheckNodeState"]
     assert "ANY,CYCLE" in problems(config(slurm={"healthCheckNodeState": "CYCLE"}))["railyard:slurm.healthCheckNodeState"]
+
+
+def test_the_pmi_of_the_pair_runs_is_pmix_unless_the_stack_names_another_that_srun_offers():
+    assert plan_of(config()).spec.slurm.mpi == "pmix"
+    assert plan_of(config(slurm={"mpi": "pmi2"})).spec.slurm.mpi == "pmi2"
+    found = problems(config(slurm={"mpi": "pmi3"}))
+    assert list(found) == ["railyard:slurm.mpi"] and "pmix" in found["railyard:slurm.mpi"]
