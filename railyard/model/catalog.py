@@ -311,6 +311,8 @@ class SwitchModel:
     cage_type: str | None = None
     ports_per_cage: int | None = None
     optic: str | None = None
+    lanes_per_cage: int | None = None
+    """A cage's SerDes lanes; None where the sources do not give them."""
     aggregate_tbps: float | None = None
     notes: str | None = None
     sources: tuple[Source, ...] = ()
@@ -867,8 +869,8 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
             r.problem(f"speeds.{k}", _show(k), "a speed id such as ndr, hdr, 400gbe")
         elif n is not None:
             speeds[str(k)] = n
-    cm = r.fields(data.get("cages"), "cages", "a mapping {count, type, ports_per_cage, optic}") or {}
-    r.keys(cm, "cages", ("count", "type", "ports_per_cage", "optic"))
+    cm = r.fields(data.get("cages"), "cages", "a mapping {count, type, ports_per_cage, optic[, lanes]}") or {}
+    r.keys(cm, "cages", ("count", "type", "ports_per_cage", "optic"), ("lanes",))
     cages = r.get(cm, "count", "cages", _int_min(1), unknown=True)
     per_cage = r.get(cm, "ports_per_cage", "cages", _int_min(1), unknown=True)
     if ports is not None and cages is not None and per_cage is not None and cages * per_cage != ports:
@@ -881,6 +883,7 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
         port_speed_gbps=r.get(data, "port_speed_gbps", "", _int_min(1)) or 0,
         speeds=MappingProxyType(speeds), cages=cages, cage_type=r.get(cm, "type", "cages", _text, unknown=True),
         ports_per_cage=per_cage, optic=r.get(cm, "optic", "cages", _text, unknown=True),
+        lanes_per_cage=r.get(cm, "lanes", "cages", _int_min(1), default=None),
         aggregate_tbps=r.get(data, "aggregate_tbps", "", _positive, default=None),
         notes=r.get(data, "notes", "", _text, default=None), sources=r.sources(data.get("sources")),
         assumptions=r.assumptions(data.get("assumptions", []), ("ports", "port_speed_gbps", "speeds", "cages",

@@ -118,7 +118,8 @@ def read_switch_lldp(spec: Spec, plan: Plan, private_key: str | None, timeout: f
     """The LLDP tables of the switches railyard:hosts.switches names, each read over SSH with its
     lldpCommand (lldpctl's JSON), concurrently and each bounded by `timeout`: a switch that does not
     answer is named, never waited for. The switch's ports must be named as the plan names them
-    (Cumulus's `swp12`, routing.port_netdev); a table in another naming is set aside with a note
+    (Cumulus's `swp12`, routing.port_netdev) or, where the catalog gives the switch's lanes, as SONiC
+    does (routing.port_number); a table in another naming is set aside with a note
     (railyard.model.fabric.verify.matched_tables)."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -33,6 +33,8 @@ class SwitchGeometry:
     optic: str = "unknown"  # the transceiver the catalog names, if it does
     cages_known: bool = True
     """False where the catalog gives no cage table: ports are counted, transceivers are not."""
+    lanes_per_cage: int | None = None
+    """A cage's SerDes lanes, where the catalog gives them: SONiC numbers its ports by first lane."""
 
     def label(self, port: int) -> str:
         """Front-panel name of a 1-based port: `cage/lane` when a cage carries several ports."""
@@ -86,14 +88,15 @@ def switch_geometry(switch: Any, speed: str) -> SwitchGeometry:
     if not isinstance(radix, int) or radix < 2:
         raise _fail("switch", model, "a switch whose catalog entry gives its port count")
     cages = _get(switch, "cages")
-    if hasattr(cages, "get"):  # the raw catalog YAML: cages: {count, type, optic}
-        count, cage, optic = cages.get("count"), cages.get("type"), cages.get("optic")
+    if hasattr(cages, "get"):  # the raw catalog YAML: cages: {count, type, optic, lanes}
+        count, cage, optic, lanes = cages.get("count"), cages.get("type"), cages.get("optic"), cages.get("lanes")
     else:
-        count, cage, optic = cages, _get(switch, "cage_type"), _get(switch, "optic")
+        count, cage, optic, lanes = cages, _get(switch, "cage_type"), _get(switch, "optic"), _get(switch, "lanes_per_cage")
     # A cage carries more ports when broken out: 64 OSFP cages of an SN5600 are 128 ports at 400G.
     ppc = radix // count if isinstance(count, int) and count and radix % count == 0 else 1
     native = _get(switch, "port_speed_gbps")
     if optic and native and SPEED_GBPS.get(speed) not in (None, native):
         optic = None  # the catalog's optic is the native one; a breakout needs its own
     return SwitchGeometry(model=model, radix=radix, gbps=SPEED_GBPS.get(speed, 0), ports_per_cage=ppc,
-                          cage=str(cage or "port"), optic=str(optic or "unknown"), cages_known=isinstance(count, int))
+                          cage=str(cage or "port"), optic=str(optic or "unknown"), cages_known=isinstance(count, int),
+                          lanes_per_cage=lanes if isinstance(lanes, int) else None)

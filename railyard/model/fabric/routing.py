@@ -67,20 +67,48 @@ def port_netdev(geometry: SwitchGeometry, port: int) -> str:
 
 
 _NETDEV = re.compile(r"swp(\d+)(?:s(\d+))?")
+# SONiC's names (railyard/data/fixtures/sonic/): a port is Ethernet<its first lane>, and its alias,
+# which SONiC sends as the port's LLDP id, etp<cage> with a letter per port of a broken-out cage.
+_SONIC_NAME = re.compile(r"Ethernet(0|[1-9]\d*)")
+_SONIC_ALIAS = re.compile(r"etp([1-9]\d*)([a-z]?)")
 
 
 def port_number(geometry: SwitchGeometry, netdev: str) -> int | None:
     """port_netdev() read back: the 1-based port a switch's interface name is, or None where the
-    name is not one of that switch's ports (another naming, a lane past its cage)."""
+    name is not one of that switch's ports (another naming, a lane past its cage). Where the
+    catalog gives the switch's lanes per cage, SONiC's names and aliases for its ports read too."""
     m = _NETDEV.fullmatch(netdev)
     if m is None:
-        return None
+        return _sonic_port(geometry, netdev) if geometry.lanes_per_cage else None
     cage, lane = int(m.group(1)), m.group(2)
     if geometry.ports_per_cage == 1:
         port = cage if lane is None else None
     else:
         port = (cage - 1) * geometry.ports_per_cage + int(lane) + 1 if lane is not None and int(lane) < geometry.ports_per_cage else None
     return port if port is not None and 1 <= port <= geometry.radix and port_netdev(geometry, port) == netdev else None
+
+
+def _sonic_port(geometry: SwitchGeometry, name: str) -> int | None:
+    per_cage, lanes = geometry.ports_per_cage, geometry.lanes_per_cage or 0
+    if lanes % per_cage:
+        return None
+    if m := _SONIC_NAME.fullmatch(name):
+        cage, first = divmod(int(m.group(1)), lanes)
+        lane, off = divmod(first, lanes // per_cage)
+        if off:
+            return None
+    elif m := _SONIC_ALIAS.fullmatch(name):
+        cage, letter = int(m.group(1)) - 1, m.group(2)
+        # A cage of one port has no letter; a broken-out cage's ports have one each.
+        if (per_cage == 1) != (letter == ""):
+            return None
+        lane = ord(letter) - ord("a") if letter else 0
+        if lane >= per_cage:
+            return None
+    else:
+        return None
+    port = cage * per_cage + lane + 1
+    return port if port <= geometry.radix else None
 
 
 def routers(fabric: FabricPlan, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:

@@ -196,7 +196,7 @@ def matched_tables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, list]
     """(the switches' tables that can be held to the plan, a note on each that cannot): a table
     that heard no one (an lldpd started just now has not heard its neighbours yet) says nothing,
     and one whose ports that hear a planned switch or a `known` system (a node's name) are none of
-    them named as the plan names them (SONiC's `Ethernet0`) cannot be matched to it. A switch
+    them named as routing.port_number reads (Junos's `et-0/0/0`) cannot be matched to it. A switch
     whose fabric ports are dark, with only a management port heard, is still held to the plan."""
     from railyard.model.fabric.routing import port_netdev, port_number
 

@@ -84,6 +84,38 @@ def test_a_switch_port_name_reads_back_to_its_number(per_cage, radix):
     assert port_number(g, "swp1s9") is None
 
 
+def port_config(name: str) -> list[tuple[str, str, int]]:
+    """(name, alias, front-panel cage) of each port row a kept SONiC port_config.ini excerpt has."""
+    rows = [line.split() for line in (FIXTURES_DIR / "sonic" / name).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return [(r[0], r[2], int(r[3])) for r in rows]
+
+
+@pytest.mark.parametrize("kept,speed", [("sn5600_o128_port_config_excerpt.ini", "400gbe"),
+                                        ("sn5600_v256_port_config_excerpt.ini", "200gbe")])
+def test_sonics_names_of_an_sn5600s_ports_read_as_the_ports_the_plan_names(kept, speed):
+    from railyard.model.catalog import load_catalog
+    from railyard.model.fabric.geometry import switch_geometry
+
+    g = switch_geometry(load_catalog().switches["sn5600"], speed)
+    rows = port_config(kept)
+    fabric_rows = [r for r in rows if r[2] <= 64]
+    assert len(fabric_rows) >= 10 and [r[2] for r in rows if r[2] > 64] == [65]
+    for name, alias, cage in fabric_rows:
+        lane = ord(alias[-1]) - ord("a")  # a broken-out cage's ports: etp<cage>a, etp<cage>b, ...
+        assert port_netdev(g, port_number(g, name)) == f"swp{cage}s{lane}", name
+        assert port_number(g, alias) == port_number(g, name), alias
+    # The 25G port past the 64 cages is not a fabric port; neither is a lane inside a port.
+    assert port_number(g, "Ethernet512") is None and port_number(g, "etp65") is None
+    assert port_number(g, "Ethernet1") is None and port_number(g, "etp1") is None
+    assert port_number(g, "Ethernet08") is None and port_number(g, "etp01a") is None
+
+
+def test_a_switch_without_lanes_in_the_catalog_reads_no_sonic_name():
+    g = SwitchGeometry("x", 128, 400, 2, "OSFP", "unknown", True)
+    assert port_number(g, "Ethernet0") is None and port_number(g, "etp1a") is None
+
+
 # --- the cabling judged from the hosts' neighbours ---------------------------------------------
 
 def plan():
@@ -127,9 +159,9 @@ def test_a_swap_is_one_finding_a_silent_rail_a_missing_cable_and_a_foreign_port_
     assert [(f.kind, f.where) for f in swapped] == [("cable-swapped", "vela-0 mlx5_0 port 1 and vela-0 mlx5_1 port 1")]
     missing = verify_lldp(p.fabric, facts_as_cabled(p, drop={("vela-1", 1)}))[0]
     assert [(f.kind, f.where) for f in missing] == [("link-missing", "vela-1 mlx5_1 port 1 <-> vela-su0-leaf1 port 2")]
-    foreign = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "Ethernet2")}))[0]
+    foreign = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "et-0/0/2")}))[0]
     # A port id the plan's switches do not have: one finding for the switch, and that rail not judged.
-    assert [(f.kind, f.where) for f in foreign] == [("unknown-device", "vela-su0-leaf0 port Ethernet2")]
+    assert [(f.kind, f.where) for f in foreign] == [("unknown-device", "vela-su0-leaf0 port et-0/0/2")]
     moved = verify_lldp(p.fabric, facts_as_cabled(p, rename={("vela-1", 0): ("vela-su0-leaf0", "swp3s0")}))[0]
     assert [(f.kind, f.where, f.found) for f in moved] == [
         ("cable-misplaced", "vela-1 mlx5_0 port 1", "cabled to vela-su0-leaf0 port 9")]
@@ -331,11 +363,57 @@ def test_a_switch_whose_lldpd_is_down_or_unread_judges_no_uplink():
     assert [f.kind for f in found] == ["link-missing"]
 
 
+def sonic_words(p, tables: dict, facts: dict | None = None) -> tuple[dict, dict | None]:
+    """Every switch as SONiC speaks: its own table's ports by name (Ethernet<first lane>), the
+    port ids it sends, which its neighbours hear, by alias (etp<cage><letter>)."""
+    g = p.fabric.switch
+    step = g.lanes_per_cage // g.ports_per_cage
+    switches = {s.name for s in p.fabric.switches()}
+
+    def name(port: str) -> str:
+        cage, lane = divmod(port_number(g, port) - 1, g.ports_per_cage)
+        return f"Ethernet{cage * g.lanes_per_cage + lane * step}"
+
+    def alias(port: str) -> str:
+        cage, lane = divmod(port_number(g, port) - 1, g.ports_per_cage)
+        return f"etp{cage + 1}{'abcd'[lane]}"
+
+    said = {sw: {name(port): [{**n, "port": alias(n["port"]) if n["system"] in switches else n["port"]}
+                              for n in heard] for port, heard in table.items()} for sw, table in tables.items()}
+    if facts is not None:
+        facts = copy.deepcopy(facts)
+        for f in facts.values():
+            for heard in f["lldp"]["neighbours"].values():
+                for n in heard:
+                    n["port"] = alias(n["port"])
+    return said, facts
+
+
+def test_a_fabric_of_sonic_switches_is_judged_in_the_plans_words():
+    """SONiC's own table names a port Ethernet0 and sends its alias etp1a as the port id: both
+    read as the plan's swp1s0 (the SN5600's lanes per cage are in the catalog)."""
+    p = plan()
+    assert (p.fabric.switch.model, p.fabric.switch.ports_per_cage) == ("sn5600", 4)
+    tables, facts = sonic_words(p, tables_as_cabled(p), facts_as_cabled(p))
+    assert "Ethernet0" in tables["spine0"] and any(n["port"].startswith("etp") for n in tables["spine0"]["Ethernet0"])
+    assert verify_lldp(p.fabric, facts, tables, netdevs(p))[:3] == ([], [], [])
+    # Two uplinks exchanged at the spine, and two hosts' cables at a leaf: found in the plan's words.
+    up = [lk for lk in p.fabric.links() if lk.tier == "leaf_spine"]
+    x, y = (up[0].b_device, up[0].b_port), (up[1].b_device, up[1].b_port)
+    found, *_ = verify_lldp(p.fabric, {}, sonic_words(p, tables_as_cabled(p, swap=(x, y)))[0], netdevs(p))
+    assert [(f.kind, f.where) for f in found] == [
+        ("cable-swapped", f"{up[0].b_device} port {up[0].b_port} and {up[1].b_device} port {up[1].b_port}")]
+    swapped = sonic_words(p, tables_as_cabled(p), facts_as_cabled(p, swap=(("vela-0", 0), ("vela-0", 1))))[1]
+    found, *_ = verify_lldp(p.fabric, swapped)
+    assert [(f.kind, f.where) for f in found] == [("cable-swapped", "vela-0 mlx5_0 port 1 and vela-0 mlx5_1 port 1")]
+
+
 def test_a_switch_whose_ports_are_named_otherwise_is_not_judged_and_said_so():
-    """SONiC names its ports EthernetN: its table cannot be matched to the plan's swpN."""
+    """A switch OS naming its ports in words the catalog does not give (Junos's et-0/0/N): its
+    table cannot be matched to the plan's swpN."""
     p = plan()
     tables = tables_as_cabled(p)
-    tables["spine0"] = {f"Ethernet{i}": heard for i, heard in enumerate(tables["spine0"].values())}
+    tables["spine0"] = {f"et-0/0/{i}": heard for i, heard in enumerate(tables["spine0"].values())}
     found, _, notes, _ = verify_lldp(p.fabric, facts_as_cabled(p), tables, netdevs(p))
     assert found == [] and len(notes) == 1 and notes[0].startswith("spine0: none of its ports is named as the plan")
     # The leaves hear it in their words, but it does not speak the plan's: none of its uplinks is judged.
@@ -346,13 +424,13 @@ def test_a_switch_whose_ports_are_named_otherwise_is_not_judged_and_said_so():
         for heard in renamed[leaf].values():
             for n in heard:
                 if n["system"] == "spine0":
-                    n["port"] = "Ethernet" + n["port"][3:]
-    sonic = {f"Ethernet{i}": heard for i, heard in enumerate(renamed["spine0"].values())}
+                    n["port"] = "et-0/0/" + n["port"][3:]
+    other = {f"et-0/0/{i}": heard for i, heard in enumerate(renamed["spine0"].values())}
     del renamed["spine0"]
     found, *_ = verify_lldp(p.fabric, {}, renamed, netdevs(p))
     assert [(f.kind, f.where) for f in found] == [("unknown-device", "spine0 ports")]
-    # The whole spine in SONiC's words, its own table too: the same one finding and a note, no uplink missing.
-    found, _, notes, _ = verify_lldp(p.fabric, facts_as_cabled(p), {**renamed, "spine0": sonic}, netdevs(p))
+    # The whole spine in those words, its own table too: the same one finding and a note, no uplink missing.
+    found, _, notes, _ = verify_lldp(p.fabric, facts_as_cabled(p), {**renamed, "spine0": other}, netdevs(p))
     assert [(f.kind, f.where) for f in found] == [("unknown-device", "spine0 ports")] and len(notes) == 1
 
 
