@@ -8,7 +8,7 @@ Readers of the real formats (fixtures of real output, railyard/data/fixtures/gpu
                                fallen_off_bus: the driver's "fallen off the bus" message, which
                                may come with no Xid line at all
     nvidia-smi nvlink --status parse_nvlink_status: each link's speed, or inactive
-    dcgmi diag -j              parse_dcgm_diag: each test's result per GPU (DCGM 4's schema)
+    dcgmi diag -j              parse_dcgm_diag: each test's result per GPU (DCGM 3's and 4's schemas)
     all_reduce_perf            parse_all_reduce_perf: the nccl-tests table and its summary
 
 and judges that turn them into findings with stable kinds (KINDS), each naming the GPU by its bus
@@ -306,10 +306,11 @@ class DiagResult:
 
 
 def parse_dcgm_diag(text: str) -> list[DiagResult]:
-    """Every test result in `dcgmi diag -j` output (DCGM 4's schema: tests with `name` and
-    `results`, each result an entity with a `status`, its info lines and then its warnings' text).
-    The test objects are read wherever they stand, so a document cut short still gives the tests
-    it holds whole."""
+    """Every test result in `dcgmi diag -j` output: tests with `name` and `results`, each result
+    with a `status`, its info and then its warnings' text. DCGM 4 names a result's entity
+    (`entity_group`, `entity_id`) and lists its info; DCGM 3 gives `gpu_ids` (none for a test of the
+    whole node) and its info as one string. The test objects are read wherever they stand, so a
+    document cut short still gives the tests it holds whole."""
     decoder = json.JSONDecoder()
     out = []
     for m in re.finditer(r'\{\s*"name"\s*:', text):
@@ -321,18 +322,40 @@ def parse_dcgm_diag(text: str) -> list[DiagResult]:
             continue
         for r in obj["results"]:
             if isinstance(r, dict) and "status" in r:
-                entity = f"{r.get('entity_group', '?')} {r.get('entity_id', '?')}"
+                info = r.get("info") or ()
                 warned = [w.get("warning") for w in r.get("warnings") or () if isinstance(w, dict)]
-                out.append(DiagResult(str(obj["name"]), entity, str(r["status"]),
-                                      tuple(str(i) for i in [*(r.get("info") or ()), *warned] if i)))
+                out.append(DiagResult(str(obj["name"]), _diag_entity(r), str(r["status"]),
+                                      tuple(str(i) for i in [*([info] if isinstance(info, str) else info), *warned]
+                                            if i)))
     return out
 
 
+def _diag_entity(result: dict) -> str:
+    if "entity_group" in result or "entity_id" in result:
+        return f"{result.get('entity_group', '?')} {result.get('entity_id', '?')}"
+    gpus = result.get("gpu_ids", result.get("gpu_id"))
+    return f"GPU {gpus}" if gpus not in (None, "") else "the node"
+
+
 def judge_dcgm(results: Iterable[DiagResult]) -> list[HealthFinding]:
-    """A finding per test and entity that did not pass; skipped tests are not passes either."""
+    """A finding per test and entity that failed or warned. A skipped test is no finding (DCGM's
+    own verdict passes it: level 3's EUD test is skipped wherever its optional package is not
+    installed) and no pass either: dcgm_skipped says it as not run."""
     return [HealthFinding("dcgm-diag", r.entity, f"{r.entity}: DCGM {r.test} {r.status}"
                           + (f" ({r.info[-1]})" if r.info else ""), "Pass", r.status)
-            for r in results if r.status != "Pass"]
+            for r in results if r.status not in ("Pass", DCGM_SKIP)]
+
+
+DCGM_SKIP = "Skip"
+
+
+def dcgm_skipped(results: Iterable[DiagResult]) -> list[str]:
+    """Each test DCGM skipped, with the entities it skipped it on, in the order of the report."""
+    skipped: dict[str, list[str]] = {}
+    for r in results:
+        if r.status == DCGM_SKIP:
+            skipped.setdefault(r.test, []).append(r.entity)
+    return [f"DCGM {test} skipped ({', '.join(entities)})" for test, entities in skipped.items()]
 
 
 # --- nccl-tests all_reduce_perf ------------------------------------------------------------------

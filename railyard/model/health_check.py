@@ -164,7 +164,9 @@ def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[
     else:
         not_run.append("nvidia-smi missing")
     if "dcgmi" in sections:
-        found += gh.judge_dcgm(gh.parse_dcgm_diag(sections["dcgmi"]))
+        results = gh.parse_dcgm_diag(sections["dcgmi"])
+        found += gh.judge_dcgm(results)
+        not_run += gh.dcgm_skipped(results)
     elif "dcgmi-missing" in sections:
         not_run.append("dcgmi missing")
     collective = "all_reduce_perf" in sections and expect.nvlink_busbw is not None

@@ -247,3 +247,11 @@ def test_the_modules_a_node_runs_import_only_the_standard_library_and_each_other
                     (m, name)
                 if top == "railyard":
                     assert name == "railyard.model" and all(a.name in ("gpu_health", "node_health") for a in node.names)
+
+
+def test_a_test_dcgm_skipped_is_said_as_not_run_and_a_failed_one_is_a_finding():
+    real = (GPU / "dcgmi-diag-r3-v3-1gpu-virtualclient.json").read_text()  # DCGM 3, level 3, EUD skipped
+    found, not_run, ran = hc.judge({"dcgmi": real}, A100)
+    assert (found, not_run, ran) == ([], ["nvidia-smi missing", "DCGM EUD Test skipped (GPU 0)"], True)
+    found, _, _ = hc.judge({"dcgmi": real.replace('"status" : "Pass"', '"status" : "Fail"', 1)}, A100)
+    assert [(f.kind, f.gpu, f.found) for f in found] == [("dcgm-diag", "the node", "Fail")]

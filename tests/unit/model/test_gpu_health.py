@@ -92,9 +92,28 @@ def test_dcgm_diag_results_are_read_from_a_document_cut_short():
     assert [(r.test, r.entity, r.status) for r in results] == [("diagnostic", f"GPU {i}", "Pass") for i in range(8)]
     assert gh.judge_dcgm(results) == []
     failed = [gh.DiagResult("diagnostic", "GPU 3", "Fail", ("GPU 3 calculated at approximately 12.1 gigaflops",)),
-              gh.DiagResult("pcie", "GPU 0", "Skip")]
+              gh.DiagResult("pcie", "GPU 0", "Skip"), gh.DiagResult("pcie", "GPU 1", "Warn")]
     assert [(f.kind, f.gpu, f.found) for f in gh.judge_dcgm(failed)] == [("dcgm-diag", "GPU 3", "Fail"),
-                                                                         ("dcgm-diag", "GPU 0", "Skip")]
+                                                                         ("dcgm-diag", "GPU 1", "Warn")]
+    assert gh.dcgm_skipped(failed) == ["DCGM pcie skipped (GPU 0)"]
+
+
+def test_a_whole_dcgm_3_document_names_each_result_by_its_gpus_and_keeps_its_info_whole():
+    """DCGM 3's schema (microsoft/VirtualClient's kept level-3 run, SOURCES.md): `gpu_ids` for a
+    GPU's tests, none for the node's, the info one string; its EUD test skipped, as DCGM skips it
+    without its optional package."""
+    results = gh.parse_dcgm_diag((DATA / "dcgmi-diag-r3-v3-1gpu-virtualclient.json").read_text())
+    assert len(results) == 16 and {r.status for r in results} == {"Pass", "Skip"}
+    assert [(r.test, r.entity) for r in results[:2]] == [("Denylist", "the node"), ("NVML Library", "the node")]
+    memory = next(r for r in results if r.test == "GPU Memory")
+    assert (memory.entity, memory.info) == ("GPU 0", ("GPU 0 Allocated 15206918958 bytes (97.3%)",))
+    assert gh.judge_dcgm(results) == [] and gh.dcgm_skipped(results) == ["DCGM EUD Test skipped (GPU 0)"]
+    # Changed in the copy: the Diagnostic test failed, as a GPU whose compute falls short reports.
+    text = (DATA / "dcgmi-diag-r3-v3-1gpu-virtualclient.json").read_text()
+    i = text.index('"name" : "Diagnostic"')
+    failed = text[:i] + text[i:].replace('"status" : "Pass"', '"status" : "Fail"', 1)
+    [f] = gh.judge_dcgm(gh.parse_dcgm_diag(failed))
+    assert (f.gpu, f.found) == ("GPU 0", "Fail") and f.message.startswith("GPU 0: DCGM Diagnostic Fail (GPU 0 Allocated")
 
 
 def test_all_reduce_perf_is_judged_on_its_largest_size_against_nic_speed_times_rails():

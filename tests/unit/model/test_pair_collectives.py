@@ -21,7 +21,8 @@ from .test_acceptance import config, plan_of
 
 CATALOG = load_catalog()
 GPU = Path(__file__).resolve().parents[3] / "railyard" / "data" / "fixtures" / "gpu"
-# A real two-node run's table cut to one rank a node (no real run of two ranks is kept).
+# A real two-node run's table cut to one rank a node (the one real run of two ranks kept, below, is
+# a slow one on HDR, not the NDR rails these pairs are planned on).
 REAL = two_rank_table()
 
 
@@ -268,3 +269,18 @@ def test_a_finding_message_says_its_node_and_rail():
     pairs = [p for p in pairs_of(2) if p.rail == 7]
     [f, _] = pc.judge([pc.outcome(pairs[0], 1, STARTED, "x")], bar(400), 0.15)
     assert pc.pair_rail(f.message) == (f.node, 7) and pc.pair_rail("gpu-0: Xid 79 on GPU 3") is None
+
+
+def test_a_real_run_of_two_ranks_on_two_nodes_is_read_through_nccls_info_lines_and_judged_slow():
+    """nccl-tests#293 (SOURCES.md): one A100 and one ConnectX-6 HDR a node, NCCL's INFO lines among
+    nccl-tests' own, 6.44 GB/s where an HDR rail carries 25: slow, on both nodes of the pair."""
+    text = (GPU / "all_reduce_perf-a100-2node-2rank-hdr-slow-nccltests293-excerpt.txt").read_text()
+    pair = pairs_of(2)[0]
+    o = pc.outcome(pair, 0, text, "")
+    assert o.not_run is None and o.error is None
+    assert (o.run.ranks, o.run.hosts, len(o.run.rows), o.run.peak_busbw) == (2, ("test1", "test2"), 28, 6.44)
+    found = pc.judge([o], bar(200), 0.15)
+    assert [(f.kind, f.node, f.where, f.planned, f.found) for f in found] == [
+        ("collective-slow", n, "rail0", "25 GB/s", "6.44 GB/s") for n in ("gpu-0", "gpu-1")]
+    # The same run where the rail is planned at what it carried passes.
+    assert pc.judge([o], bar(6.44 * 8), 0.15) == []
