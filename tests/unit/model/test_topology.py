@@ -24,6 +24,7 @@ EXPECTED = {
     "a100_18nic_nccl2157_excerpt.txt": (False, 8, 18, 8),
     "h800_nv8_9nic_nccl933_excerpt.txt": (False, 8, 9, 7),
     "b300_9nic_ansi_bond_sglang26039.tsv": (True, 8, 9, 8),
+    "b200_8nic_gke_a4_dranet_excerpt.txt": (False, 8, 8, 8),
     "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
     "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
     "rtx4090_8gpu_2nic_ibp_gooxi_blog.txt": (True, 8, 2, 2),
@@ -91,6 +92,15 @@ def test_a_complete_matrix_names_nics_by_their_legend_and_states_gpu_numa():
     assert topo.distance("GPU0", "GPU5") == "NV18"
     assert topo.distance("mlx5_4", "mlx5_5") == "PIX"
     assert topo.notes == ()
+
+
+def test_two_b200s_sharing_a_switch_with_two_nics_take_one_each_on_their_own_numa_node():
+    """GKE A4 (8x B200, dranet's page): each pair of GPUs is PIX to a pair of NICs; the two cells
+    after the CPU affinity are one space apart there (`0 N/A`) and still read as NUMA and GPU NUMA."""
+    topo = _read("b200_8nic_gke_a4_dranet_excerpt.txt")
+    pairs = {g["name"]: (g["nic"], g["numa"]) for g in topo.to_json()["gpus"]}
+    assert pairs == {f"GPU{i}": (f"mlx5_{i}", 0 if i < 4 else 1) for i in range(8)}
+    assert {n["name"]: n["numa"] for n in topo.to_json()["nics"]} == {f"mlx5_{i}": 0 if i < 4 else 1 for i in range(8)}
 
 
 def test_nic_numa_is_inferred_from_pcie_adjacency_to_gpus():
