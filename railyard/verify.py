@@ -213,7 +213,7 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
         # ssh keeps 255 for itself: a run's 255 is told apart as 254. ssh waits for timeout(1)'s
         # kill too, and for its own connection.
         argv = ["sh", "-c", '"$@"; rc=$?; [ "$rc" -ne 255 ] || rc=254; exit "$rc"', "pair",
-                *pair.srun_argv(sizes, timeout, mpi, job_name=names[pair])]
+                *pair.srun_argv(sizes, timeout, mpi=mpi, job_name=names[pair])]
         try:
             result = run(hosts[launcher], argv, private_key=private_key,
                          timeout=timeout + pc.KILL_AFTER_S + CONNECT_TIMEOUT_S + 5)

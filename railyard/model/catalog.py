@@ -877,13 +877,19 @@ def _switch(r: _Reader, data: dict, stem: str) -> SwitchModel | None:
         r.problem("cages", f"{cages} cages x {per_cage} ports", f"{ports} ports in all (the `ports` field)")
     if ports is not None and speeds and ports not in speeds.values():
         r.problem("speeds", _show(speeds_m), f"the native speed at {ports} ports")
+    lanes = r.get(cm, "lanes", "cages", _int_min(1), default=None)
+    # SONiC names a port by its first lane, so each speed's ports must split a cage's lanes evenly.
+    uneven = sorted(k for k, n in speeds.items() if lanes and cages and (n % cages or lanes % (n // cages)))
+    if uneven:
+        r.problem("cages.lanes", _show(lanes), f"lanes that the ports of every speed split evenly ({', '.join(uneven)} "
+                                               f"do not, at {cages} cages)")
     sw = SwitchModel(
         id=sid or stem, name=r.get(data, "name", "", _text) or "", family=r.get(data, "family", "", _text) or "",
         kind=r.get(data, "kind", "", _choice(SWITCH_KINDS)) or "", ports=ports or 0,
         port_speed_gbps=r.get(data, "port_speed_gbps", "", _int_min(1)) or 0,
         speeds=MappingProxyType(speeds), cages=cages, cage_type=r.get(cm, "type", "cages", _text, unknown=True),
         ports_per_cage=per_cage, optic=r.get(cm, "optic", "cages", _text, unknown=True),
-        lanes_per_cage=r.get(cm, "lanes", "cages", _int_min(1), default=None),
+        lanes_per_cage=lanes,
         aggregate_tbps=r.get(data, "aggregate_tbps", "", _positive, default=None),
         notes=r.get(data, "notes", "", _text, default=None), sources=r.sources(data.get("sources")),
         assumptions=r.assumptions(data.get("assumptions", []), ("ports", "port_speed_gbps", "speeds", "cages",

@@ -299,8 +299,9 @@ def judge_nvlink(links: Mapping[int, Mapping[int, float | None]], *, per_gpu: in
 @dataclass(frozen=True)
 class DiagResult:
     test: str
-    entity: str
-    """`GPU 3`, as DCGM's entity group and id name it."""
+    entity: str | None
+    """`GPU 3`, as DCGM 4's entity group and id or DCGM 3's gpu_ids name it; None for a test of the
+    whole node (DCGM 3's deployment tests)."""
     status: str
     info: tuple[str, ...] = ()
 
@@ -330,32 +331,34 @@ def parse_dcgm_diag(text: str) -> list[DiagResult]:
     return out
 
 
-def _diag_entity(result: dict) -> str:
+def _diag_entity(result: dict) -> str | None:
     if "entity_group" in result or "entity_id" in result:
         return f"{result.get('entity_group', '?')} {result.get('entity_id', '?')}"
     gpus = result.get("gpu_ids", result.get("gpu_id"))
-    return f"GPU {gpus}" if gpus not in (None, "") else "the node"
+    if isinstance(gpus, list):
+        gpus = ",".join(str(g) for g in gpus)
+    return f"GPU {gpus}" if gpus not in (None, "") else None
+
+
+DCGM_PASS, DCGM_SKIP = "Pass", "Skip"
 
 
 def judge_dcgm(results: Iterable[DiagResult]) -> list[HealthFinding]:
     """A finding per test and entity that failed or warned. A skipped test is no finding (DCGM's
     own verdict passes it: level 3's EUD test is skipped wherever its optional package is not
     installed) and no pass either: dcgm_skipped says it as not run."""
-    return [HealthFinding("dcgm-diag", r.entity, f"{r.entity}: DCGM {r.test} {r.status}"
-                          + (f" ({r.info[-1]})" if r.info else ""), "Pass", r.status)
-            for r in results if r.status not in ("Pass", DCGM_SKIP)]
-
-
-DCGM_SKIP = "Skip"
+    return [HealthFinding("dcgm-diag", r.entity, (f"{r.entity}: " if r.entity else "") + f"DCGM {r.test} {r.status}"
+                          + (f" ({r.info[-1]})" if r.info else ""), DCGM_PASS, r.status)
+            for r in results if r.status not in (DCGM_PASS, DCGM_SKIP)]
 
 
 def dcgm_skipped(results: Iterable[DiagResult]) -> list[str]:
-    """Each test DCGM skipped, with the entities it skipped it on, in the order of the report."""
+    """Each test DCGM skipped, with the GPUs it skipped it on, in the order of the report."""
     skipped: dict[str, list[str]] = {}
     for r in results:
         if r.status == DCGM_SKIP:
-            skipped.setdefault(r.test, []).append(r.entity)
-    return [f"DCGM {test} skipped ({', '.join(entities)})" for test, entities in skipped.items()]
+            skipped.setdefault(r.test, []).extend([r.entity] if r.entity else [])
+    return [f"DCGM {test} skipped" + (f" ({', '.join(on)})" if on else "") for test, on in skipped.items()]
 
 
 # --- nccl-tests all_reduce_perf ------------------------------------------------------------------

@@ -163,10 +163,17 @@ def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[
         found += gh.judge_kernel_log(sections.get("kernel-log", ""), ignore=ignore_xids)
     else:
         not_run.append("nvidia-smi missing")
+    dcgm_ran = False
     if "dcgmi" in sections:
         results = gh.parse_dcgm_diag(sections["dcgmi"])
         found += gh.judge_dcgm(results)
         not_run += gh.dcgm_skipped(results)
+        if not results:
+            # dcgmi there but no report (its host engine not running, say): nothing was checked.
+            said = [line.strip() for line in sections["dcgmi"].splitlines() if line.strip()]
+            not_run.append(f"dcgmi diag gave no result ({said[-1][:160] if said else 'no output'})")
+        # A report whose every test was skipped checked nothing either.
+        dcgm_ran = any(r.status != gh.DCGM_SKIP for r in results)
     elif "dcgmi-missing" in sections:
         not_run.append("dcgmi missing")
     collective = "all_reduce_perf" in sections and expect.nvlink_busbw is not None
@@ -178,7 +185,7 @@ def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[
                        "this GPU's links is kept, or the node has one GPU)")
     elif "all_reduce_perf-missing" in sections:
         not_run.append("all_reduce_perf missing")
-    return found, not_run, "nvidia-smi" in sections or "dcgmi" in sections or collective
+    return found, not_run, "nvidia-smi" in sections or dcgm_ran or collective
 
 
 def _collective(text: str, status: str, expect: Expect, tolerance: float) -> list[gh.HealthFinding]:

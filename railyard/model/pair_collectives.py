@@ -104,7 +104,7 @@ class PairRun:
     def where(self) -> str:
         return f"rail{self.rail} {self.a} <-> {self.b} (through {self.path})"
 
-    def srun_argv(self, sizes: Sizes = SIZES, limit_s: float = 60, mpi: str = "pmix",
+    def srun_argv(self, sizes: Sizes = SIZES, limit_s: float = 60, *, mpi: str,
                   job_name: str = "railyard-pair") -> list[str]:
         """The one command that runs the pair from any node with Slurm's client, stopped after
         `limit_s`: one rank on each node (NCCL_IB_HCA held to the rail's NIC, `=` for its exact

@@ -254,4 +254,17 @@ def test_a_test_dcgm_skipped_is_said_as_not_run_and_a_failed_one_is_a_finding():
     found, not_run, ran = hc.judge({"dcgmi": real}, A100)
     assert (found, not_run, ran) == ([], ["nvidia-smi missing", "DCGM EUD Test skipped (GPU 0)"], True)
     found, _, _ = hc.judge({"dcgmi": real.replace('"status" : "Pass"', '"status" : "Fail"', 1)}, A100)
-    assert [(f.kind, f.gpu, f.found) for f in found] == [("dcgm-diag", "the node", "Fail")]
+    assert [(f.kind, f.gpu, f.found, f.message) for f in found] == [("dcgm-diag", None, "Fail", "DCGM Denylist Fail")]
+
+
+def test_a_dcgmi_that_gave_no_report_or_skipped_everything_checked_nothing():
+    # dcgmi's two lines with no host engine running (the first is dcgmi's Command.cpp; both as users quote them).
+    down = ("Error: unable to establish a connection to the specified host: localhost\n"
+            "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
+    found, not_run, ran = hc.judge({"dcgmi": down}, A100)
+    assert (found, ran) == ([], False)
+    assert not_run[-1] == ("dcgmi diag gave no result (Error: Unable to connect to host engine. Host engine "
+                           "connection invalid/disconnected.)")
+    real = (GPU / "dcgmi-diag-r3-v3-1gpu-virtualclient.json").read_text()
+    found, not_run, ran = hc.judge({"dcgmi": real.replace('"Pass"', '"Skip"')}, A100)
+    assert (found, ran) == ([], False) and "DCGM Denylist skipped" in not_run

@@ -400,7 +400,8 @@ def _exchange(sock: socket.socket, send: memoryview, recv: memoryview, size: int
 def _across_nodes(env: dict[str, str], hw: str, sizes: list[int], ngpus: int, warmup: int, iters: int,
                   header: str, found: list[dict[str, Any]] | None) -> int:
     """A run of two ranks, one on each node of a rail's pair (railyard.model.pair_collectives), each
-    told its rank by the PMI srun started it with (PMI_RANK and PMI_SIZE, or PMIX_RANK): rank 0
+    told its rank by the PMI srun started it with (PMI-2's PMI_RANK and PMI_SIZE, or PMIx's PMIX_RANK
+    with Slurm's SLURM_NTASKS for the size, as fixtures/slurm/srun_*_env.txt show): rank 0
     listens at NCCL_COMM_ID, rank 1 reaches it from its NCCL_SOCKET_IFNAME's address, and
     the sizes' bytes cross the lab's rail for real, so the times are the rail's as this machine's
     veths carry it (a link down fails the run, a slowed link slows it). Rank 0 prints the table."""

@@ -99,4 +99,4 @@ def switch_geometry(switch: Any, speed: str) -> SwitchGeometry:
         optic = None  # the catalog's optic is the native one; a breakout needs its own
     return SwitchGeometry(model=model, radix=radix, gbps=SPEED_GBPS.get(speed, 0), ports_per_cage=ppc,
                           cage=str(cage or "port"), optic=str(optic or "unknown"), cages_known=isinstance(count, int),
-                          lanes_per_cage=lanes if isinstance(lanes, int) else None)
+                          lanes_per_cage=lanes if type(lanes) is int and lanes > 0 else None)

@@ -89,8 +89,10 @@ def port_number(geometry: SwitchGeometry, netdev: str) -> int | None:
 
 
 def _sonic_port(geometry: SwitchGeometry, name: str) -> int | None:
+    """A SONiC name or alias read back to its 1-based port, or None. A port is named by its first
+    lane only where a cage's lanes split evenly among its ports (the catalog checks its own)."""
     per_cage, lanes = geometry.ports_per_cage, geometry.lanes_per_cage or 0
-    if lanes % per_cage:
+    if lanes < 1 or lanes % per_cage:
         return None
     if m := _SONIC_NAME.fullmatch(name):
         cage, first = divmod(int(m.group(1)), lanes)
@@ -108,7 +110,7 @@ def _sonic_port(geometry: SwitchGeometry, name: str) -> int | None:
     else:
         return None
     port = cage * per_cage + lane + 1
-    return port if port <= geometry.radix else None
+    return port if 1 <= port <= geometry.radix else None
 
 
 def routers(fabric: FabricPlan, rail_stride: Callable[[str], int], gateways: Mapping[int, str], prefixlen: int) -> Iterator[Router]:

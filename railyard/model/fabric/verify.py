@@ -135,10 +135,11 @@ def lldp_cables(fabric: FabricPlan, nodes: Mapping[str, Mapping]) -> tuple[set[t
     lldp=True): its NICs' netdevs and the neighbours each one's lldpd heard. Only the hosts' side
     is read, so only node-to-leaf cables are judged, and only those of nodes whose lldpd answered.
     A rail unheard by an lldpd still listening (started under lldp.LISTENING_S ago) is not judged
-    yet. A neighbour is named by the system name and port id its switch sends (`swp12`, Cumulus's
-    and the plan's naming, routing.port_netdev); port ids that are no port of the plan's switch
-    are one `unknown-device` for that switch, and a rail that hears only such ids is not judged (a
-    switch naming its ports otherwise cannot be matched to the plan)."""
+    yet. A neighbour is named by the system name and port id its switch sends, read as one of the
+    plan's ports by routing.port_number (`swp12`, Cumulus's and the plan's naming, or SONiC's alias
+    `etp3a` where the catalog gives the switch's lanes); port ids that are no port of the plan's
+    switch are one `unknown-device` for that switch, and a rail that hears only such ids is not
+    judged (a switch naming its ports otherwise cannot be matched to the plan)."""
     from railyard.model.fabric.routing import port_number
 
     planned_by_node: dict[str, list[tuple[str, tuple[End, End]]]] = {}
@@ -223,8 +224,8 @@ def switch_lldp_cables(fabric: FabricPlan, switches: Mapping[str, Mapping[str, l
                        ) -> tuple[set[tuple[End, End]], set[tuple[End, End]], list[Finding], list[str]]:
     """(the planned cables the switches' own LLDP tables judge, the cables they show, findings of
     their own, notes on what they could not judge) for an Ethernet fabric. switches: each switch
-    read, {its port as the plan names it (routing.port_netdev): the neighbours lldpd heard there
-    (lldp.parse)}, as matched_tables() keeps them; senders: each node by the system name its lldpd
+    read, {its port as the switch names it, which routing.port_number reads as one of the plan's:
+    the neighbours lldpd heard there (lldp.parse)}, as matched_tables() keeps them; senders: each node by the system name its lldpd
     sends (senders()); young: the nodes whose lldpd started under lldp.LISTENING_S ago; ambiguous:
     system names several nodes send, which are skipped.
 

@@ -705,7 +705,7 @@ class _Parser(ConfigReader, CrossFieldRules):
                 states = None
             else:
                 states = ",".join(words)
-        mpi = self.choice(sm, "mpi", f"{path}.mpi", SLURM_MPI, default=SLURM_MPI[0])
+        mpi = self.choice(sm, "mpi", f"{path}.mpi", SLURM_MPI, default=SlurmSpec.mpi)
         if controller is None or cluster is None or partition is None or wait is None or interval is None \
                 or states is None or mpi is None:
             return None

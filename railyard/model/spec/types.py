@@ -296,7 +296,7 @@ class SlurmSpec:
 
 
 # srun's MPI plugins a stack may name (railyard:slurm.mpi): PMIx (Open MPI 5, NVIDIA HPC-X) or
-# Slurm's own PMI-2 (MPICH, MVAPICH).
+# Slurm's own PMI-2 (MPICH, MVAPICH). The default is SlurmSpec.mpi's.
 SLURM_MPI = ("pmix", "pmi2")
 
 

@@ -331,3 +331,12 @@ def test_every_problem_is_reported_at_once(scratch):
 
 def test_load_catalog_is_cached():
     assert load_catalog() is load_catalog()
+
+
+def test_a_switchs_lanes_that_a_breakout_does_not_split_evenly_are_refused(scratch):
+    # The SN5600's 64 cages carry 64, 128 or 256 ports: 6 lanes do not split into 4 ports, 0 is no count.
+    _edit(scratch, "switches/sn5600.yaml", "lanes: 8}", "lanes: 6}")
+    assert any(p.startswith("switches/sn5600.yaml: cages.lanes: found 6") and "100gbe, 200gbe" in p
+               for p in _problems(scratch))
+    _edit(scratch, "switches/sn5600.yaml", "lanes: 6}", "lanes: 0}")
+    assert any(p.startswith("switches/sn5600.yaml: cages.lanes: found 0") for p in _problems(scratch))

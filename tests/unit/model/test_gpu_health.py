@@ -104,7 +104,7 @@ def test_a_whole_dcgm_3_document_names_each_result_by_its_gpus_and_keeps_its_inf
     without its optional package."""
     results = gh.parse_dcgm_diag((DATA / "dcgmi-diag-r3-v3-1gpu-virtualclient.json").read_text())
     assert len(results) == 16 and {r.status for r in results} == {"Pass", "Skip"}
-    assert [(r.test, r.entity) for r in results[:2]] == [("Denylist", "the node"), ("NVML Library", "the node")]
+    assert [(r.test, r.entity) for r in results[:2]] == [("Denylist", None), ("NVML Library", None)]
     memory = next(r for r in results if r.test == "GPU Memory")
     assert (memory.entity, memory.info) == ("GPU 0", ("GPU 0 Allocated 15206918958 bytes (97.3%)",))
     assert gh.judge_dcgm(results) == [] and gh.dcgm_skipped(results) == ["DCGM EUD Test skipped (GPU 0)"]

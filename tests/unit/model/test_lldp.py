@@ -111,9 +111,22 @@ def test_sonics_names_of_an_sn5600s_ports_read_as_the_ports_the_plan_names(kept,
     assert port_number(g, "Ethernet08") is None and port_number(g, "etp01a") is None
 
 
+def test_an_sn5600_at_800g_has_one_port_a_cage_named_without_a_letter():
+    """As SONiC names its one-port cage 65 (`etp65`) and numbers ports by first lane, 8 a cage."""
+    from railyard.model.catalog import load_catalog
+    from railyard.model.fabric.geometry import switch_geometry
+
+    g = switch_geometry(load_catalog().switches["sn5600"], "800gbe")
+    assert [port_number(g, n) for n in ("Ethernet0", "Ethernet8", "Ethernet504", "etp1", "etp64")] == [1, 2, 64, 1, 64]
+    assert [port_number(g, n) for n in ("Ethernet4", "etp1a", "Ethernet512", "etp65")] == [None] * 4
+
+
 def test_a_switch_without_lanes_in_the_catalog_reads_no_sonic_name():
     g = SwitchGeometry("x", 128, 400, 2, "OSFP", "unknown", True)
     assert port_number(g, "Ethernet0") is None and port_number(g, "etp1a") is None
+    # Lanes that do not split among a cage's ports name no port either.
+    odd = SwitchGeometry("x", 256, 200, 4, "OSFP", "unknown", True, lanes_per_cage=6)
+    assert port_number(odd, "Ethernet0") is None and port_number(odd, "etp1a") is None
 
 
 # --- the cabling judged from the hosts' neighbours ---------------------------------------------

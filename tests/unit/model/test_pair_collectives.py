@@ -70,7 +70,7 @@ def test_no_node_is_in_two_pairs_of_a_round_and_every_pair_runs_once():
 
 def ranks_env(pair: pc.PairRun, node: str, procid: int) -> dict[str, str]:
     """What the srun line's shell hands each rank, run for real with `env` as the tool."""
-    argv = pair.srun_argv()
+    argv = pair.srun_argv(mpi="pmix")
     # What srun runs on the node, as the remote shell ssh hands the joined line to parses it.
     task = argv[argv.index("sh"):argv.index("all_reduce_perf")] + ["env"]
     env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node, "SLURM_PROCID": str(procid)}
@@ -252,7 +252,6 @@ def test_a_launch_that_never_started_the_tool_is_not_run_never_every_nodes_fault
     assert o.not_run == ("srun cannot start the PMI asked for (srun: error: Invalid MPI type 'pmix', --mpi=list for "
                          "acceptable types): railyard:slurm.mpi must be one that `srun --mpi=list` names and slurmd "
                          "can load")
-    assert {"pmix", "pmi2"} <= set(srun("mpi_list").split())  # the PMIs railyard:slurm.mpi offers
     assert pc.judge([o], bar(400), 0.15) == []
     assert pc.outcome(pair, 127, "", "timeout: failed to run command 'srun': No such file or directory\n").not_run \
         .startswith("a command was not found")

@@ -210,6 +210,12 @@ def test_bad_health_check_keys_are_named():
 
 
 def test_the_pmi_of_the_pair_runs_is_pmix_unless_the_stack_names_another_that_srun_offers():
+    from railyard.model.catalog import FIXTURES_DIR
+    from railyard.model.spec.types import SLURM_MPI
+
+    # Every PMI the key takes is one real Slurm offers (`srun --mpi=list`, Debian 12's 22.05).
+    offered = (FIXTURES_DIR / "slurm" / "srun_mpi_list.txt").read_text().split()
+    assert set(SLURM_MPI) <= set(offered)
     assert plan_of(config()).spec.slurm.mpi == "pmix"
     assert plan_of(config(slurm={"mpi": "pmi2"})).spec.slurm.mpi == "pmi2"
     found = problems(config(slurm={"mpi": "pmi3"}))

@@ -414,11 +414,14 @@ def test_a_rank_whose_peer_never_listens_fails_saying_where_it_looked(h100, monk
     assert rc == 1 and f"rank 1 on " in err and f"could not reach its peer at 127.0.0.1:{port} from 127.0.0.1 (lo)" in err
 
 
-@pytest.mark.parametrize("change, said", [
-    ({"NCCL_COMM_ID": ""}, "it needs NCCL_COMM_ID"),
-    ({"NCCL_SOCKET_IFNAME": "=no-such0"}, "no-such0 given"),
-    ({"SLURM_NTASKS": "4"}, "two ranks of one GPU each"),
+@pytest.mark.parametrize("mpi, change, said", [
+    ("pmix", {"NCCL_COMM_ID": ""}, "it needs NCCL_COMM_ID"),
+    ("pmix", {"NCCL_SOCKET_IFNAME": "=no-such0"}, "no-such0 given"),
+    ("pmix", {"SLURM_NTASKS": "4"}, "two ranks of one GPU each"),
+    # PMI-2 tells the size itself: it counts before Slurm's.
+    ("pmi2", {"PMI_SIZE": "4"}, "two ranks of one GPU each"),
 ])
-def test_a_pair_without_what_it_needs_is_refused_naming_it(h100, capsys, change, said):
-    rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100), env={**pair_env(0, 1, 0), **change})
+def test_a_pair_without_what_it_needs_is_refused_naming_it(h100, capsys, mpi, change, said):
+    rc = gpu_tools.all_reduce_perf(["-b", "8M", "-e", "8M", "-g", "1"], str(h100),
+                                   env={**pair_env(0, 1, 0, mpi), **change})
     assert rc == 2 and said in capsys.readouterr().err
