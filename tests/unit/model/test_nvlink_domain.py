@@ -72,27 +72,37 @@ def test_a_domain_whose_gpus_are_not_its_trays_gpus_is_refused(tmp_path):
     assert "nvlink_domain.gpus" in str(err.value) and "72 (18 compute trays x 4 GPUs)" in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["gb200_8nic_topo_unattributed_excerpt.txt", "gb200_topo_k8s_test_infra371_excerpt.txt",
+EIGHT_DEVICE = ["gb200_8nic_topo_unattributed_excerpt.txt", "gb200_8nic_topo_rhel4nv_demo_excerpt.txt"]
+
+
+@pytest.mark.parametrize("name", [*EIGHT_DEVICE, "gb200_topo_k8s_test_infra371_excerpt.txt",
                                   "gb200_topo_sglang11208_excerpt.txt"])
 def test_topology_import_reads_every_real_gb200_matrix(name):
     topo = parse_topology_file(FIXTURES / "gb200_nvl72" / name)
     assert [g.name for g in topo.gpus] == ["GPU0", "GPU1", "GPU2", "GPU3"]
-    if name != "gb200_topo_sglang11208_excerpt.txt":  # cut before its NUMA cells are whole
+    if name == "gb200_8nic_topo_rhel4nv_demo_excerpt.txt":
+        # NUMA Affinity `0,2-17` with GPU NUMA ID N/A: nothing says the later nodes are GPU memory,
+        # so the GPU's node is not guessed.
+        assert [g.numa for g in topo.gpus] == [None] * 4
+        assert "GPU0: NUMA Affinity '0,2-17' is not a single node: NUMA unknown" in topo.notes
+    elif name != "gb200_topo_sglang11208_excerpt.txt":  # cut before its NUMA cells are whole
         # A Grace host lists the CPUs' node first, then GPU memory nodes: the CPUs' node is the GPU's.
         assert [g.numa for g in topo.gpus] == [0, 0, 1, 1]
 
 
-def test_the_eight_device_gb200_matrix_pairs_the_single_port_nics_as_the_catalog_does():
-    topo = parse_topology_file(FIXTURES / "gb200_nvl72/gb200_8nic_topo_unattributed_excerpt.txt")
+@pytest.mark.parametrize("name", EIGHT_DEVICE)
+def test_the_eight_device_gb200_matrix_pairs_the_single_port_nics_as_the_catalog_does(name):
+    topo = parse_topology_file(FIXTURES / "gb200_nvl72" / name)
     # Every NIC is SYS to every GPU; the two-port adapters (PIX pairs) are not compute NICs.
     assert [n.name for n in topo.compute_nics] == ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5"]
     assert dict(topo.pairing()) == CATALOG.nodes["gb200-nvl72"].pairing()
     assert any("multi-port adapters (mlx5_2, mlx5_3, mlx5_6, mlx5_7)" in n for n in topo.notes)
 
 
-def test_the_catalog_tree_gives_every_class_of_the_real_gb200_matrix():
+@pytest.mark.parametrize("name", EIGHT_DEVICE)
+def test_the_catalog_tree_gives_every_class_of_the_real_gb200_matrix(name):
     sku = CATALOG.nodes["gb200-nvl72"]
-    topo = parse_topology_file(FIXTURES / "gb200_nvl72/gb200_8nic_topo_unattributed_excerpt.txt")
+    topo = parse_topology_file(FIXTURES / "gb200_nvl72" / name)
     for (a, b), cls in topo.classes.items():
         if a.startswith("GPU") and b.startswith("GPU"):
             continue  # NVLink, not PCIe
