@@ -43,20 +43,25 @@ declare -A want=(
 )
 # md (software RAID) for the lab's local cache only where the kernel offers it (storage.py).
 if [ -e /proc/mdstat ]; then want[mdadm]=mdadm; fi
+# Packages that bring no command of their own, each with the check that it is there.
+# The system Python is what Ansible runs modules with on the lab's nodes (they share the host's
+# /usr); the dataset_cache role talks S3 through boto3 there, as it would on a real host.
+has_boto3() { /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; }
+# srun --mpi=pmix, what MPI builds of nccl-tests launch with (Open MPI 5, HPC-X): Debian's mpi/pmix
+# plugin opens pmix2/lib/libpmix.so, which libpmix-dev ships and libpmix2 (the library) does not.
+has_libpmix_dev() { dpkg-query -W -f='${Status}' libpmix-dev 2>/dev/null | grep -q "ok installed"; }
+declare -A checked=([python3-boto3]=has_boto3 [libpmix-dev]=has_libpmix_dev)
 if [ "${1:-}" = "--list" ]; then
-  printf '%s\n' "${want[@]}" python3-boto3 libpmix-dev | sort -u
+  printf '%s\n' "${want[@]}" "${!checked[@]}" | sort -u
   exit 0
 fi
 missing=()
 for cmd in "${!want[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("${want[$cmd]}")
 done
-# The system Python is what Ansible runs modules with on the lab's nodes (they share the host's
-# /usr); the dataset_cache role talks S3 through boto3 there, as it would on a real host.
-/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
-# srun --mpi=pmix, what MPI builds of nccl-tests launch with (Open MPI 5, HPC-X): Debian's mpi/pmix
-# plugin opens pmix2/lib/libpmix.so, which libpmix-dev ships and libpmix2 (the library) does not.
-dpkg-query -W -f='${Status}' libpmix-dev 2>/dev/null | grep -q "ok installed" || missing+=(libpmix-dev)
+for pkg in "${!checked[@]}"; do
+  "${checked[$pkg]}" || missing+=("$pkg")
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "railyard: missing host packages: ${missing[*]} (install them as root: apt-get install ${missing[*]})" >&2
