@@ -8,7 +8,7 @@ formats of real output kept as fixtures (railyard/data/fixtures/gpu):
     nvidia-smi -q -x            nvidia_smi_log as the v12 DTD's XML (the A100 fixture's element
                                 names, order and indentation), one <gpu> per NVIDIA GPU function
                                 on the tree's PCI bus, in bus order
-    nvidia-smi nvlink --status  per GPU its links, as the H100 and GB200 fixtures print them
+    nvidia-smi nvlink --status  per GPU its links, as the B200 fixture (written to a file) prints them
                                 (-s, and -i INDEX, as the real tool takes them)
     nvidia-smi -r -i <bus id>   the GPU reset (below), printing what the real tool prints
     all_reduce_perf -b -e -f -g nccl-tests' table for one process over the node's GPUs (below),
@@ -237,7 +237,8 @@ def nvlink_status(hw: str = HW, only: int | None = None, found: list[dict[str, A
         if only is not None and index != only:
             continue
         out.append(f"GPU {index}: {info.get('product_name', 'N/A')} (UUID: {_uuid(g['bdf'])})")
-        out += [f"         Link {n}: {'<inactive>' if n in g['nvlinks_down'] else speed}" for n in range(count)]
+        # A tab and a space, as the tool writes to a file; copies taken from a terminal show 9 spaces.
+        out += [f"\t Link {n}: {'<inactive>' if n in g['nvlinks_down'] else speed}" for n in range(count)]
     return "".join(line + "\n" for line in out)
 
 

@@ -25,6 +25,7 @@ EXPECTED = {
     "h800_nv8_9nic_nccl933_excerpt.txt": (False, 8, 9, 7),
     "b300_9nic_ansi_bond_sglang26039.tsv": (True, 8, 9, 8),
     "b200_8nic_gke_a4_dranet_excerpt.txt": (False, 8, 8, 8),
+    "b200_8gpu_0nic_vm_vastai_simllm238.tsv": (True, 8, 0, 0),
     "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
     "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
     "rtx4090_8gpu_2nic_ibp_gooxi_blog.txt": (True, 8, 2, 2),
@@ -101,6 +102,17 @@ def test_two_b200s_sharing_a_switch_with_two_nics_take_one_each_on_their_own_num
     pairs = {g["name"]: (g["nic"], g["numa"]) for g in topo.to_json()["gpus"]}
     assert pairs == {f"GPU{i}": (f"mlx5_{i}", 0 if i < 4 else 1) for i in range(8)}
     assert {n["name"]: n["numa"] for n in topo.to_json()["nics"]} == {f"mlx5_{i}": 0 if i < 4 else 1 for i in range(8)}
+
+
+def test_eight_b200s_with_no_nic_in_view_take_their_numa_nodes_from_the_matrix():
+    """A rented 8x B200 VM's matrix, written to a file by nvidia-smi: all 56 pairs NV18, no NIC
+    columns, NUMA 0 for GPU0..GPU3 and 1 for GPU4..GPU7 as printed (not inferred)."""
+    topo = _read("b200_8gpu_0nic_vm_vastai_simllm238.tsv")
+    assert topo.complete and topo.notes == () and topo.nics == ()
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(0, False)] * 4 + [(1, False)] * 4
+    assert [g.cpu_affinity for g in topo.gpus] == ["0-47,96-143"] * 4 + ["48-95,144-191"] * 4
+    assert {topo.distance(f"GPU{a}", f"GPU{b}") for a in range(8) for b in range(8) if a != b} == {"NV18"}
+    assert topo.pairing() == {}
 
 
 def test_nic_numa_is_inferred_from_pcie_adjacency_to_gpus():

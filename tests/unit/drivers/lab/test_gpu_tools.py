@@ -68,8 +68,21 @@ def test_a_healthy_node_reads_as_its_sku_and_the_judges_find_nothing(h100):
 def test_its_nvlink_lines_are_the_real_tools_lines(h100):
     ours = gpu_tools.nvlink_status(str(h100), only=0).splitlines()
     real = (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text().splitlines()
-    assert ours[1:] == real[1:]  # every link line byte for byte; the header's UUID is the node's own
+    # The H100 copy was taken from a terminal, which shows the tool's tab and space as 9 spaces.
+    assert [line.expandtabs() for line in ours[1:]] == real[1:]
     assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
+
+
+def test_a_b200_nodes_nvlink_status_is_the_real_b200_files_byte_for_byte_but_its_uuids(tmp_path):
+    """dgx-b200 against `nvidia-smi nvlink -s` of eight B200 (10de:2901) redirected to a file:
+    every link line the same bytes (a tab and a space before `Link`), every GPU named as there."""
+    hwtree.build_hwtree(CATALOG.nodes["dgx-b200"], tmp_path)
+    ours = gpu_tools.nvlink_status(str(tmp_path)).splitlines()
+    real = (GPU / "nvidia-smi-nvlink-s-b200-8gpu.txt").read_text().splitlines()
+    uuid = re.compile(r"\(UUID: GPU-[0-9a-f-]{36}\)")
+    assert [uuid.sub("", line) for line in ours] == [uuid.sub("", line) for line in real]
+    links = gh.parse_nvlink_status("\n".join(ours))
+    assert gh.judge_nvlink(links, per_gpu=18, link_gbps=53.125) == []
 
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
