@@ -30,8 +30,8 @@ def test_a_skus_expectation_is_its_gpu_count_pci_id_and_nvlinks():
     sku = load_catalog().nodes["dgx-h100"]
     assert hc.expect_of(sku) == hc.Expect(8, "0x10de", "0x2330", 18)
     assert hc.Expect.from_json(json.loads(json.dumps(hc.expect_of(sku).to_json()))) == hc.expect_of(sku)
-    # One link's speed as the real nvidia-smi shows an H100's; none kept for an H200's.
-    assert nvlink_gbs(sku) == 26.562 and nvlink_gbs(load_catalog().nodes["hgx-h200"]) is None
+    # One link's speed as the real nvidia-smi shows an H100's; none kept for a B300's.
+    assert nvlink_gbs(sku) == 26.562 and nvlink_gbs(load_catalog().nodes["hgx-b300"]) is None
     full = hc.expect_of(sku, nvlink_gbs(sku))
     assert full.nvlink_busbw == pytest.approx(478.116)
     assert hc.Expect.from_json(json.loads(json.dumps(full.to_json()))) == full

@@ -4,14 +4,17 @@ and, presented as a hardware tree, discovered the same way a host's is."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from railyard.drivers.lab import hwtree
+from railyard.model.catalog import FIXTURES_DIR
 from railyard.model.guest_sku import controller_id, guest_names, guest_sku
 from railyard.model.guest_topology import EXPANDER, ROOT_PORT, UPSTREAM
 from railyard.model.pci_layout import layout
 from railyard.model.errors import SpecError
-from railyard.model.topology import Topology
+from railyard.model.topology import Topology, parse_topology_file
 from railyard.tuning.vars import guest_vars
 
 from ..test_guests import vela
@@ -65,6 +68,55 @@ def test_the_dgx_guest_pairs_each_gpu_with_the_vf_of_its_host_side_pair():
     assert sku.pairing() == want
     # One GPU and one VF per virtual switch: PIX between a GPU and its VF, as NCCL wants for GPUDirect RDMA.
     assert {sku.distance(g, n) for g, n in want.items()} == {"PIX"}
+
+
+# A rented cloud VM of 8 H200 and 8 ConnectX VFs (QEMU; railyard/data/fixtures/SOURCES.md): its
+# `nvidia-smi topo -m`, and its `lspci -tv` with the ids of its bridges.
+CLOUD_VM = FIXTURES_DIR / "topologies" / "h200_8nic_vf_vm_vastai_simllm238.tsv"
+CLOUD_VM_PCI = FIXTURES_DIR / "topologies" / "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm238_excerpt.txt"
+# lspci -tv: an expander's root bus, its root port's and switch's buses, then the switch's first
+# downstream port and the device on it; the next line, the second downstream port and its device.
+_TV_FIRST = re.compile(r"-\[0000:([0-9a-f]{2})\]---00\.0-\[[0-9a-f-]+\]----00\.0-\[[0-9a-f-]+\]--\+-00\.0-"
+                       r"\[[0-9a-f]{2}\]----00\.0  (.+)$")
+_TV_NEXT = re.compile(r"^ \|\s+\\-01\.0-\[[0-9a-f]{2}\]----00\.0  (.+)$")
+
+
+def test_the_planned_guest_is_laid_out_as_a_real_cloud_vm_of_eight_gpus_and_their_vfs():
+    """The layout Railyard plans for an 8-GPU VM (dgx-h100 host, one VF per GPU) against a real
+    cloud's VM of that shape: the GPU-to-NIC classes its nvidia-smi prints, one expander, root port
+    and switch per GPU with the GPU and its VF alone below it, and the ids of QEMU's root port and
+    switch upstream port."""
+    host, topo, vm = _guest(PLANS["dgx-h100"]())
+    sku = guest_sku(host, topo.to_json(), vm.name)
+    real = parse_topology_file(CLOUD_VM)
+    gpus, nics = [g.name for g in real.gpus], [n.name for n in real.nics]
+    assert [g.name for g in sku.gpus] == gpus and [n.rdma for n in sku.nics] == nics
+    assert {(g, n): sku.distance(g, n) for g in gpus for n in nics} == \
+        {(g, n): real.distance(g, n) for g in gpus for n in nics}
+    assert sku.pairing() == real.pairing()
+
+    lines = CLOUD_VM_PCI.read_text().splitlines()
+    below: dict[str, list[str]] = {}
+    for line, after in zip(lines, lines[1:]):
+        first, second = _TV_FIRST.search(line), _TV_NEXT.match(after)
+        if first and second:
+            below[first.group(1)] = [first.group(2), second.group(1)]
+    assert sorted(map(sorted, below.values())) == [["Mellanox Technologies ConnectX Family mlx5Gen Virtual Function",
+                                                   "NVIDIA Corporation Device 2335"]] * 8
+    bridges = {b.id: b for b in sku.pcie}
+    for g, n in sku.pairing().items():
+        switch = bridges[sku.gpu(g).parent]
+        root = bridges[switch.parent]
+        assert (switch.kind, root.kind, bridges[root.parent].kind) == ("switch", "root_port", "host_bridge")
+        assert sku.nic(n).parent == switch.id
+        assert [b.id for b in sku.pcie if b.parent == root.parent] == [root.id]
+        assert [x.name for x in sku.gpus if x.parent == switch.id] + [x.rdma for x in sku.nics
+                                                                     if x.parent == switch.id] == [g, n]
+    ids = {tuple(line.split()[1:]) for line in lines if line.startswith("0000:")}
+    for kind in ("root_port", "switch"):
+        ours = {(f"vendor={b.pci_vendor}", f"device={b.pci_device}") for b in sku.pcie if b.kind == kind}
+        assert len(ours) == 1 and ours <= ids, kind
+    assert len(below) == len([b for b in sku.pcie if b.kind == "host_bridge"]) == 8
 
 
 def test_the_vela_guest_pairs_by_numa_node_as_its_catalog_entry_allows():

@@ -26,6 +26,8 @@ EXPECTED = {
     "b300_9nic_ansi_bond_sglang26039.tsv": (True, 8, 9, 8),
     "b200_8nic_gke_a4_dranet_excerpt.txt": (False, 8, 8, 8),
     "b200_8gpu_0nic_vm_vastai_simllm238.tsv": (True, 8, 0, 0),
+    "h200_8nic_vf_vm_vastai_simllm238.tsv": (True, 8, 8, 8),
+    "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm238_excerpt.txt": None,
     "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
     "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
     "rtx4090_8gpu_2nic_ibp_gooxi_blog.txt": (True, 8, 2, 2),
@@ -113,6 +115,14 @@ def test_eight_b200s_with_no_nic_in_view_take_their_numa_nodes_from_the_matrix()
     assert [g.cpu_affinity for g in topo.gpus] == ["0-47,96-143"] * 4 + ["48-95,144-191"] * 4
     assert {topo.distance(f"GPU{a}", f"GPU{b}") for a in range(8) for b in range(8) if a != b} == {"NV18"}
     assert topo.pairing() == {}
+
+
+def test_a_cloud_vms_gpus_pair_with_the_vf_beside_each_under_its_own_virtual_switch():
+    """A rented 8x H200 VM (QEMU) whose every GPU shares an emulated switch with one ConnectX VF."""
+    topo = _read("h200_8nic_vf_vm_vastai_simllm238.tsv")
+    assert topo.pairing() == {f"GPU{i}": f"mlx5_{i}" for i in range(8)}
+    assert [n.label for n in topo.nics] == [f"NIC{i}" for i in range(8)]
+    assert [(n.numa, n.numa_inferred) for n in topo.nics] == [(0, True)] * 4 + [(1, True)] * 4
 
 
 def test_nic_numa_is_inferred_from_pcie_adjacency_to_gpus():

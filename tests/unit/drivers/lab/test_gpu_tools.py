@@ -73,16 +73,18 @@ def test_its_nvlink_lines_are_the_real_tools_lines(h100):
     assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
 
 
-def test_a_b200_nodes_nvlink_status_is_the_real_b200_files_byte_for_byte_but_its_uuids(tmp_path):
-    """dgx-b200 against `nvidia-smi nvlink -s` of eight B200 (10de:2901) redirected to a file:
-    every link line the same bytes (a tab and a space before `Link`), every GPU named as there."""
-    hwtree.build_hwtree(CATALOG.nodes["dgx-b200"], tmp_path)
+@pytest.mark.parametrize("sku, kept, speed", [("dgx-b200", "nvidia-smi-nvlink-s-b200-8gpu.txt", 53.125),
+                                               ("hgx-h200", "nvidia-smi-nvlink-s-h200-8gpu-vm.txt", 26.562)])
+def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uuids(tmp_path, sku, kept, speed):
+    """Against `nvidia-smi nvlink -s` of eight such GPUs redirected to a file: every link line the
+    same bytes (a tab and a space before `Link`), every GPU named as there."""
+    hwtree.build_hwtree(CATALOG.nodes[sku], tmp_path)
     ours = gpu_tools.nvlink_status(str(tmp_path)).splitlines()
-    real = (GPU / "nvidia-smi-nvlink-s-b200-8gpu.txt").read_text().splitlines()
+    real = (GPU / kept).read_text().splitlines()
     uuid = re.compile(r"\(UUID: GPU-[0-9a-f-]{36}\)")
     assert [uuid.sub("", line) for line in ours] == [uuid.sub("", line) for line in real]
     links = gh.parse_nvlink_status("\n".join(ours))
-    assert gh.judge_nvlink(links, per_gpu=18, link_gbps=53.125) == []
+    assert gh.judge_nvlink(links, per_gpu=18, link_gbps=speed) == []
 
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
@@ -218,10 +220,10 @@ def test_a_gpu_off_the_bus_is_missing_from_its_output(h100):
 
 
 def test_a_sku_whose_links_no_real_output_shows_gets_no_invented_speed(tmp_path):
-    # hgx-h200: no kept nvidia-smi output names its GPU or its NVLinks' speed.
-    hwtree.build_hwtree(CATALOG.nodes["hgx-h200"], tmp_path)
+    # hgx-b300: no kept nvidia-smi output names its GPU or its NVLinks' speed.
+    hwtree.build_hwtree(CATALOG.nodes["hgx-b300"], tmp_path)
     assert gpu_tools.nvlink_status(str(tmp_path)) == ""
-    assert gh.parse_nvidia_smi(query(tmp_path)).gpus[0].product_name == CATALOG.nodes["hgx-h200"].gpus[0].model
+    assert gh.parse_nvidia_smi(query(tmp_path)).gpus[0].product_name == CATALOG.nodes["hgx-b300"].gpus[0].model
 
 
 def test_an_nvlink_fault_is_refused_where_the_nodes_nvidia_smi_shows_no_links(tmp_path, monkeypatch):
@@ -232,7 +234,7 @@ def test_an_nvlink_fault_is_refused_where_the_nodes_nvidia_smi_shows_no_links(tm
     monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
     _, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
     tree = node_dir("tnolink", "gpu-0") / "hwtree"
-    hwtree.build_hwtree(CATALOG.nodes["hgx-h200"], tree)  # no kept output shows an H200's links
+    hwtree.build_hwtree(CATALOG.nodes["hgx-b300"], tree)  # no kept output shows a B300's links
     with pytest.raises(faults.FaultError, match="shows no NVLinks"):
         faults.inject("tnolink", plan, "nvlink-down", ["gpu-0", "GPU0", "1"])
 
