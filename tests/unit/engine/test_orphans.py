@@ -92,7 +92,9 @@ def test_an_engine_of_a_project_copy_sharing_this_checkouts_pulumi_home_is_not_t
     copy = spawned([str(engine), "-c", "sleep 120"], env=env, cwd=tmp_path)
     here = spawned([str(engine), "-c", "sleep 120"], env=env, cwd=paths.project_root() / "stacks")
     for p in (copy, here):
-        _wait_for(lambda p=p: procfs.exe(p.pid) == str(engine))
+        # exe names the new program part-way through execve, before its environment can be read:
+        # wait for both, or the engine is taken for one without this checkout's PULUMI_HOME.
+        _wait_for(lambda p=p: procfs.exe(p.pid) == str(engine) and procfs.environ_value(p.pid, "PULUMI_HOME"))
     live = orphans.live_engines()
     assert here.pid in live and copy.pid not in live
 
