@@ -27,6 +27,7 @@ EXPECTED = {
     "b200_8nic_gke_a4_dranet_excerpt.txt": (False, 8, 8, 8),
     "b200_8gpu_0nic_vm_vastai_simllm238.tsv": (True, 8, 0, 0),
     "h200_8nic_vf_vm_vastai_simllm238.tsv": (True, 8, 8, 8),
+    "a100_4gpu_0nic_numa_reversed_perlmutter_simllm.tsv": (True, 4, 0, 0),
     "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm238_excerpt.txt": None,
     "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
     "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
@@ -115,6 +116,13 @@ def test_eight_b200s_with_no_nic_in_view_take_their_numa_nodes_from_the_matrix()
     assert [g.cpu_affinity for g in topo.gpus] == ["0-47,96-143"] * 4 + ["48-95,144-191"] * 4
     assert {topo.distance(f"GPU{a}", f"GPU{b}") for a in range(8) for b in range(8) if a != b} == {"NV18"}
     assert topo.pairing() == {}
+
+
+def test_gpus_on_numa_nodes_numbered_backwards_keep_the_nodes_printed():
+    """Perlmutter: GPU0 on NUMA node 3 .. GPU3 on node 0, one GPU a node."""
+    topo = _read("a100_4gpu_0nic_numa_reversed_perlmutter_simllm.tsv")
+    assert [(g.numa, g.numa_inferred) for g in topo.gpus] == [(3, False), (2, False), (1, False), (0, False)]
+    assert topo.gpus[0].cpu_affinity == "48-63,112-127" and topo.distance("GPU0", "GPU3") == "NV4"
 
 
 def test_a_cloud_vms_gpus_pair_with_the_vf_beside_each_under_its_own_virtual_switch():

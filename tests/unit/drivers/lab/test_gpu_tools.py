@@ -73,18 +73,32 @@ def test_its_nvlink_lines_are_the_real_tools_lines(h100):
     assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
 
 
-@pytest.mark.parametrize("sku, kept, speed", [("dgx-b200", "nvidia-smi-nvlink-s-b200-8gpu.txt", 53.125),
-                                               ("hgx-h200", "nvidia-smi-nvlink-s-h200-8gpu-vm.txt", 26.562)])
-def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uuids(tmp_path, sku, kept, speed):
-    """Against `nvidia-smi nvlink -s` of eight such GPUs redirected to a file: every link line the
-    same bytes (a tab and a space before `Link`), every GPU named as there."""
+def _gpu_blocks(text: str) -> list[list[str]]:
+    """Each GPU's lines of `nvlink -s`, its header without index and UUID (the node's own)."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            blocks.append([re.sub(r"^GPU \d+: (.*) \(UUID: GPU-[0-9a-f-]{36}\)$", r"\1", line)])
+        else:
+            blocks[-1].append(line)
+    return blocks
+
+
+@pytest.mark.parametrize("sku, kept, links, speed", [
+    ("dgx-b200", "nvidia-smi-nvlink-s-b200-8gpu.txt", 18, 53.125),
+    ("hgx-h200", "nvidia-smi-nvlink-s-h200-8gpu-vm.txt", 18, 26.562),
+    ("dgx-a100", "nvidia-smi-nvlink-s-a100-sxm4-40gb-4gpu.txt", 12, 25.0)])
+def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uuids(tmp_path, sku, kept, links, speed):
+    """Against `nvidia-smi nvlink -s` of such GPUs redirected to a file: each GPU named as there and
+    its link lines the same bytes (a tab and a space before `Link`; A100's `25 GB/s` with no decimals).
+    The A100 capture is of a 4-GPU node, so a dgx-a100's eight are held against its GPUs in turn."""
     hwtree.build_hwtree(CATALOG.nodes[sku], tmp_path)
-    ours = gpu_tools.nvlink_status(str(tmp_path)).splitlines()
-    real = (GPU / kept).read_text().splitlines()
-    uuid = re.compile(r"\(UUID: GPU-[0-9a-f-]{36}\)")
-    assert [uuid.sub("", line) for line in ours] == [uuid.sub("", line) for line in real]
-    links = gh.parse_nvlink_status("\n".join(ours))
-    assert gh.judge_nvlink(links, per_gpu=18, link_gbps=speed) == []
+    ours, real = _gpu_blocks(gpu_tools.nvlink_status(str(tmp_path))), _gpu_blocks((GPU / kept).read_text())
+    assert len(ours) == len(CATALOG.nodes[sku].gpus) == 8
+    assert ours == [real[i % len(real)] for i in range(len(ours))]
+    found = gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tmp_path)))
+    assert all(len(v) == links for v in found.values())
+    assert gh.judge_nvlink(found, per_gpu=links, link_gbps=speed) == []
 
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
