@@ -157,7 +157,7 @@ def judge(sections: Mapping[str, str], expect: Expect, *, ignore_xids: Sequence[
             found += gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device))
         links = gh.parse_nvlink_status(sections.get("nvlink", ""))
         if expect.nvlinks_per_gpu and links:
-            found += gh.judge_nvlink(links, per_gpu=expect.nvlinks_per_gpu)
+            found += gh.judge_nvlink(links, per_gpu=expect.nvlinks_per_gpu, link_gbps=expect.nvlink_gbs)
         elif expect.nvlinks_per_gpu:
             not_run.append("nvidia-smi nvlink --status showed no links")
         found += gh.judge_kernel_log(sections.get("kernel-log", ""), ignore=ignore_xids)

@@ -78,7 +78,7 @@ def test_a_collective_that_fails_is_a_finding_and_one_that_cannot_be_judged_is_n
     assert hc.judge({"all_reduce_perf-missing": ""}, H100)[1:] == (["nvidia-smi missing", "all_reduce_perf missing"],
                                                                    False)
     # No real output gives this GPU's link speed: no yardstick, so not run rather than a guess.
-    found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, hc.Expect(8, "0x10de", "0x2335", 18))
+    found, not_run, ran = hc.judge({"all_reduce_perf": REAL_2NODE}, hc.Expect(8, "0x10de", "0x3182", 18))
     assert found == [] and not ran and "no real output of this GPU's links" in not_run[1]
 
 
@@ -113,6 +113,21 @@ def test_an_nvidia_smi_that_fails_is_a_finding_and_never_returns_a_node():
                               "the NVIDIA driver.")]
     drained = Held(out=True, reason=f"{hc.SLURMD_PREFIX} 00000000:01:00.0: 2 uncorrectable ECC error(s)")
     assert hc.decide([f.message for f in found], ran, drained).verb == "drain"  # its reason updated, not lifted
+
+
+def test_a_link_slower_than_its_gpus_real_speed_is_a_finding_of_verify():
+    real = (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text()
+    h100 = hc.Expect(8, "0x10de", "0x2330", 18, 26.562)
+    sections = {"nvidia-smi": (GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml").read_text(), "kernel-log": ""}
+
+    def nvlink_findings(text: str) -> list[tuple[str, str | None, str]]:
+        found = hc.judge({**sections, "nvlink": text}, h100)[0]
+        return [(f.kind, f.gpu, f.found) for f in found if f.kind.startswith("nvlink")]
+
+    assert nvlink_findings(real) == []
+    # Changed in the copy: link 7 trained at half its speed.
+    assert nvlink_findings(real.replace("Link 7: 26.562 GB/s", "Link 7: 13.281 GB/s")) == [
+        ("nvlink-slow", "GPU 0", "13.281 GB/s")]
 
 
 def test_xids_a_job_may_cause_are_verifys_to_report_and_not_slurmds_check_to_drain_for():

@@ -72,11 +72,11 @@ def test_the_dgx_guest_pairs_each_gpu_with_the_vf_of_its_host_side_pair():
 
 # A rented cloud VM of 8 H200 and 8 ConnectX VFs (QEMU; railyard/data/fixtures/SOURCES.md): its
 # `nvidia-smi topo -m`, and its `lspci -tv` with the ids of its bridges.
-CLOUD_VM = FIXTURES_DIR / "topologies" / "h200_8nic_vf_vm_vastai_simllm238.tsv"
-CLOUD_VM_PCI = FIXTURES_DIR / "topologies" / "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm238_excerpt.txt"
+CLOUD_VM = FIXTURES_DIR / "topologies" / "h200_8nic_vf_vm_vastai_simllm.tsv"
+CLOUD_VM_PCI = FIXTURES_DIR / "topologies" / "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm_excerpt.txt"
 # lspci -tv: an expander's root bus, its root port's and switch's buses, then the switch's first
 # downstream port and the device on it; the next line, the second downstream port and its device.
-_TV_FIRST = re.compile(r"-\[0000:([0-9a-f]{2})\]---00\.0-\[[0-9a-f-]+\]----00\.0-\[[0-9a-f-]+\]--\+-00\.0-"
+_TV_FIRST = re.compile(r"-\[0000:([0-9a-f]{2})\]---00\.0-\[([0-9a-f]{2})-[0-9a-f]{2}\]----00\.0-\[[0-9a-f-]+\]--\+-00\.0-"
                        r"\[[0-9a-f]{2}\]----00\.0  (.+)$")
 _TV_NEXT = re.compile(r"^ \|\s+\\-01\.0-\[[0-9a-f]{2}\]----00\.0  (.+)$")
 
@@ -95,28 +95,26 @@ def test_the_planned_guest_is_laid_out_as_a_real_cloud_vm_of_eight_gpus_and_thei
         {(g, n): real.distance(g, n) for g in gpus for n in nics}
     assert sku.pairing() == real.pairing()
 
+    # Each expander's shape, from each side: its root port's and switch's ids, and what sits below the switch.
     lines = CLOUD_VM_PCI.read_text().splitlines()
-    below: dict[str, list[str]] = {}
+    ids = {line.split()[0]: tuple(v.split("=")[1] for v in line.split()[1:]) for line in lines if line.startswith("0000:")}
+    kind = {"NVIDIA Corporation Device 2335": "gpu", "Mellanox Technologies ConnectX Family mlx5Gen Virtual Function": "vf"}
+    real_shapes = []
     for line, after in zip(lines, lines[1:]):
         first, second = _TV_FIRST.search(line), _TV_NEXT.match(after)
         if first and second:
-            below[first.group(1)] = [first.group(2), second.group(1)]
-    assert sorted(map(sorted, below.values())) == [["Mellanox Technologies ConnectX Family mlx5Gen Virtual Function",
-                                                   "NVIDIA Corporation Device 2335"]] * 8
-    bridges = {b.id: b for b in sku.pcie}
-    for g, n in sku.pairing().items():
-        switch = bridges[sku.gpu(g).parent]
-        root = bridges[switch.parent]
-        assert (switch.kind, root.kind, bridges[root.parent].kind) == ("switch", "root_port", "host_bridge")
-        assert sku.nic(n).parent == switch.id
-        assert [b.id for b in sku.pcie if b.parent == root.parent] == [root.id]
-        assert [x.name for x in sku.gpus if x.parent == switch.id] + [x.rdma for x in sku.nics
-                                                                     if x.parent == switch.id] == [g, n]
-    ids = {tuple(line.split()[1:]) for line in lines if line.startswith("0000:")}
-    for kind in ("root_port", "switch"):
-        ours = {(f"vendor={b.pci_vendor}", f"device={b.pci_device}") for b in sku.pcie if b.kind == kind}
-        assert len(ours) == 1 and ours <= ids, kind
-    assert len(below) == len([b for b in sku.pcie if b.kind == "host_bridge"]) == 8
+            real_shapes.append((ids[f"0000:{first.group(1)}:00.0"], ids[f"0000:{first.group(2)}:00.0"],
+                                (kind[first.group(3)], kind[second.group(1)])))
+    our_shapes = []
+    for expander in (b for b in sku.pcie if b.kind == "host_bridge"):
+        (root,) = [b for b in sku.pcie if b.parent == expander.id]
+        (switch,) = [b for b in sku.pcie if b.parent == root.id]
+        below = [("gpu", g.name) for g in sku.gpus if g.parent == switch.id] + \
+                [("vf", n.rdma) for n in sku.nics if n.parent == switch.id]
+        assert [name for _, name in below] in ([g, n] for g, n in sku.pairing().items()), "a GPU and its own VF"
+        our_shapes.append(((root.pci_vendor, root.pci_device), (switch.pci_vendor, switch.pci_device),
+                           tuple(k for k, _ in below)))
+    assert len(real_shapes) == 8 and our_shapes == real_shapes
 
 
 def test_the_vela_guest_pairs_by_numa_node_as_its_catalog_entry_allows():

@@ -26,9 +26,9 @@ EXPECTED = {
     "b300_9nic_ansi_bond_sglang26039.tsv": (True, 8, 9, 8),
     "b200_8nic_gke_a4_dranet_excerpt.txt": (False, 8, 8, 8),
     "b200_8gpu_0nic_vm_vastai_simllm238.tsv": (True, 8, 0, 0),
-    "h200_8nic_vf_vm_vastai_simllm238.tsv": (True, 8, 8, 8),
+    "h200_8nic_vf_vm_vastai_simllm.tsv": (True, 8, 8, 8),
     "a100_4gpu_0nic_numa_reversed_perlmutter_simllm.tsv": (True, 4, 0, 0),
-    "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm238_excerpt.txt": None,
+    "h200_8gpu_vm_lspci_tv_bridge_ids_vastai_simllm_excerpt.txt": None,
     "a100_pcie_8gpu_empty_cpu_affinity_daskcuda1381_excerpt.txt": (False, 8, 1, 1),
     "h200_9nic_bond_edited_header_weiziyang.txt": (True, 8, 9, 8),
     "rtx4090_8gpu_2nic_ibp_gooxi_blog.txt": (True, 8, 2, 2),
@@ -127,7 +127,7 @@ def test_gpus_on_numa_nodes_numbered_backwards_keep_the_nodes_printed():
 
 def test_a_cloud_vms_gpus_pair_with_the_vf_beside_each_under_its_own_virtual_switch():
     """A rented 8x H200 VM (QEMU) whose every GPU shares an emulated switch with one ConnectX VF."""
-    topo = _read("h200_8nic_vf_vm_vastai_simllm238.tsv")
+    topo = _read("h200_8nic_vf_vm_vastai_simllm.tsv")
     assert topo.pairing() == {f"GPU{i}": f"mlx5_{i}" for i in range(8)}
     assert [n.label for n in topo.nics] == [f"NIC{i}" for i in range(8)]
     assert [(n.numa, n.numa_inferred) for n in topo.nics] == [(0, True)] * 4 + [(1, True)] * 4

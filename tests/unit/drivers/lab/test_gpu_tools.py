@@ -68,7 +68,8 @@ def test_a_healthy_node_reads_as_its_sku_and_the_judges_find_nothing(h100):
 def test_its_nvlink_lines_are_the_real_tools_lines(h100):
     ours = gpu_tools.nvlink_status(str(h100), only=0).splitlines()
     real = (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text().splitlines()
-    # The H100 copy was taken from a terminal, which shows the tool's tab and space as 9 spaces.
+    # The H100 copy was pasted, which shows the tool's tab and space as 9 spaces; the byte-for-byte
+    # comparison with outputs written to a file is the test below.
     assert [line.expandtabs() for line in ours[1:]] == real[1:]
     assert re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", ours[0])
 
@@ -84,11 +85,10 @@ def _gpu_blocks(text: str) -> list[list[str]]:
     return blocks
 
 
-@pytest.mark.parametrize("sku, kept, links, speed", [
-    ("dgx-b200", "nvidia-smi-nvlink-s-b200-8gpu.txt", 18, 53.125),
-    ("hgx-h200", "nvidia-smi-nvlink-s-h200-8gpu-vm.txt", 18, 26.562),
-    ("dgx-a100", "nvidia-smi-nvlink-s-a100-sxm4-40gb-4gpu.txt", 12, 25.0)])
-def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uuids(tmp_path, sku, kept, links, speed):
+@pytest.mark.parametrize("sku, kept", [("dgx-b200", "nvidia-smi-nvlink-s-b200-8gpu.txt"),
+                                       ("hgx-h200", "nvidia-smi-nvlink-s-h200-8gpu-vm.txt"),
+                                       ("dgx-a100", "nvidia-smi-nvlink-s-a100-sxm4-40gb-4gpu.txt")])
+def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uuids(tmp_path, sku, kept):
     """Against `nvidia-smi nvlink -s` of such GPUs redirected to a file: each GPU named as there and
     its link lines the same bytes (a tab and a space before `Link`; A100's `25 GB/s` with no decimals).
     The A100 capture is of a 4-GPU node, so a dgx-a100's eight are held against its GPUs in turn."""
@@ -96,9 +96,7 @@ def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uui
     ours, real = _gpu_blocks(gpu_tools.nvlink_status(str(tmp_path))), _gpu_blocks((GPU / kept).read_text())
     assert len(ours) == len(CATALOG.nodes[sku].gpus) == 8
     assert ours == [real[i % len(real)] for i in range(len(ours))]
-    found = gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tmp_path)))
-    assert all(len(v) == links for v in found.values())
-    assert gh.judge_nvlink(found, per_gpu=links, link_gbps=speed) == []
+    assert list(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tmp_path)))) == list(range(8)), "GPU 0 .. GPU 7"
 
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
