@@ -275,7 +275,7 @@ def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
 
 
 def judge_nvlink(links: Mapping[int, Mapping[int, float | None]], *, per_gpu: int,
-                 link_gbps: float | None = None) -> list[HealthFinding]:
+                 link_gbps: float | None) -> list[HealthFinding]:
     """Each GPU's links against the SKU's count per GPU (NV18: 18), up and, where the SKU's
     NVLink generation gives it, at its speed."""
     out = []

@@ -81,17 +81,17 @@ def test_nvlink_status_is_judged_against_the_skus_link_count_and_speed():
     assert gh.judge_nvlink(links, per_gpu=18, link_gbps=26.562) == []
     # Changed in the copy: link 5 shown inactive, as the tool shows a link that is down.
     down = gh.parse_nvlink_status(text.replace("Link 5: 26.562 GB/s", "Link 5: <inactive>"))
-    [f] = gh.judge_nvlink(down, per_gpu=18)
+    [f] = gh.judge_nvlink(down, per_gpu=18, link_gbps=None)
     assert (f.kind, f.gpu, f.found) == ("nvlink-down", "GPU 0", "17") and "(down: 5)" in f.message
     gb200 = gh.parse_nvlink_status((DATA / "nvidia-smi-nvlink-s-gb200-excerpt.txt").read_text())
-    assert set(gb200[0].values()) == {53.125} and gh.judge_nvlink(gb200, per_gpu=18) == []
-    b200 = gh.parse_nvlink_status((DATA / "nvidia-smi-nvlink-s-b200-8gpu.txt").read_text())
+    assert set(gb200[0].values()) == {53.125} and gh.judge_nvlink(gb200, per_gpu=18, link_gbps=None) == []
+    b200_text = (DATA / "nvidia-smi-nvlink-s-b200-8gpu.txt").read_text()
+    b200 = gh.parse_nvlink_status(b200_text)
     assert list(b200) == list(range(8)) and all(len(v) == 18 for v in b200.values())
     assert gh.judge_nvlink(b200, per_gpu=18, link_gbps=53.125) == []
     # Changed in the copy: GPU 6's link 17 trained at half the speed.
-    [slow] = gh.judge_nvlink(gh.parse_nvlink_status(
-        (DATA / "nvidia-smi-nvlink-s-b200-8gpu.txt").read_text().replace(
-            "\t Link 17: 53.125 GB/s\nGPU 7", "\t Link 17: 26.562 GB/s\nGPU 7")), per_gpu=18, link_gbps=53.125)
+    [slow] = gh.judge_nvlink(gh.parse_nvlink_status(b200_text.replace(
+        "\t Link 17: 53.125 GB/s\nGPU 7", "\t Link 17: 26.562 GB/s\nGPU 7")), per_gpu=18, link_gbps=53.125)
     assert (slow.kind, slow.gpu, slow.found) == ("nvlink-slow", "GPU 6", "26.562 GB/s")
 
 

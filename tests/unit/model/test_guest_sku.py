@@ -97,7 +97,8 @@ def test_the_planned_guest_is_laid_out_as_a_real_cloud_vm_of_eight_gpus_and_thei
 
     # Each expander's shape, from each side: its root port's and switch's ids, and what sits below the switch.
     lines = CLOUD_VM_PCI.read_text().splitlines()
-    ids = {line.split()[0]: tuple(v.split("=")[1] for v in line.split()[1:]) for line in lines if line.startswith("0000:")}
+    ids = {bdf: tuple(v.split("=")[1] for v in rest)
+           for bdf, *rest in (line.split() for line in lines if line.startswith("0000:"))}
     kind = {"NVIDIA Corporation Device 2335": "gpu", "Mellanox Technologies ConnectX Family mlx5Gen Virtual Function": "vf"}
     real_shapes = []
     for line, after in zip(lines, lines[1:]):
@@ -105,13 +106,14 @@ def test_the_planned_guest_is_laid_out_as_a_real_cloud_vm_of_eight_gpus_and_thei
         if first and second:
             real_shapes.append((ids[f"0000:{first.group(1)}:00.0"], ids[f"0000:{first.group(2)}:00.0"],
                                 (kind[first.group(3)], kind[second.group(1)])))
+    pairs = [[g, n] for g, n in sku.pairing().items()]
     our_shapes = []
     for expander in (b for b in sku.pcie if b.kind == "host_bridge"):
         (root,) = [b for b in sku.pcie if b.parent == expander.id]
         (switch,) = [b for b in sku.pcie if b.parent == root.id]
         below = [("gpu", g.name) for g in sku.gpus if g.parent == switch.id] + \
                 [("vf", n.rdma) for n in sku.nics if n.parent == switch.id]
-        assert [name for _, name in below] in ([g, n] for g, n in sku.pairing().items()), "a GPU and its own VF"
+        assert [name for _, name in below] in pairs, "a GPU and its own VF"
         our_shapes.append(((root.pci_vendor, root.pci_device), (switch.pci_vendor, switch.pci_device),
                            tuple(k for k, _ in below)))
     assert len(real_shapes) == 8 and our_shapes == real_shapes

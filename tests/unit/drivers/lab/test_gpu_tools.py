@@ -62,7 +62,7 @@ def test_a_healthy_node_reads_as_its_sku_and_the_judges_find_nothing(h100):
     assert gh.judge_gpus(log, count=expect.gpus, pci_id=(expect.vendor, expect.device)) == []
     links = gh.parse_nvlink_status(gpu_tools.nvlink_status(str(h100)))
     assert len(links) == 8 and all(len(v) == 18 and set(v.values()) == {26.562} for v in links.values())
-    assert gh.judge_nvlink(links, per_gpu=18) == []
+    assert gh.judge_nvlink(links, per_gpu=18, link_gbps=None) == []
 
 
 def test_its_nvlink_lines_are_the_real_tools_lines(h100):
@@ -93,10 +93,11 @@ def test_a_nodes_nvlink_status_is_its_gpus_real_output_byte_for_byte_but_its_uui
     its link lines the same bytes (a tab and a space before `Link`; A100's `25 GB/s` with no decimals).
     The A100 capture is of a 4-GPU node, so a dgx-a100's eight are held against its GPUs in turn."""
     hwtree.build_hwtree(CATALOG.nodes[sku], tmp_path)
-    ours, real = _gpu_blocks(gpu_tools.nvlink_status(str(tmp_path))), _gpu_blocks((GPU / kept).read_text())
+    printed = gpu_tools.nvlink_status(str(tmp_path))
+    ours, real = _gpu_blocks(printed), _gpu_blocks((GPU / kept).read_text())
     assert len(ours) == len(CATALOG.nodes[sku].gpus) == 8
     assert ours == [real[i % len(real)] for i in range(len(ours))]
-    assert list(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tmp_path)))) == list(range(8)), "GPU 0 .. GPU 7"
+    assert list(gh.parse_nvlink_status(printed)) == list(range(8)), "GPU 0 .. GPU 7"
 
 
 def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
@@ -112,7 +113,7 @@ def test_the_gpu_state_faults_write_shows_as_the_real_tool_shows_it(h100):
     found = gh.judge_gpus(gh.parse_nvidia_smi(query(h100)), count=8, pci_id=(expect.vendor, expect.device))
     assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "3")]
     assert found[0].gpu == "00000000:" + gpus[2].split(":", 1)[1].upper()
-    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(h100))), per_gpu=18)
+    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(h100))), per_gpu=18, link_gbps=None)
     assert [(f.kind, f.gpu, f.found) for f in down] == [("nvlink-down", "GPU 2", "16")]
     assert "(down: 4, 17)" in down[0].message
 
@@ -283,7 +284,7 @@ def test_the_gpu_faults_show_in_its_output_and_clear_back_to_the_tree_as_built(t
     faults.inject("tfault", plan, "nvlink-down", ["gpu-1", "GPU3", "7"])
     found = gh.judge_gpus(gh.parse_nvidia_smi(query(tree)), count=8, pci_id=("0x10de", "0x2330"))
     assert [(f.kind, f.found) for f in found] == [("ecc-uncorrectable", "2")]
-    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tree))), per_gpu=18)
+    down = gh.judge_nvlink(gh.parse_nvlink_status(gpu_tools.nvlink_status(str(tree))), per_gpu=18, link_gbps=None)
     assert [(f.gpu, f.found) for f in down] == [("GPU 3", "17")]
 
     # The node's boot clears the transient one and keeps the other, as a reboot would.
