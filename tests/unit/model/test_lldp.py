@@ -111,14 +111,54 @@ def test_sonics_names_of_an_sn5600s_ports_read_as_the_ports_the_plan_names(kept,
     assert port_number(g, "Ethernet08") is None and port_number(g, "etp01a") is None
 
 
-def test_an_sn5600_at_800g_has_one_port_a_cage_named_without_a_letter():
-    """As SONiC names its one-port cage 65 (`etp65`) and numbers ports by first lane, 8 a cage."""
+def breakout_ports(mode: str, speed: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """(name, alias) of each port SONiC makes of each cage in the kept platform.json excerpt, in the
+    breakout mode whose name starts with `mode` (`1x800G`) and, given a speed (`100G`), lists it:
+    as portconfig.py's BreakoutCfg names them, Ethernet<the cage's first lane + the lanes of the
+    ports before>, aliased in the mode's order (sonic/SOURCES.md)."""
+    interfaces = json.loads((FIXTURES_DIR / "sonic" / "sn5600_platform_json_interfaces_excerpt.json").read_text())["interfaces"]
+    ports = {}
+    for name, cage in interfaces.items():
+        aliases = next((a for m, a in cage["breakout_modes"].items()
+                        if m.startswith(mode) and (speed is None or speed in m.replace("[", ",").rstrip("]").split(",")[1:])), [])
+        base, width = int(name.removeprefix("Ethernet")), len(cage["lanes"].split(",")) // max(len(aliases), 1)
+        ports[name] = [(f"Ethernet{base + i * width}", alias) for i, alias in enumerate(aliases)]
+    return ports
+
+
+@pytest.mark.parametrize("mode,slower,speed", [("1x800G", None, "800gbe"), ("2x400G", None, "400gbe"),
+                                               ("4x200G", None, "200gbe"), ("4x200G", "100G", "100gbe")])
+def test_each_breakout_mode_sonics_platform_json_gives_an_sn5600_reads_as_the_plans_ports(mode, slower, speed):
+    """SONiC's own list of an SN5600's cages and breakout modes: each port it would make at the
+    plan's speed reads back, by name and by alias, as the plan's port of that cage and lane; the
+    25G cage past the 64 is no fabric port at any speed. 100G runs on the 4x200G mode's ports (the
+    mode lists 100G among its speeds), as the catalog has it."""
+    from railyard.model.catalog import load_catalog
+    from railyard.model.fabric.geometry import switch_geometry
+
+    g = switch_geometry(load_catalog().switches["sn5600"], speed)
+    ports = breakout_ports(mode, slower)
+    assert ports.pop("Ethernet512") == [] and len(ports) == 5
+    for name, cage_ports in ports.items():
+        cage = int(name.removeprefix("Ethernet")) // g.lanes_per_cage + 1
+        assert len(cage_ports) == g.ports_per_cage, name
+        for lane, (port, alias) in enumerate(cage_ports):
+            number = port_number(g, port)
+            assert number == (cage - 1) * g.ports_per_cage + lane + 1, port
+            assert port_number(g, alias) == number, alias
+            assert port_netdev(g, number) == (f"swp{cage}" if g.ports_per_cage == 1 else f"swp{cage}s{lane}")
+    assert [port_number(g, n) for n in ("Ethernet512", "etp65")] == [None, None]
+
+
+def test_an_sn5600_at_800g_reads_no_name_of_a_broken_out_cage():
     from railyard.model.catalog import load_catalog
     from railyard.model.fabric.geometry import switch_geometry
 
     g = switch_geometry(load_catalog().switches["sn5600"], "800gbe")
-    assert [port_number(g, n) for n in ("Ethernet0", "Ethernet8", "Ethernet504", "etp1", "etp64")] == [1, 2, 64, 1, 64]
-    assert [port_number(g, n) for n in ("Ethernet4", "etp1a", "Ethernet512", "etp65")] == [None] * 4
+    whole = {n for cage in breakout_ports("1x800G").values() for pair in cage for n in pair}
+    # A broken-out cage's second port and every lettered alias: none is a port of a cage of one.
+    split = {n for cage in breakout_ports("2x400G").values() for pair in cage for n in pair} - whole
+    assert len(split) == 15 and {n: port_number(g, n) for n in split} == dict.fromkeys(split)
 
 
 def test_a_switch_without_lanes_in_the_catalog_reads_no_sonic_name():
