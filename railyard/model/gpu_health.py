@@ -13,7 +13,7 @@ Readers of the real formats (fixtures of real output, railyard/data/fixtures/gpu
 
 and judges that turn them into findings with stable kinds (KINDS), each naming the GPU by its bus
 address, what the plan (the SKU, the fabric) says and what was found. A tool that is missing is
-`not run`, never a pass (NotRun).
+`not run`, never a pass (health_check.judge says why).
 
 nvidia-smi prints no Xid: the driver writes them to the kernel's log, which is where they are read.
 
@@ -46,17 +46,6 @@ class HealthFinding:
     message: str
     planned: str | None = None
     found: str | None = None
-
-
-@dataclass(frozen=True)
-class NotRun:
-    """A check that could not run, and why (its tool missing, its output unreadable)."""
-
-    check: str
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.check}: not run: {self.why}"
 
 
 # --- nvidia-smi -q -x --------------------------------------------------------------------------
@@ -358,7 +347,29 @@ def dcgm_skipped(results: Iterable[DiagResult]) -> list[str]:
     for r in results:
         if r.status == DCGM_SKIP:
             skipped.setdefault(r.test, []).extend([r.entity] if r.entity else [])
-    return [f"DCGM {test} skipped" + (f" ({', '.join(on)})" if on else "") for test, on in skipped.items()]
+    return [f"DCGM {test} skipped" + (f" ({_entity_ranges(on)})" if on else "") for test, on in skipped.items()]
+
+
+def _entity_ranges(entities: list[str]) -> str:
+    """`GPU 0, GPU 1, GPU 2, GPU 5` as `GPU 0-2, 5`: a skip on all eight GPUs is one short line."""
+    groups: dict[str, list[str]] = {}
+    for e in entities:
+        group, _, ident = e.rpartition(" ")
+        groups.setdefault(group, []).append(ident)
+    parts = []
+    for group, idents in groups.items():
+        spans: list[list[int]] = []
+        rest = []
+        for ident in idents:
+            if not ident.isdigit():
+                rest.append(ident)
+            elif spans and int(ident) == spans[-1][1] + 1:
+                spans[-1][1] = int(ident)
+            else:
+                spans.append([int(ident), int(ident)])
+        words = [f"{a}-{b}" if b > a else f"{a}" for a, b in spans] + rest
+        parts.append(f"{group} {', '.join(words)}" if group else ", ".join(words))
+    return "; ".join(parts)
 
 
 # --- nccl-tests all_reduce_perf ------------------------------------------------------------------

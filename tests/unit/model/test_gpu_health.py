@@ -106,6 +106,18 @@ def test_dcgm_diag_results_are_read_from_a_document_cut_short():
     assert gh.dcgm_skipped(failed) == ["DCGM pcie skipped (GPU 0)"]
 
 
+def test_a_test_dcgm_skipped_on_many_gpus_is_said_in_one_short_line():
+    # Changed in the copy: the eight GPUs' diagnostic skipped, as DCGM skips a test it cannot run.
+    text = (DATA / "dcgmi-diag-r3-v4-pass-8gpu-excerpt.json").read_text()
+    results = gh.parse_dcgm_diag(text.replace('"Pass"', '"Skip"'))
+    assert len(results) == 8 and gh.dcgm_skipped(results) == ["DCGM diagnostic skipped (GPU 0-7)"]
+    some = [r for r in results if r.entity not in ("GPU 3", "GPU 4")]
+    assert gh.dcgm_skipped(some) == ["DCGM diagnostic skipped (GPU 0-2, 5-7)"]
+    # In the report's order, as before: a GPU listed out of turn starts a span of its own.
+    shuffled = [gh.DiagResult("pcie", f"GPU {i}", "Skip") for i in (5, 1, 2)]
+    assert gh.dcgm_skipped(shuffled) == ["DCGM pcie skipped (GPU 5, 1-2)"]
+
+
 def test_a_whole_dcgm_3_document_names_each_result_by_its_gpus_and_keeps_its_info_whole():
     """DCGM 3's schema (microsoft/VirtualClient's kept level-3 run, SOURCES.md): `gpu_ids` for a
     GPU's tests, none for the node's, the info one string; its EUD test skipped, as DCGM skips it
