@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -31,14 +30,10 @@ from typing import Callable
 
 import pytest
 
+from tests.ports import free_port
+
 USERNAME = "railyard-admin"
 PASSWORD = "bmc-test-Pa55word"  # the emulator's only user; a test asserts it is never shown
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Notifier:

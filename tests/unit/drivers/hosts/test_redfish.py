@@ -6,7 +6,6 @@ answers)."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from railyard.drivers.hosts import redfish
+from tests.ports import free_port
 
 from .redfish_emulator import PASSWORD, Emulator, Notifier, fake_system
 
@@ -213,9 +213,7 @@ def test_every_request_has_a_timeout(tiny):
 
 
 def test_a_bmc_that_is_not_there_is_named():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     target = redfish.Target(host="gpu-4", endpoint=f"https://127.0.0.1:{port}", username="admin", password="pw")
     with pytest.raises(redfish.RedfishError, match=rf"gpu-4: its BMC https://127.0.0.1:{port}: GET "
                                                    r"/redfish/v1/Systems: .*(refused|Connection)"):

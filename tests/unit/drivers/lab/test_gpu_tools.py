@@ -20,6 +20,7 @@ from railyard.drivers.lab import gpu_tools, hwtree
 from railyard.model import gpu_health as gh
 from railyard.model.catalog import load_catalog
 from railyard.model.health_check import expect_of
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[4]
 GPU = ROOT / "railyard" / "data" / "fixtures" / "gpu"
@@ -376,14 +377,6 @@ def test_only_findings_a_gpu_reset_clears_are_left_to_one():
     assert gh.gpu_reset_targets([("ecc-uncorrectable", "00000000:1B:00.0"), ("xid", "0000:1b:00")]) is None
     assert gh.gpu_reset_targets([("gpu-count", None)]) is None
     assert gh.gpu_reset_targets([]) is None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def srun_env(rank: int, mpi: str) -> dict[str, str]:
