@@ -37,13 +37,16 @@ undoes them newest first, giving back the planned state byte for byte.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from railyard import paths
 from railyard.drivers.lab import names, net, subnet
@@ -78,6 +81,23 @@ PORT_DOWN = {"state": "1: DOWN", "phys_state": "2: Polling"}
 
 def journal_path(stack: str, root: Path | None = None) -> Path:
     return paths.lab_dir(stack, root) / JOURNAL
+
+
+@contextlib.contextmanager
+def _journal_locked(stack: str, root: Path | None = None) -> Iterator[None]:
+    """The journal held for one read-modify-write: a node's power supervisor clears its transient
+    faults as it boots, while the CLI (or another node's supervisor) may be changing the journal."""
+    # The stack's lab directory is the lock: a file of its own would outlive the lab at destroy.
+    d = journal_path(stack, root).parent
+    if not d.is_dir():  # no lab, so no journal: nothing to hold
+        yield
+        return
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _journal(stack: str, root: Path | None = None) -> list[dict[str, Any]]:
@@ -172,7 +192,8 @@ class _Fault:
         return state
 
     def move_away(self, path: Path) -> None:
-        hold = paths.lab_dir(self.stack) / "faults" / f"{len(_journal(self.stack))}-{len(self.undo)}"
+        # A name of its own: one made from counts comes round again once a fault is cleared.
+        hold = paths.lab_dir(self.stack) / "faults" / f"held-{uuid.uuid4().hex}"
         hold.parent.mkdir(parents=True, exist_ok=True)
         self.undo.append({"op": "move", "path": str(path), "held": str(hold)})
         os.rename(path, hold)
@@ -432,10 +453,11 @@ def inject(stack: str, plan: Plan, kind: str, target: list[str], *, transient: b
 
 def _record(stack: str, plan: Plan, entry: dict[str, Any]) -> str:
     """One fault made, journalled with its undo, and the lab's subnet rewritten; what was done."""
-    entries = _journal(stack)
-    entries.append(entry)
-    _save(stack, entries)
-    _write_subnet(stack, plan, entries)
+    with _journal_locked(stack):
+        entries = _journal(stack)
+        entries.append(entry)
+        _save(stack, entries)
+        _write_subnet(stack, plan, entries)
     return str(entry["said"])
 
 
@@ -550,33 +572,35 @@ def faults(stack: str) -> list[dict[str, Any]]:
 def clear_at_boot(stack: str, node: str, root: Path | None = None) -> list[str]:
     """Undo the node's transient faults (its power supervisor calls this as the node boots);
     returns what each had done. None of them edits the subnet, so no plan is needed."""
-    entries = _journal(stack, root)
-    kept, said = [], []
-    for e in reversed(entries):
-        if e.get("transient") and e["target"][0] == node:
-            _undo(e["undo"])
-            said.append(e["said"])
-        else:
-            kept.append(e)
-    if said:
-        kept.reverse()
-        _save(stack, kept, root)
+    with _journal_locked(stack, root):
+        entries = _journal(stack, root)
+        kept, said = [], []
+        for e in reversed(entries):
+            if e.get("transient") and e["target"][0] == node:
+                _undo(e["undo"])
+                said.append(e["said"])
+            else:
+                kept.append(e)
+        if said:
+            kept.reverse()
+            _save(stack, kept, root)
     return said
 
 
 def clear(stack: str, plan: Plan, node: str | None = None) -> list[str]:
     """Undo the faults (of `node`, or all), newest first; returns what each had done."""
-    entries = _journal(stack)
-    kept, said = [], []
-    for e in reversed(entries):
-        if node is None or e["target"][0] == node:
-            _undo(e["undo"])
-            said.append(e["said"])
-        else:
-            kept.append(e)
-    kept.reverse()
-    _save(stack, kept)
-    _write_subnet(stack, plan, kept)
-    if not kept:
-        shutil.rmtree(paths.lab_dir(stack) / "faults", ignore_errors=True)
+    with _journal_locked(stack):
+        entries = _journal(stack)
+        kept, said = [], []
+        for e in reversed(entries):
+            if node is None or e["target"][0] == node:
+                _undo(e["undo"])
+                said.append(e["said"])
+            else:
+                kept.append(e)
+        kept.reverse()
+        _save(stack, kept)
+        _write_subnet(stack, plan, kept)
+        if not kept:
+            shutil.rmtree(paths.lab_dir(stack) / "faults", ignore_errors=True)
     return said

@@ -27,6 +27,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+import time
 import uuid
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -40,6 +41,28 @@ def fail(msg: str) -> None:
     sys.stderr.write(f"{msg}\n")
     sys.stderr.flush()
     os._exit(1)
+
+
+# Under the 30 s the host gives the whole init to say "ready" (node.processes._start_init).
+SSHD_LISTEN_TIMEOUT = 20
+
+
+def sshd_listening() -> bool:
+    """The pid file sshd writes after it binds names a live process (/run is this boot's own)."""
+    try:
+        with open("/run/sshd.pid") as f:
+            os.kill(int(f.read().strip()), 0)
+    except (OSError, ValueError):  # not written yet, or written half (fopen truncates first)
+        return False
+    return True
+
+
+def sshd_log() -> str:
+    try:
+        with open("/run/railyard/sshd.log") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def mount(source: str, target: str, fstype: str | None = None, flags: int = 0, data: str | None = None) -> None:
@@ -371,14 +394,16 @@ def main() -> None:
 
     sshd = ["/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config", "-E", "/run/railyard/sshd.log"]
     pid = os.posix_spawn(sshd[0], sshd, dict(env))
-    _, status = os.waitpid(pid, 0)  # sshd forks its daemon after it listens, then the parent exits
+    _, status = os.waitpid(pid, 0)
     if status != 0:
-        try:
-            with open("/run/railyard/sshd.log") as f:
-                log = f.read().strip()
-        except OSError:
-            log = ""
-        fail(f"sshd did not start (wait status {status}): {log}")
+        fail(f"sshd did not start (wait status {status}): {sshd_log()}")
+    # sshd's first process exits as it daemonizes, before the daemon listens; the daemon writes
+    # its pid file once its sockets are bound (OpenSSH's sshd.c), so "ready" waits for that.
+    deadline = time.monotonic() + SSHD_LISTEN_TIMEOUT
+    while not sshd_listening():
+        if time.monotonic() > deadline:
+            fail(f"sshd did not listen within {SSHD_LISTEN_TIMEOUT} s: {sshd_log()}")
+        time.sleep(0.01)
     if agent is not None:
         try:
             agent.daemonize()

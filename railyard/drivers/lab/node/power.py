@@ -120,18 +120,23 @@ def boot_id(stack: str, node: str, root: Path | None = None) -> str | None:
         return None
 
 
+def _supervisor(given: int | None) -> set[int]:
+    """The power supervisor that started this request: it carries the node's marker, like every
+    process of the node, and must outlive the boot it serves."""
+    return {given if given is not None else os.getppid()}
+
+
 def power_off(stack: str, node: str, root: Path | None = None, why: str = "poweroff",
               supervisor: int | None = None) -> None:
-    from railyard.drivers.lab.node.processes import _node_processes
+    from railyard.drivers.lab.node.processes import _kill_node_processes
 
-    # This process and the supervisor that started it carry the node's marker too.
-    spare = {os.getpid(), supervisor if supervisor is not None else os.getppid()}
-    proc.kill_all([p for p in _node_processes(stack, node) if p not in spare],
-                  what=f"node {names.node_ns(stack, node)}")
+    # In rounds: a process of the node may fork between a scan and its kill (a health check).
+    _kill_node_processes(stack, node, _supervisor(supervisor))
     _record(stack, node, root, {"event": "off", "why": why})
 
 
-def power_on(stack: str, node: str, root: Path | None = None, why: str = "poweron") -> None:
+def power_on(stack: str, node: str, root: Path | None = None, why: str = "poweron",
+             supervisor: int | None = None) -> None:
     from railyard.drivers.lab.node.processes import _start_init, init_pid
 
     if init_pid(stack, node, root) is not None:
@@ -142,7 +147,7 @@ def power_on(stack: str, node: str, root: Path | None = None, why: str = "powero
     hw = Path((power_dir(stack, node, root) / "hw-source").read_text())
     # The boot finds the hardware a reboot gives back (`railyard lab fault --transient`).
     cleared = clear_at_boot(stack, node, root)
-    _start_init(stack, node, d, hw, root, boot=True)
+    _start_init(stack, node, d, hw, root, boot=True, spare=_supervisor(supervisor))
     _record(stack, node, root, {"event": "on", "why": why, "boot_id": boot_id(stack, node, root),
                                 **({"cleared": cleared} if cleared else {})})
 
@@ -154,7 +159,7 @@ def main(argv: list[str]) -> int:
         if what in ("reboot", "poweroff"):
             power_off(stack, node, root, why=what, supervisor=int(supervisor))
         if what in ("reboot", "poweron"):
-            power_on(stack, node, root, why=what)
+            power_on(stack, node, root, why=what, supervisor=int(supervisor))
     except Exception as exc:  # the supervisor keeps serving; the log says what went wrong
         print(f"{time.strftime('%FT%T')} {what} of {node} failed: {exc}", file=sys.stderr)
         return 1

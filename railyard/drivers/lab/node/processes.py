@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from railyard.drivers.lab import names, net, proc
 from railyard.drivers.lab.errors import LabError
@@ -81,8 +81,10 @@ def _bounding() -> str:
     return ",".join(f"-{c}" for c in DROPPED_CAPS)
 
 
-def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None, *, boot: bool = False) -> int:
-    """Start the node's init; `boot`: as a power-on, applying boot-time settings (node_init.boot)."""
+def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None, *, boot: bool = False,
+                spare: Collection[int] = ()) -> int:
+    """Start the node's init; `boot`: as a power-on, applying boot-time settings (node_init.boot);
+    spare: the node's processes a failed start must not kill (_kill_node_processes)."""
     ns = names.node_ns(stack, node)
     env = _clean_env(stack, node)
     if boot:
@@ -109,21 +111,21 @@ def _start_init(stack: str, node: str, d: Path, hw: Path, root: Path | None, *, 
         out, err = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         p.kill()
-        _kill_node_processes(stack, node)
+        _kill_node_processes(stack, node, spare)
         raise LabError(f"node {ns}", "the node's init did not report ready within 30s") from None
     pid = None
     for line in out.splitlines():
         if line.startswith("ready "):
             pid = int(line.split()[1])
     if pid is None:
-        _kill_node_processes(stack, node)
+        _kill_node_processes(stack, node, spare)
         raise LabError(f"node {ns}", f"the node's init failed: {err.strip() or out.strip() or 'no output'}")
     (d / "init.pid").write_text(f"{pid}\n")
     # "ready" comes just before the init execs its holder; init_pid() knows it by the holder's name.
     deadline = time.monotonic() + 10
     while init_pid(stack, node, root) is None:
         if not proc.alive(pid) or time.monotonic() > deadline:
-            _kill_node_processes(stack, node)
+            _kill_node_processes(stack, node, spare)
             raise LabError(f"node {ns}", "the node's init exited right after it reported ready")
         time.sleep(0.002)
     return pid
@@ -160,17 +162,21 @@ def _node_processes(stack: str, node: str) -> list[int]:
 KILL_ROUNDS = 5
 
 
-def _kill_node_processes(stack: str, node: str) -> None:
+def _kill_node_processes(stack: str, node: str, spare: Collection[int] = ()) -> None:
     """Kill until a scan finds none: a process scanned but not yet killed may fork one the scan
     missed (slurmd's health check starting sinfo as the node goes), which would outlive the node
-    in a netns no name leads to any more."""
+    in a netns no name leads to any more.
+
+    spare: processes that carry the node's marker but must outlive its boot (its power supervisor,
+    which powers it off and on); this process is never killed either."""
     what = f"node {names.node_ns(stack, node)}"
+    keep = {os.getpid(), *spare}
     for _ in range(KILL_ROUNDS):
-        found = _node_processes(stack, node)
+        found = [p for p in _node_processes(stack, node) if p not in keep]
         if not found:
             return
         proc.kill_all(found, what=what)
-    left = _node_processes(stack, node)
+    left = [p for p in _node_processes(stack, node) if p not in keep]
     if left:
         raise LabError(what, f"processes {left} kept appearing after {KILL_ROUNDS} rounds of SIGKILL")
 
@@ -215,12 +221,33 @@ def start_agent(stack: str, node: str, root: Path | None = None) -> int:
     return int(out[1])
 
 
+# How long sshd's daemon may take to bind its sockets after its first process exits (a busy host).
+SSHD_LISTEN_TIMEOUT = 30
+
+
 def _restart_sshd(stack: str, node: str, init: int) -> None:
     old = _sshd_pid(stack, node, init)
     if old:
         proc.kill_all([old], what=f"sshd of node {node}")
+    # A killed sshd leaves its pid file: gone, the new daemon's is the only one waited for.
+    Path(f"/proc/{init}/root/run/sshd.pid").unlink(missing_ok=True)
     run_in_node(stack, node, ["/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config", "-E", "/run/railyard/sshd.log"],
                 check=True, _pid=init)
+    # sshd's first process exits as it daemonizes, before the daemon listens; the daemon writes
+    # its pid file once its sockets are bound (OpenSSH's sshd.c), so that is what is waited for.
+    deadline = time.monotonic() + SSHD_LISTEN_TIMEOUT
+    while _sshd_pid(stack, node, init) is None:
+        if time.monotonic() > deadline:
+            raise LabError(f"node {names.node_ns(stack, node)}",
+                           f"sshd did not listen within {SSHD_LISTEN_TIMEOUT} s: {_sshd_log(init)}")
+        time.sleep(0.01)
+
+
+def _sshd_log(init: int) -> str:
+    try:
+        return Path(f"/proc/{init}/root/run/railyard/sshd.log").read_text().strip()[-2000:] or "no log"
+    except OSError:
+        return "no log"
 
 
 # --- using a node -------------------------------------------------------------------------------

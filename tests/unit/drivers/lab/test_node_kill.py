@@ -27,3 +27,14 @@ def test_a_node_whose_processes_keep_appearing_is_an_error_naming_them(monkeypat
     with pytest.raises(LabError, match=r"processes \[305\] kept appearing after 5 rounds"):
         processes._kill_node_processes("s", "gpu-8")
     assert len(killed) == processes.KILL_ROUNDS
+
+
+def test_the_power_supervisor_and_this_process_outlive_the_nodes_boot(monkeypatch):
+    """Both carry the node's marker, so every scan finds them: a power-off sparing them ends once
+    only they are left, rather than killing the supervisor or calling the node unkillable."""
+    import os
+
+    me, supervisor = os.getpid(), 4242
+    killed = scans(monkeypatch, [[101, me, supervisor], [me, supervisor, 250], [me, supervisor]])
+    processes._kill_node_processes("s", "gpu-8", {supervisor})
+    assert killed == [[101], [250]]
