@@ -351,7 +351,8 @@ def dcgm_skipped(results: Iterable[DiagResult]) -> list[str]:
 
 
 def _entity_ranges(entities: list[str]) -> str:
-    """`GPU 0, GPU 1, GPU 2, GPU 5` as `GPU 0-2, 5`: a skip on all eight GPUs is one short line."""
+    """`GPU 0, GPU 1, GPU 2, GPU 5` as `GPU 0-2, 5`: a skip on all eight GPUs is one short line.
+    An entity is `<group> <id>`, as _diag_entity names it."""
     groups: dict[str, list[str]] = {}
     for e in entities:
         group, _, ident = e.rpartition(" ")
@@ -368,7 +369,7 @@ def _entity_ranges(entities: list[str]) -> str:
             else:
                 spans.append([int(ident), int(ident)])
         words = [f"{a}-{b}" if b > a else f"{a}" for a, b in spans] + rest
-        parts.append(f"{group} {', '.join(words)}" if group else ", ".join(words))
+        parts.append(f"{group} {', '.join(words)}")
     return "; ".join(parts)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -327,10 +326,8 @@ def test_a_host_that_does_not_come_back_stops_the_rollout(servers, project):
         power.request(servers.stack, "srv-0", "poweron")
         project.write(project.config)
     # The rollout reads srv-0 over SSH at once: its boot must be done (its power log's "on").
-    deadline = time.monotonic() + 90
-    while [e["event"] for e in power.events(servers.stack, "srv-0")[before[0]:]] != ["off", "on"]:
-        assert time.monotonic() < deadline, "srv-0 did not power on within 90 s"
-        time.sleep(0.2)
+    assert power.wait_events(servers.stack, "srv-0", before[0], 2, within=90) == ["off", "on"], \
+        "srv-0 did not power on within 90 s"
     # Back to the stack as it was: only the host that booted the abandoned settings reboots.
     proc = project.pulumi("up", "--yes", "--skip-preview", check=False)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]

@@ -204,12 +204,8 @@ def test_a_bootloader_change_waits_for_the_reboot_and_a_reboot_restarts_the_node
     # By name, on the node's PATH, where the lab's shim stands: a host without systemd (a fresh
     # Debian minbase root) has no /sbin/shutdown for the shim to be bound over.
     in_node(cluster, "gpu-1", "shutdown", "-r", "now")
-    # A reboot takes about a second; the bound is for a machine busy with other test workers. The
-    # supervisor logs "on" once the boot is done (the new boot id shows a moment before).
-    deadline = time.monotonic() + 90
-    while len(power.events(cluster.stack, "gpu-1")) < events + 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [e["event"] for e in power.events(cluster.stack, "gpu-1")[events:]] == ["off", "on"], \
+    # A reboot takes about a second; the bound is for a machine busy with other test workers.
+    assert power.wait_events(cluster.stack, "gpu-1", events, 2, within=90) == ["off", "on"], \
         "gpu-1 did not come back within 90 s"
     assert power.boot_id(cluster.stack, "gpu-1") not in (None, boot)
     state = node.read_node(cluster.stack, "gpu-1")

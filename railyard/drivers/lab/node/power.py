@@ -105,6 +105,16 @@ def events(stack: str, node: str, root: Path | None = None) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def wait_events(stack: str, node: str, since: int, count: int, within: float) -> list[str]:
+    """The kinds of the node's power events after its first `since`, once `count` of them are
+    logged or `within` seconds have passed. A request is done when its last event is logged: "on"
+    comes after the boot it logs, whose new boot id shows a moment before."""
+    deadline = time.monotonic() + within
+    while len(got := events(stack, node)[since:]) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [e["event"] for e in got]
+
+
 def _record(stack: str, node: str, root: Path | None, event: dict) -> None:
     with open(power_dir(stack, node, root) / "log.jsonl", "a") as f:
         f.write(json.dumps({"time": time.time(), **event}) + "\n")
@@ -120,23 +130,18 @@ def boot_id(stack: str, node: str, root: Path | None = None) -> str | None:
         return None
 
 
-def _supervisor(given: int | None) -> set[int]:
-    """The power supervisor that started this request: it carries the node's marker, like every
-    process of the node, and must outlive the boot it serves."""
-    return {given if given is not None else os.getppid()}
+# `supervisor`: the power supervisor that started the request. It carries the node's marker, like
+# every process of the node, and must outlive the boot it serves.
 
-
-def power_off(stack: str, node: str, root: Path | None = None, why: str = "poweroff",
-              supervisor: int | None = None) -> None:
+def power_off(stack: str, node: str, root: Path | None, why: str, supervisor: int) -> None:
     from railyard.drivers.lab.node.processes import _kill_node_processes
 
     # In rounds: a process of the node may fork between a scan and its kill (a health check).
-    _kill_node_processes(stack, node, _supervisor(supervisor))
+    _kill_node_processes(stack, node, {supervisor})
     _record(stack, node, root, {"event": "off", "why": why})
 
 
-def power_on(stack: str, node: str, root: Path | None = None, why: str = "poweron",
-             supervisor: int | None = None) -> None:
+def power_on(stack: str, node: str, root: Path | None, why: str, supervisor: int) -> None:
     from railyard.drivers.lab.node.processes import _start_init, init_pid
 
     if init_pid(stack, node, root) is not None:
@@ -147,7 +152,7 @@ def power_on(stack: str, node: str, root: Path | None = None, why: str = "powero
     hw = Path((power_dir(stack, node, root) / "hw-source").read_text())
     # The boot finds the hardware a reboot gives back (`railyard lab fault --transient`).
     cleared = clear_at_boot(stack, node, root)
-    _start_init(stack, node, d, hw, root, boot=True, spare=_supervisor(supervisor))
+    _start_init(stack, node, d, hw, root, boot=True, spare={supervisor})
     _record(stack, node, root, {"event": "on", "why": why, "boot_id": boot_id(stack, node, root),
                                 **({"cleared": cleared} if cleared else {})})
 
