@@ -4,16 +4,19 @@ The spec is read from the stack file itself (stacks/Pulumi.<stack>.yaml), the sa
 `railyard validate` checks, so what was validated is what is built.
 """
 
+import os
 from pathlib import Path
 
 import pulumi
 
 from components.cluster import Cluster, ClusterArgs
 from railyard.drivers.base import DriverNotImplemented, load_driver
-from railyard import drivers, paths
+from railyard import drivers, paths, repair
+from railyard.engine.pulumi import OUTPUTS_ONLY_ENV
 from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
+from railyard.model.node_health import as_output
 from railyard.stack import load
 
 stack = pulumi.get_stack()
@@ -30,7 +33,8 @@ except (SpecError, DriverNotImplemented) as exc:
 # Long-lived stacks of real machines are protected; lab and ephemeral stacks are not, unless
 # railyard:protect says so (docs/lifecycle.md).
 protect = protected(spec.protect, ephemeral=spec.ephemeral is not None, playground=driver.playground)
-cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan, protect=protect), driver)
+cluster = Cluster(f"{spec.stack}", ClusterArgs(spec=spec, plan=plan, protect=protect,
+                                               outputs_only=os.environ.get(OUTPUTS_ONLY_ENV) == "1"), driver)
 if spec.ephemeral is not None:
     expiry = Expiry(f"{spec.stack}-expiry", stack=spec.stack, ttl=spec.ephemeral.ttl,
                     ttl_seconds=spec.ephemeral.ttl_seconds)
@@ -53,6 +57,13 @@ if cluster.kubernetes is not None:
     pulumi.export("kubernetes", cluster.kubernetes.summary)
 if cluster.acceptance is not None:
     pulumi.export("acceptance", cluster.acceptance.summary)
+# Each node's health state as `railyard verify` last recorded it (docs/verify.md); verify records
+# the outputs again whenever a state changes.
+try:
+    recorded = repair.read_states(paths.node_states(spec.stack, Path.cwd()))
+except repair.RepairError as exc:
+    raise pulumi.RunError(str(exc)) from None
+pulumi.export("nodeHealth", as_output(recorded, [n.name for n in plan.nodes]))
 if cluster.guest_tuning is not None:
     # Where the guests' run left its artifacts, the VMs' libvirt domains among them.
     pulumi.export("guestTuning", {"lastRun": cluster.guest_tuning.run.last_run,

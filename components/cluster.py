@@ -37,6 +37,9 @@ class ClusterArgs:
     """The plan made from it: fabric, addresses, storage sizing, pairing."""
     protect: bool = False
     """Protect the cluster and everything under it (long-lived stacks), so a stray destroy fails."""
+    outputs_only: bool = False
+    """A run that only records the stack's outputs (railyard.engine.pulumi.record_outputs): no drift
+    check reads the nodes."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -73,7 +76,7 @@ class Cluster(pulumi.ComponentResource):
         node_vars = {n.name: v for n in args.plan.nodes if (v := driver.node_vars(n))}
         # Before tuning touches a node: the running cluster against its plan, where the stack asks.
         self.drift: DriftCheck | None = None
-        if args.spec.verify.on_drift is not None:
+        if args.spec.verify.on_drift is not None and not args.outputs_only:
             if caps.unverifiable:
                 raise ValueError(f"railyard:verify.onDrift: the {driver.name} driver's machines cannot be "
                                  f"verified: {caps.unverifiable}")

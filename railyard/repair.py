@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 from railyard.model.node_health import (
     MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, merged, parse_sinfo, reason,
-    slurm_user, take_out, triage,
+    slurm_user, states_from, take_out, triage,
 )
 
 if TYPE_CHECKING:
@@ -505,7 +505,13 @@ def budgets(spec: Spec, plan: Plan, nodes: list[str]) -> tuple[dict[str, list[st
 # --- the states file --------------------------------------------------------------------------
 
 def read_states(path: Path) -> dict[str, NodeState]:
-    return load_states(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        return load_states(path.read_text())
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RepairError(f"{path}: not a states file Railyard wrote ({type(exc).__name__}: {exc}); move it "
+                          "aside to start the nodes' states over") from None
 
 
 def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
@@ -513,6 +519,36 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(dump_states(states))
     tmp.replace(path)
+
+
+def seed_states(path: Path, outputs: Mapping) -> bool:
+    """Take a stack's states back from its `nodeHealth` output where this checkout has no states
+    file (a fresh clone, a CI runner): whether it did. Without this, the program run from such a
+    checkout would export every node as ready."""
+    doc = outputs.get("nodeHealth")
+    if path.is_file() or not isinstance(doc, Mapping):
+        return False
+    states = states_from(doc)
+    if all(s == NodeState() for s in states.values()):
+        return False  # nothing was ever recorded: no file, as before any verify
+    write_states(path, states)
+    return True
+
+
+def seed_from_stack(stack: str) -> bool:
+    """seed_states from the stack's outputs, read only where this checkout has no states file."""
+    from railyard import paths
+    from railyard.engine import pulumi
+    from railyard.engine.toolchain import ToolchainError
+
+    path = paths.node_states(stack)
+    if path.is_file():
+        return False
+    try:
+        outputs = pulumi.stack_outputs(stack)
+    except (pulumi.PulumiError, ToolchainError):
+        return False  # no such stack yet: nothing to take back
+    return seed_states(path, outputs)
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from railyard import drivers, paths
+from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 from railyard.model import yamlio
@@ -106,6 +106,7 @@ def preview_stack(stack: str, doc: dict | None) -> preview_mod.Preview | None:
     why = drivers.ensure_engine(driver_of(doc) or "", "railyard:kubernetes" in ((doc or {}).get("config") or {}))
     if why is not None:
         return preview_mod.failed_run(stack, why)
+    repair.seed_from_stack(stack)  # else the program would show every node's state going back to ready
     proc = pulumi.run(["preview", "--diff", "--json", "--stack", stack], capture=True, check=False)
     try:
         data = json.loads(proc.stdout)

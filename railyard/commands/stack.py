@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from railyard import drivers, paths
+from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 
@@ -79,6 +79,10 @@ def handle(args) -> int:
         # Shared with other engine commands; `lab gc --all` waits for none of them and they wait for it.
         with checkout_lock():
             pulumi.ensure_stack(args.stack)
+            if args.action in ("up", "preview") and repair.seed_from_stack(args.stack):
+                # Else the program, which exports them, would show every node ready.
+                print(f"railyard: stack {args.stack}'s node states taken from its nodeHealth output",
+                      file=sys.stderr)
             if args.action == "down" and not unprotect_for_down(args.stack, args.force):
                 return 1
             if args.action == "recover":

@@ -178,6 +178,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             # A repair run holds the states: this reading reports and records nothing.
             progress(f"states not recorded: {exc}")
             return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
+        if repair.seed_states(path, outputs):
+            progress(f"node states taken from stack {args.stack}'s nodeHealth output (no {path.name} here)")
         states = repair.read_states(path)
         findings.update(_standing(states, findings, report.pairs_run, hosts))
         if args.repair:
@@ -202,7 +204,30 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                 progress(f"schedulers not read ({exc}); states judged without them")
                 outcome = repair.judge(states, findings, nodes, None, time.time())
         repair.write_states(path, outcome.states)
+        if outcome.states != states:
+            _record_outputs(args.stack, progress)
     return outcome
+
+
+def _record_outputs(stack: str, progress) -> None:
+    """The states just written, in the stack's `nodeHealth` output too. The file stays the record
+    the loop works from: a stack whose outputs cannot be written now gets them at its next `up`."""
+    from railyard.engine.lock import checkout_lock
+
+    progress(f"recording the node states in stack {stack}'s outputs (nodeHealth)")
+    try:
+        with checkout_lock():
+            proc = pulumi.record_outputs(stack)
+    except (ToolchainError, OSError) as exc:
+        why = str(exc)
+    else:
+        if proc.returncode == 0:
+            return
+        why = next((line.strip() for line in reversed((proc.stdout + proc.stderr).splitlines())
+                    if line.strip().startswith("error:")), f"pulumi refresh exited {proc.returncode}")
+    print(f"railyard verify: node states not recorded in stack {stack}'s outputs ({why}); "
+          f"{paths.node_states(stack).relative_to(paths.project_root())} holds them, and the next `up` "
+          "records them", file=sys.stderr)
 
 
 def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set[tuple[str, int]],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,6 +70,29 @@ def stack_outputs(stack: str, *, secrets: bool = False, **kw: Any) -> dict:
     if secrets:
         args.append("--show-secrets")
     return run_json(args, **kw)
+
+
+# Set by record_outputs for the program: a run that only records outputs leaves out what reads or
+# acts on the cluster (the drift check, which would read every node and may stop the run).
+OUTPUTS_ONLY_ENV = "RAILYARD_OUTPUTS_ONLY"
+
+
+def stack_urn(stack: str, root: Path | None = None) -> str:
+    """The URN of the stack's own resource, whose outputs are the stack's outputs."""
+    from railyard.model import yamlio
+
+    project = yamlio.load((root or paths.project_root()).joinpath("Pulumi.yaml").read_text())["name"]
+    return f"urn:pulumi:{stack}::{project}::pulumi:pulumi:Stack::{project}-{stack}"
+
+
+def record_outputs(stack: str, *, root: Path | None = None, timeout: float | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+    """Record what the program exports now in the stack's outputs, and change nothing else: a
+    refresh of the stack's own resource alone, with the program run (`pulumi up --target` of it
+    would do as much, but shows in the history as an update of the cluster)."""
+    return run(["refresh", "--run-program", "--target", stack_urn(stack, root), "--yes", "--skip-preview",
+                "--stack", stack], root=root, env={**os.environ, OUTPUTS_ONLY_ENV: "1"}, capture=True,
+               check=False, timeout=timeout)
 
 
 def stack_resource_ids(stack: str, **kw: Any) -> set[str] | None:

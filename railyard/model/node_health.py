@@ -80,11 +80,27 @@ class NodeState:
 
 def load_states(text: str) -> dict[str, NodeState]:
     """The states file's nodes ({"nodes": {name: NodeState.to_json()}})."""
-    return {n: NodeState.from_json(d) for n, d in json.loads(text).get("nodes", {}).items()}
+    return states_from(json.loads(text))
+
+
+def states_from(doc: Mapping) -> dict[str, NodeState]:
+    """The nodes of a states document: the file's, or the stack output `nodeHealth` (as_output)."""
+    return {n: NodeState.from_json(d) for n, d in (doc.get("nodes") or {}).items()}
+
+
+def as_document(states: Mapping[str, NodeState]) -> dict:
+    return {"nodes": {n: s.to_json() for n, s in sorted(states.items())}}
 
 
 def dump_states(states: Mapping[str, NodeState]) -> str:
-    return json.dumps({"nodes": {n: s.to_json() for n, s in sorted(states.items())}}, indent=2) + "\n"
+    return json.dumps(as_document(states), indent=2) + "\n"
+
+
+def as_output(states: Mapping[str, NodeState], nodes: Iterable[str]) -> dict:
+    """The stack output `nodeHealth`: the states file's document, with every node of the plan in it
+    (a node with no record yet is ready), so the stack's state holds each node's one state and
+    history, and a checkout without the file can take them back (railyard.repair.seed_states)."""
+    return as_document({**{n: NodeState() for n in nodes}, **states})
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,16 @@ def test_a_persistent_fault_is_failed_after_two_resets_and_handed_to_a_person(pr
         assert state == "drained" and reason.startswith("railyard: "), (state, reason)
         node = api.get("/api/v1/nodes/gpu-2")
         assert node["spec"].get("unschedulable") is True and TAINT in node["spec"]["taints"]
+        # The stack's outputs hold every node's state, and this one's history, as the run left them.
+        recorded = project.outputs()["nodeHealth"]["nodes"]
+        assert {n: r["state"] for n, r in recorded.items()} == {**{n: "ready" for n in recorded}, "gpu-2": "failed"}
+        assert recorded["gpu-2"]["history"] == s["history"] and len(recorded) == 4
+        # A checkout without the states file (a fresh clone, a CI runner) takes them back from
+        # there, and still hands the node to a person.
+        paths.node_states(STACK, project.dir).unlink()
+        again = verify(project)
+        assert again.returncode == 1 and "  gpu-2: railyard: failed after 2 resets" in again.stdout, again.stdout
+        assert states(project)["gpu-2"]["history"][:len(s["history"])] == s["history"]
     finally:
         fault(project, "--clear")
     # The person fixes it and resumes it in Slurm; the next verification takes it as ready, and

@@ -262,8 +262,15 @@ def test_a_cable_swap_is_drift_in_preview_and_in_the_review_and_up_stops_before_
         up = project.pulumi("up", "--yes", "--skip-preview", check=False)
         assert up.returncode != 0 and "up stops before tuning" in warnings_of(up), warnings_of(up)[-3000:]
         assert tuned_hosts(project) == before  # tuning did not run
+        # verify records gpu-1 suspect in the stack's outputs too: the run that records them
+        # leaves out the drift check, which would stop it here.
+        proc = project.railyard("verify", "--stack", STACK, "--only", "hardware,fabric")
+        assert proc.returncode == 1 and "not recorded" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert project.outputs()["nodeHealth"]["nodes"]["gpu-1"]["state"] == "suspect"
     finally:
         fault(project, "--clear")
+    assert project.railyard("verify", "--stack", STACK, "--only", "hardware,fabric").returncode == 0
+    assert project.outputs()["nodeHealth"]["nodes"]["gpu-1"]["state"] == "ready"
     project.pulumi("up", "--yes", "--skip-preview")
 
 

@@ -6,12 +6,14 @@ ends in `failed` after two resets with its history, and every change is recorded
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
 
 from railyard.model.node_health import MAX_TRIES, PREFIX, Held, NodeState, dump_states, load_states, reason
-from railyard.model.node_health import parse_sinfo
+from railyard.model.node_health import as_output, parse_sinfo, states_from
+from railyard import repair as repair_mod
 from railyard.repair import Actions, RepairError, judge, repair
 
 
@@ -209,6 +211,51 @@ def test_states_survive_their_file_with_their_history():
     s = NodeState().to("suspect", reason("gpu-1: Xid 79"), 1.0, "gpu-1: Xid 79").to("drained", "railyard: x", 2.0)
     back = load_states(dump_states({"gpu-1": s}))
     assert back == {"gpu-1": s}
+
+
+def test_the_stack_output_holds_every_planned_node_and_gives_the_states_back(tmp_path):
+    s = NodeState().to("suspect", reason("gpu-1: Xid 79"), 1.0, "gpu-1: Xid 79").to("drained", "railyard: x", 2.0)
+    out = as_output({"gpu-1": s, "gone-7": NodeState().to("failed", "railyard: y", 3.0)}, ["gpu-0", "gpu-1"])
+    # Every planned node has its one state; one with no record is ready, and a recorded node the
+    # plan no longer has keeps its history.
+    assert {n: d["state"] for n, d in out["nodes"].items()} == {"gpu-0": "ready", "gpu-1": "drained",
+                                                                "gone-7": "failed"}
+    # What the engine hands back (numbers as floats, through JSON) is the same states.
+    back = states_from(json.loads(json.dumps(out).replace('"tries": 0', '"tries": 0.0')))
+    assert back["gpu-1"] == s and back["gpu-0"] == NodeState()
+
+
+def test_a_checkout_without_the_states_file_takes_them_from_the_stack_output(tmp_path):
+    path = tmp_path / "health" / "t.json"
+    s = NodeState().to("failed", "railyard: gpu-2: GPU5 missing", 5.0, "gpu-2: GPU5 missing")
+    recorded = {"nodeHealth": as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])}
+    assert repair_mod.seed_states(path, recorded)
+    assert load_states(path.read_text())["gpu-2"] == s
+    # A file of its own is this checkout's record: never overwritten from the outputs.
+    path.write_text(dump_states({}))
+    assert not repair_mod.seed_states(path, recorded) and load_states(path.read_text()) == {}
+
+
+def test_no_states_file_is_made_from_an_output_where_nothing_was_ever_recorded(tmp_path):
+    path = tmp_path / "t.json"
+    assert not repair_mod.seed_states(path, {"nodeHealth": as_output({}, ["gpu-0", "gpu-1"])})
+    assert not repair_mod.seed_states(path, {"inventory": []})  # a stack from before the output
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"nodes": {"gpu-1": {"reason": "x"}}}', '{"nodes": ["gpu-1"]}'])
+def test_a_states_file_that_is_not_ours_is_named_not_read_as_no_states(tmp_path, text):
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    with pytest.raises(RepairError, match=r"t\.json: not a states file Railyard wrote .*move it aside"):
+        repair_mod.read_states(path)
+
+
+def test_the_outputs_are_recorded_on_the_stack_resource_of_the_project():
+    from railyard import paths
+    from railyard.engine import pulumi as engine
+
+    assert engine.stack_urn("lab", paths.PROJECT_ROOT) == "urn:pulumi:lab::railyard::pulumi:pulumi:Stack::railyard-lab"
 
 
 def test_a_reason_is_one_prefixed_line_ansible_cannot_template():
@@ -558,9 +605,11 @@ def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(
     monkeypatch.setattr(pulumi, "run", lambda argv, **kw: calls.append(argv[0]) or types.SimpleNamespace(returncode=0))
     monkeypatch.setattr(stack_cmd, "report_expiry", lambda name: None)
     monkeypatch.setattr(verify_cmd, "handle", lambda a: calls.append(("verify", a.stack, a.repair, a.only)) or loop_rc)
+    monkeypatch.setattr(repair_mod, "seed_from_stack", lambda name: calls.append(("seed", name)) or False)
     rc = stack_cmd.handle(argparse.Namespace(stack="t", action="up", extra=[]))
     assert rc == up_rc
-    expected = ["up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
+    # The recorded states are taken back before the program runs, which exports them.
+    expected = [("seed", "t"), "up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
     assert calls == expected
 
 
