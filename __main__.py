@@ -17,7 +17,7 @@ from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
 from railyard.model.node_health import as_output
-from railyard.stack import load
+from railyard.stack import file_digest, load
 
 stack = pulumi.get_stack()
 stack_file = paths.stack_file(stack, Path.cwd())
@@ -57,13 +57,15 @@ if cluster.kubernetes is not None:
     pulumi.export("kubernetes", cluster.kubernetes.summary)
 if cluster.acceptance is not None:
     pulumi.export("acceptance", cluster.acceptance.summary)
-# Each node's health state as `railyard verify` last recorded it (docs/verify.md); verify records
-# the outputs again whenever a state changes.
-try:
-    recorded = repair.read_states(paths.node_states(spec.stack, Path.cwd()))
-except repair.RepairError as exc:
-    raise pulumi.RunError(str(exc)) from None
-pulumi.export("nodeHealth", as_output(recorded, [n.name for n in plan.nodes]))
+pulumi.export("stackFile", file_digest(stack_file))
+if not drivers.entry(spec.driver).capabilities.unverifiable:
+    # Each node's health state as `railyard verify` last recorded it (docs/verify.md); verify
+    # records the outputs again whenever a state changes. A driver verify cannot read has none.
+    try:
+        recorded = repair.read_states(paths.node_states(spec.stack, Path.cwd()))
+    except repair.RepairError as exc:
+        raise pulumi.RunError(str(exc)) from None
+    pulumi.export("nodeHealth", as_output(recorded, [n.name for n in plan.nodes]))
 if cluster.guest_tuning is not None:
     # Where the guests' run left its artifacts, the VMs' libvirt domains among them.
     pulumi.export("guestTuning", {"lastRun": cluster.guest_tuning.run.last_run,

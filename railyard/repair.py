@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 from railyard.model.node_health import (
-    MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, merged, parse_sinfo, reason,
-    slurm_user, states_from, take_out, triage,
+    MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, latest, merged, parse_sinfo,
+    reason, slurm_user, states_from, take_out, triage,
 )
 
 if TYPE_CHECKING:
@@ -504,14 +504,17 @@ def budgets(spec: Spec, plan: Plan, nodes: list[str]) -> tuple[dict[str, list[st
 
 # --- the states file --------------------------------------------------------------------------
 
+def _parsed(what: str, parse: Callable[[], dict[str, NodeState]], advice: str) -> dict[str, NodeState]:
+    try:
+        return parse()
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RepairError(f"{what}: not node states Railyard wrote ({type(exc).__name__}: {exc}); {advice}") from None
+
+
 def read_states(path: Path) -> dict[str, NodeState]:
     if not path.is_file():
         return {}
-    try:
-        return load_states(path.read_text())
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise RepairError(f"{path}: not a states file Railyard wrote ({type(exc).__name__}: {exc}); move it "
-                          "aside to start the nodes' states over") from None
+    return _parsed(str(path), lambda: load_states(path.read_text()), "move it aside to start the nodes' states over")
 
 
 def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
@@ -521,34 +524,55 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
     tmp.replace(path)
 
 
-def seed_states(path: Path, outputs: Mapping) -> bool:
-    """Take a stack's states back from its `nodeHealth` output where this checkout has no states
-    file (a fresh clone, a CI runner): whether it did. Without this, the program run from such a
-    checkout would export every node as ready."""
+def recorded_in(outputs: Mapping) -> dict[str, NodeState]:
+    """The node states a stack's outputs hold; none for a stack last up before the output existed,
+    or of a driver verify cannot read."""
     doc = outputs.get("nodeHealth")
-    if path.is_file() or not isinstance(doc, Mapping):
-        return False
-    states = states_from(doc)
-    if all(s == NodeState() for s in states.values()):
-        return False  # nothing was ever recorded: no file, as before any verify
-    write_states(path, states)
-    return True
+    if not isinstance(doc, Mapping):
+        return {}
+    return _parsed("the stack output nodeHealth", lambda: states_from(doc), "the next verify records it again")
 
 
-def seed_from_stack(stack: str) -> bool:
-    """seed_states from the stack's outputs, read only where this checkout has no states file."""
+def take_recorded(path: Path, outputs: Mapping) -> list[str]:
+    """Bring the states file up to the stack's `nodeHealth` output where another checkout (a fresh
+    clone, the health workflow's runner) recorded a later change of a node: the nodes taken. Hold
+    `holding(path)` around it. Without this the program, which exports the file, would show such
+    nodes back as they were here."""
+    recorded = recorded_in(outputs)
+    if not any(s.history for s in recorded.values()):
+        return []
+    local = read_states(path)
+    now = latest(local, recorded)
+    taken = sorted(n for n, st in now.items() if local.get(n) != st)
+    if taken:
+        write_states(path, now)
+    return taken
+
+
+def take_recorded_from_stack(stack: str) -> str | None:
+    """take_recorded from the stack's outputs, for a command about to run the program: what it
+    did or why not, in a line, or None when there was nothing to take."""
     from railyard import paths
     from railyard.engine import pulumi
     from railyard.engine.toolchain import ToolchainError
 
     path = paths.node_states(stack)
-    if path.is_file():
-        return False
     try:
         outputs = pulumi.stack_outputs(stack)
     except (pulumi.PulumiError, ToolchainError):
-        return False  # no such stack yet: nothing to take back
-    return seed_states(path, outputs)
+        # A stack never up has no outputs; a backend this checkout cannot open is named by the
+        # engine command that follows.
+        return None
+    try:
+        if not any(s.history for s in recorded_in(outputs).values()):
+            return None  # nothing ever recorded: no states file, no lock file
+        with holding(path):
+            taken = take_recorded(path, outputs)
+    except (RepairError, OSError) as exc:
+        return f"node states not taken from stack {stack}'s nodeHealth output: {exc}"
+    if not taken:
+        return None
+    return f"node states of {', '.join(taken)} taken from stack {stack}'s nodeHealth output (recorded later there)"
 
 
 @contextmanager

@@ -46,6 +46,14 @@ def load_stack_file(path: str | Path, catalog: Catalog | None = None) -> Spec:
     return parse_config(config, stack, catalog)
 
 
+def file_digest(path: str | Path) -> str:
+    """The stack file's sha256: the stack exports the one its last `up` ran from (`stackFile`), so
+    a later run that records only outputs can tell whether they would describe settings never applied."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def documented_keys() -> list[str]:
     """Every config key Railyard reads, the drivers' own included (docs/stack-reference.md lists them)."""
     return spec_module.documented_keys(drivers.rules())

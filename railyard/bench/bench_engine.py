@@ -34,6 +34,7 @@ from railyard import paths
 from railyard.bench import proctree, stack_state
 from railyard.bench.harness import Context, Sample, Section
 from railyard.bench.stack_project import PulumiFailed, StackProject
+from railyard.engine.pulumi import OUTPUTS_ONLY_ENV, record_args
 from railyard.engine.toolchain import command_settings, engine_env
 
 # Nodes: the MLPerf GPT-3 175B record's 448 DGX H100 (3,584 GPUs), and a 20,000-GPU site.
@@ -273,6 +274,21 @@ def stateful_preview(project: StackProject, fresh: dict, workdir: Path, name: st
     return run, rounds, stack_state.plan_counts(result)
 
 
+def record_of_states(project: StackProject) -> proctree.TreeRun:
+    """Time the run `railyard verify` makes after a run that changed a node's state
+    (railyard.engine.pulumi.record_outputs) on the project's settled stack; asserts it touched no
+    lab object and that the stack still plans no change."""
+    with touches_no_lab(project.stack, "the record of the node states"):
+        run = proctree.run(project.argv(*record_args(project.stack, project.dir)), cwd=project.dir,
+                           env={**project.env_for("refresh"), OUTPUTS_ONLY_ENV: "1"}, timeout=PREVIEW_TIMEOUT_S)
+    if run.returncode != 0:
+        raise RuntimeError(f"the record run failed (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    planned = stack_state.changes(preview(project, "after-record")[1])
+    if planned:
+        raise RuntimeError(f"the record run left the stack planning changes: {'; '.join(planned[:5])}")
+    return run
+
+
 def marginal_cost(small: int, t_small: float, large: int, t_large: float) -> float:
     """What each node added from `small` to `large` costs, over the average per node at `small`:
     ((t_large - t_small) / (large - small)) / (t_small / small). 1.0 when time is proportional to
@@ -324,6 +340,7 @@ def run(ctx: Context):
             if nodes in state_sizes:
                 stateful, rounds, counts = stateful_preview(project, result, base, f"railyard-state-{nodes}")
                 with_state[nodes] = stateful
+                record = record_of_states(project)
                 floor, held = baseline_with_state(project, base, f"baseline-state-{nodes}")
         finally:
             shutil.rmtree(base, ignore_errors=True)
@@ -355,6 +372,9 @@ def run(ctx: Context):
                               f"checkpoint settled in {rounds} previews")
             yield Sample(f"{label}: ratio to the preview without state", stateful.wall_s / ours.wall_s, "x",
                          note=f"wall with state / wall of the fresh stack's preview just before ({ours.wall_s:.1f} s)")
+            yield Sample(f"record of the node states, {nodes:,} nodes: wall", record.wall_s, "s",
+                         note="the outputs-only refresh `railyard verify` runs after a run that changed a "
+                              "node's state: the program, no resource read")
             floor_label = f"baseline preview with state, {held:,} no-op dynamic resources"
             yield Sample(f"{floor_label}: wall", floor.wall_s, "s",
                          note="each holding the inputs of one of the stack's resources, checkpoint imported")

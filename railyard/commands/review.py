@@ -75,6 +75,12 @@ def driver_of(doc: dict | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def verifiable(driver: str | None) -> bool:
+    """Whether `railyard verify` reads the driver's machines, so its stacks have node states."""
+    entry = drivers.DRIVERS.get(driver) if driver else None
+    return entry is not None and not entry.capabilities.unverifiable
+
+
 def runnable(driver: str | None) -> bool:
     """A driver runs when the registry names its implementation (railyard.drivers, Pulumi-free)."""
     entry = drivers.DRIVERS.get(driver) if driver else None
@@ -106,7 +112,11 @@ def preview_stack(stack: str, doc: dict | None) -> preview_mod.Preview | None:
     why = drivers.ensure_engine(driver_of(doc) or "", "railyard:kubernetes" in ((doc or {}).get("config") or {}))
     if why is not None:
         return preview_mod.failed_run(stack, why)
-    repair.seed_from_stack(stack)  # else the program would show every node's state going back to ready
+    if verifiable(driver_of(doc)):
+        # Else the program would show the nodes another checkout recorded back as they were here.
+        taken = repair.take_recorded_from_stack(stack)
+        if taken:
+            print(f"railyard review: {taken}", file=sys.stderr)
     proc = pulumi.run(["preview", "--diff", "--json", "--stack", stack], capture=True, check=False)
     try:
         data = json.loads(proc.stdout)
@@ -116,11 +126,8 @@ def preview_stack(stack: str, doc: dict | None) -> preview_mod.Preview | None:
         return preview_mod.failed_run(stack, (proc.stderr or "") + (proc.stdout or ""))
     result = preview_mod.load(data, stack)
     if proc.returncode != 0 and not result.failed:
-        # The engine stopped before the program (a missing virtualenv, a wrong passphrase): its
-        # reason is on stderr, after any noise.
-        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
-        result.failure = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else
-                              f"pulumi preview exited {proc.returncode}")
+        # The engine stopped before the program (a missing virtualenv, a wrong passphrase).
+        result.failure = pulumi.failure_line(proc, "preview")
     return result
 
 

@@ -79,10 +79,12 @@ def handle(args) -> int:
         # Shared with other engine commands; `lab gc --all` waits for none of them and they wait for it.
         with checkout_lock():
             pulumi.ensure_stack(args.stack)
-            if args.action in ("up", "preview") and repair.seed_from_stack(args.stack):
-                # Else the program, which exports them, would show every node ready.
-                print(f"railyard: stack {args.stack}'s node states taken from its nodeHealth output",
-                      file=sys.stderr)
+            if args.action in ("up", "preview") and not drivers.entry(spec.driver).capabilities.unverifiable:
+                # Else the program, which exports them, would show the nodes another checkout
+                # recorded back as they were here.
+                taken = repair.take_recorded_from_stack(args.stack)
+                if taken:
+                    print(f"railyard: {taken}", file=sys.stderr)
             if args.action == "down" and not unprotect_for_down(args.stack, args.force):
                 return 1
             if args.action == "recover":

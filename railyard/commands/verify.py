@@ -1,7 +1,8 @@
 """`railyard verify --stack S [--json] [--only hardware,fabric,health] [--deep] [--ibnetdiscover FILE]
 [--repair]`: the running cluster held against its plan (railyard.verify). Without --repair it
 changes nothing on the cluster: it records each node's health state (railyard.model.node_health)
-under .railyard/health/ and shows the nodes that are not ready. With --repair, the faulty nodes go
+under .railyard/health/ and in the stack's `nodeHealth` output, and shows the nodes that are not
+ready. With --repair, the faulty nodes go
 through the repair loop (railyard.repair): drained in Slurm, reset, checked again, returned.
 
 Exit status: 0 when everything read is as planned (with --repair: when every faulty node was
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -22,14 +24,18 @@ from typing import Mapping
 from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
+from railyard.model.node_health import as_output
 from railyard.model.pair_collectives import pair_rail
 
 SHOWN_PER_KIND = 20
+# The record run is one run of the program; at 448 nodes it is about as long as a preview.
+RECORD_TIMEOUT_S = 600.0
 
 
 def register(sub) -> None:
     p = sub.add_parser("verify", help="hold the running cluster against its plan: node hardware, the "
-                                      "InfiniBand subnet and GPU health (reads only; exit 1 on any finding)")
+                                      "InfiniBand subnet and GPU health (changes nothing on the cluster; exit 1 on "
+                                      "any finding)")
     p.add_argument("--stack", "-s", default="lab", help="stack (default: lab)")
     p.add_argument("--json", action="store_true", help="one record per finding, with a stable kind")
     p.add_argument("--only", default=",".join(_parts()), metavar="PARTS",
@@ -178,8 +184,10 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             # A repair run holds the states: this reading reports and records nothing.
             progress(f"states not recorded: {exc}")
             return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
-        if repair.seed_states(path, outputs):
-            progress(f"node states taken from stack {args.stack}'s nodeHealth output (no {path.name} here)")
+        taken = repair.take_recorded(path, outputs)
+        if taken:
+            progress(f"node states of {', '.join(taken)} taken from stack {args.stack}'s nodeHealth output "
+                     "(recorded later there)")
         states = repair.read_states(path)
         findings.update(_standing(states, findings, report.pairs_run, hosts))
         if args.repair:
@@ -204,27 +212,38 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                 progress(f"schedulers not read ({exc}); states judged without them")
                 outcome = repair.judge(states, findings, nodes, None, time.time())
         repair.write_states(path, outcome.states)
-        if outcome.states != states:
-            _record_outputs(args.stack, progress)
+        planned = [n.name for n in plan.nodes]
+        # Against what the stack holds, so a record that failed before is made by the next run.
+        if as_output(outcome.states, planned) != (outputs.get("nodeHealth") or as_output(states, planned)):
+            _record_outputs(args.stack, outputs, progress)
     return outcome
 
 
-def _record_outputs(stack: str, progress) -> None:
+def _record_outputs(stack: str, outputs: Mapping, progress) -> None:
     """The states just written, in the stack's `nodeHealth` output too. The file stays the record
     the loop works from: a stack whose outputs cannot be written now gets them at its next `up`."""
     from railyard.engine.lock import checkout_lock
+    from railyard.stack import file_digest
 
-    progress(f"recording the node states in stack {stack}'s outputs (nodeHealth)")
-    try:
-        with checkout_lock():
-            proc = pulumi.record_outputs(stack)
-    except (ToolchainError, OSError) as exc:
-        why = str(exc)
+    # The record run computes every output from this checkout's stack file: after an edit not
+    # yet applied, the stack's outputs would describe settings it does not have.
+    if "stackFile" not in outputs:
+        why = "the stack's last up was made by a Railyard that exported no stackFile"
+    elif outputs["stackFile"] != file_digest(paths.stack_file(stack)):
+        why = f"{paths.stack_file_name(stack)} has changed since the stack's last up"
     else:
-        if proc.returncode == 0:
-            return
-        why = next((line.strip() for line in reversed((proc.stdout + proc.stderr).splitlines())
-                    if line.strip().startswith("error:")), f"pulumi refresh exited {proc.returncode}")
+        progress(f"recording the node states in stack {stack}'s outputs (nodeHealth)")
+        try:
+            with checkout_lock():
+                proc = pulumi.record_outputs(stack, timeout=RECORD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            why = f"the program did not finish in {RECORD_TIMEOUT_S:.0f} s"
+        except (ToolchainError, OSError) as exc:
+            why = str(exc)
+        else:
+            if proc.returncode == 0:
+                return
+            why = pulumi.failure_line(proc, "refresh")
     print(f"railyard verify: node states not recorded in stack {stack}'s outputs ({why}); "
           f"{paths.node_states(stack).relative_to(paths.project_root())} holds them, and the next `up` "
           "records them", file=sys.stderr)

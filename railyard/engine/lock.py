@@ -1,9 +1,9 @@
 """One lock per checkout between the engine commands and `railyard lab gc --all`.
 
-`up`, `preview`, `down` and `recover` hold it shared while their engine runs; `gc --all` takes it
-exclusively, since objects a running `up` has just made are in no state yet and would look like
-leftovers. An flock on `.railyard/engine.lock` goes with the process that held it, so a killed
-command never leaves the checkout locked.
+`up`, `preview`, `down`, `recover` and verify's record of the node states hold it shared while
+their engine runs; `gc --all` takes it exclusively, since objects a running `up` has just made are
+in no state yet and would look like leftovers. An flock on `.railyard/engine.lock` goes with the
+process that held it, so a killed command never leaves the checkout locked.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def checkout_lock(root: Path | None = None, *, exclusive: bool = False) -> Itera
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise CheckoutBusy(f"a railyard up/preview/down/recover of this checkout is running ({path} is held); "
-                                   "nothing was removed") from None
+                raise CheckoutBusy(f"a railyard up/preview/down/recover/verify of this checkout is running ({path} "
+                                   "is held); nothing was removed") from None
         else:
             fcntl.flock(fd, fcntl.LOCK_SH)
         yield

@@ -72,6 +72,13 @@ def stack_outputs(stack: str, *, secrets: bool = False, **kw: Any) -> dict:
     return run_json(args, **kw)
 
 
+def failure_line(proc: subprocess.CompletedProcess[str], what: str) -> str:
+    """Why a pulumi command failed, in one line: its first `error:` line, after any noise."""
+    lines = [ln.strip() for ln in ((proc.stderr or "") + "\n" + (proc.stdout or "")).splitlines() if ln.strip()]
+    return next((ln for ln in lines if ln.startswith("error:")),
+                lines[-1] if lines else f"pulumi {what} exited {proc.returncode}")
+
+
 # Set by record_outputs for the program: a run that only records outputs leaves out what reads or
 # acts on the cluster (the drift check, which would read every node and may stop the run).
 OUTPUTS_ONLY_ENV = "RAILYARD_OUTPUTS_ONLY"
@@ -85,14 +92,18 @@ def stack_urn(stack: str, root: Path | None = None) -> str:
     return f"urn:pulumi:{stack}::{project}::pulumi:pulumi:Stack::{project}-{stack}"
 
 
-def record_outputs(stack: str, *, root: Path | None = None, timeout: float | None = None
-                   ) -> subprocess.CompletedProcess[str]:
+def record_args(stack: str, root: Path | None = None) -> list[str]:
     """Record what the program exports now in the stack's outputs, and change nothing else: a
     refresh of the stack's own resource alone, with the program run (`pulumi up --target` of it
-    would do as much, but shows in the history as an update of the cluster)."""
-    return run(["refresh", "--run-program", "--target", stack_urn(stack, root), "--yes", "--skip-preview",
-                "--stack", stack], root=root, env={**os.environ, OUTPUTS_ONLY_ENV: "1"}, capture=True,
-               check=False, timeout=timeout)
+    would do as much, but shows in the history as an update of the cluster). Run with
+    OUTPUTS_ONLY_ENV set."""
+    return ["refresh", "--run-program", "--target", stack_urn(stack, root), "--yes", "--skip-preview"]
+
+
+def record_outputs(stack: str, *, root: Path | None = None, timeout: float | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+    return run([*record_args(stack, root), "--stack", stack], root=root, env={**os.environ, OUTPUTS_ONLY_ENV: "1"},
+               capture=True, check=False, timeout=timeout)
 
 
 def stack_resource_ids(stack: str, **kw: Any) -> set[str] | None:

@@ -96,6 +96,16 @@ def dump_states(states: Mapping[str, NodeState]) -> str:
     return json.dumps(as_document(states), indent=2) + "\n"
 
 
+def latest(local: Mapping[str, NodeState], recorded: Mapping[str, NodeState]) -> dict[str, NodeState]:
+    """Each node's record from whichever side changed it last (this checkout's file, or the stack's
+    output another checkout recorded): an old file must not put a failed node back to ready."""
+    def changed(s: NodeState | None) -> float:
+        return s.history[-1].time if s is not None and s.history else float("-inf")
+
+    return {n: (recorded[n] if changed(recorded.get(n)) > changed(local.get(n)) else local[n])
+            for n in sorted({*local, *recorded}) if n in local or changed(recorded.get(n)) > float("-inf")}
+
+
 def as_output(states: Mapping[str, NodeState], nodes: Iterable[str]) -> dict:
     """The stack output `nodeHealth`: the states file's document, with every node of the plan in it
     (a node with no record yet is ready), so the stack's state holds each node's one state and

@@ -229,25 +229,64 @@ def test_a_checkout_without_the_states_file_takes_them_from_the_stack_output(tmp
     path = tmp_path / "health" / "t.json"
     s = NodeState().to("failed", "railyard: gpu-2: GPU5 missing", 5.0, "gpu-2: GPU5 missing")
     recorded = {"nodeHealth": as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])}
-    assert repair_mod.seed_states(path, recorded)
-    assert load_states(path.read_text())["gpu-2"] == s
-    # A file of its own is this checkout's record: never overwritten from the outputs.
-    path.write_text(dump_states({}))
-    assert not repair_mod.seed_states(path, recorded) and load_states(path.read_text()) == {}
+    assert repair_mod.take_recorded(path, recorded) == ["gpu-2"]
+    assert load_states(path.read_text()) == {"gpu-2": s}
+    assert repair_mod.take_recorded(path, recorded) == []  # taken once
+
+
+def test_an_older_file_never_puts_back_a_state_another_checkout_recorded_later(tmp_path):
+    path = tmp_path / "t.json"
+    old = NodeState().to("suspect", "railyard: gpu-2: Xid 79", 5.0, "gpu-2: Xid 79")
+    failed = old.to("drained", "railyard: x", 6.0).to("failed", "railyard: failed after 2 resets", 9.0)
+    mine = NodeState().to("suspect", "railyard: gpu-1: Xid 48", 12.0, "gpu-1: Xid 48")
+    repair_mod.write_states(path, {"gpu-1": mine, "gpu-2": old})
+    theirs = {"gpu-1": NodeState().to("suspect", "railyard: gpu-1: Xid 79", 8.0), "gpu-2": failed}
+    assert repair_mod.take_recorded(path, {"nodeHealth": as_output(theirs, ["gpu-1", "gpu-2"])}) == ["gpu-2"]
+    # Each node from whichever side changed it last.
+    assert load_states(path.read_text()) == {"gpu-1": mine, "gpu-2": failed}
 
 
 def test_no_states_file_is_made_from_an_output_where_nothing_was_ever_recorded(tmp_path):
     path = tmp_path / "t.json"
-    assert not repair_mod.seed_states(path, {"nodeHealth": as_output({}, ["gpu-0", "gpu-1"])})
-    assert not repair_mod.seed_states(path, {"inventory": []})  # a stack from before the output
+    assert repair_mod.take_recorded(path, {"nodeHealth": as_output({}, ["gpu-0", "gpu-1"])}) == []
+    assert repair_mod.take_recorded(path, {"inventory": []}) == []  # a stack from before the output
     assert not path.exists()
+
+
+def test_before_the_program_runs_later_records_are_taken_and_nothing_is_made_where_there_are_none(
+        tmp_path, monkeypatch):
+    from railyard import paths
+    from railyard.engine import pulumi as engine
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    s = NodeState().to("failed", "railyard: gpu-2: GPU5 missing", 5.0, "gpu-2: GPU5 missing")
+    outputs = {"nodeHealth": as_output({}, ["gpu-1", "gpu-2"])}
+    monkeypatch.setattr(engine, "stack_outputs", lambda stack: outputs)
+    assert repair_mod.take_recorded_from_stack("t") is None
+    assert not paths.local_dir().exists()  # neither a states file nor a lock file for a stack never verified
+    outputs["nodeHealth"] = as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])
+    assert repair_mod.take_recorded_from_stack("t") == (
+        "node states of gpu-2 taken from stack t's nodeHealth output (recorded later there)")
+    assert load_states(paths.node_states("t").read_text()) == {"gpu-2": s}
+    outputs["nodeHealth"] = {"nodes": {"gpu-2": {"history": [{"time": 1}]}}}
+    assert repair_mod.take_recorded_from_stack("t").startswith(
+        "node states not taken from stack t's nodeHealth output: the stack output nodeHealth: not node states")
+
+
+def test_an_output_that_is_not_node_states_is_named_and_the_file_left_as_it_is(tmp_path):
+    path = tmp_path / "t.json"
+    repair_mod.write_states(path, {"gpu-1": NodeState().to("suspect", "railyard: y", 1.0)})
+    before = path.read_text()
+    with pytest.raises(RepairError, match="the stack output nodeHealth: not node states Railyard wrote"):
+        repair_mod.take_recorded(path, {"nodeHealth": {"nodes": {"gpu-1": {"reason": "no state"}}}})
+    assert path.read_text() == before
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"nodes": {"gpu-1": {"reason": "x"}}}', '{"nodes": ["gpu-1"]}'])
 def test_a_states_file_that_is_not_ours_is_named_not_read_as_no_states(tmp_path, text):
     path = tmp_path / "t.json"
     path.write_text(text)
-    with pytest.raises(RepairError, match=r"t\.json: not a states file Railyard wrote .*move it aside"):
+    with pytest.raises(RepairError, match=r"t\.json: not node states Railyard wrote .*move it aside"):
         repair_mod.read_states(path)
 
 
@@ -605,7 +644,7 @@ def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(
     monkeypatch.setattr(pulumi, "run", lambda argv, **kw: calls.append(argv[0]) or types.SimpleNamespace(returncode=0))
     monkeypatch.setattr(stack_cmd, "report_expiry", lambda name: None)
     monkeypatch.setattr(verify_cmd, "handle", lambda a: calls.append(("verify", a.stack, a.repair, a.only)) or loop_rc)
-    monkeypatch.setattr(repair_mod, "seed_from_stack", lambda name: calls.append(("seed", name)) or False)
+    monkeypatch.setattr(repair_mod, "take_recorded_from_stack", lambda name: calls.append(("seed", name)) or None)
     rc = stack_cmd.handle(argparse.Namespace(stack="t", action="up", extra=[]))
     assert rc == up_rc
     # The recorded states are taken back before the program runs, which exports them.
