@@ -524,6 +524,15 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
     tmp.replace(path)
 
 
+def forget_states(stack: str) -> None:
+    """Remove a stack's states file (its lock file too), once its machines are gone."""
+    from railyard import paths
+
+    path = paths.node_states(stack)
+    for gone in (path, path.with_suffix(".lock")):
+        gone.unlink(missing_ok=True)
+
+
 def recorded_in(outputs: Mapping) -> dict[str, NodeState]:
     """The node states a stack's outputs hold; none for a stack last up before the output existed,
     or of a driver verify cannot read."""

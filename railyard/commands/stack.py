@@ -103,6 +103,10 @@ def handle(args) -> int:
         drivers.after_up(spec)
         if spec.health.repair:
             return repair_after_up(args.stack)
+    if proc.returncode == 0 and args.action == "down" and not drivers.entry(spec.driver).capabilities.keeps_machines:
+        # The machines went with the stack: the next up's are new, and their states start over.
+        # Servers that outlive it (the hosts driver) keep theirs, a person's hand-off list with them.
+        repair.forget_states(args.stack)
     return proc.returncode
 
 

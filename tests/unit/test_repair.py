@@ -668,3 +668,33 @@ def test_a_node_is_returned_only_once_its_scheduler_hears_from_it_again():
     act.scheduler = c.scheduler(read=read)
     out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
     assert out.states["gpu-1"].state == "ready" and silent["reads"] == 3
+
+
+@pytest.mark.parametrize("keeps_machines, rc, kept", [
+    (False, 0, False),  # the lab's nodes went with the stack: the next up's start over
+    (True, 0, True),    # servers outlive it: their states and hand-off list stay
+    (False, 1, True),   # a destroy that failed left the machines
+])
+def test_down_forgets_the_states_of_machines_that_went_with_the_stack(monkeypatch, tmp_path, keeps_machines, rc,
+                                                                       kept):
+    import argparse
+    import contextlib
+
+    from railyard import drivers, paths
+    from railyard.commands import stack as stack_cmd
+    from railyard.engine import lock, orphans, pulumi
+    from railyard.stack import from_config
+
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
+    spec, _ = from_config(_config(None), "t")
+    repair_mod.write_states(paths.node_states("t"), {"gpu-2": NodeState().to("failed", "railyard: x", 1.0)})
+    monkeypatch.setattr(stack_cmd, "validate", lambda name: spec)
+    monkeypatch.setattr(stack_cmd, "unprotect_for_down", lambda stack, force: True)
+    monkeypatch.setattr(orphans, "stop_all", lambda: None)
+    monkeypatch.setattr(lock, "checkout_lock", contextlib.nullcontext)
+    monkeypatch.setattr(pulumi, "ensure_stack", lambda name: None)
+    monkeypatch.setattr(pulumi, "run", lambda argv, **kw: types.SimpleNamespace(returncode=rc))
+    caps = types.SimpleNamespace(keeps_machines=keeps_machines, unverifiable="")
+    monkeypatch.setattr(drivers, "entry", lambda name: types.SimpleNamespace(capabilities=caps))
+    assert stack_cmd.handle(argparse.Namespace(stack="t", action="down", extra=[], force=False)) == rc
+    assert paths.node_states("t").exists() == kept
