@@ -360,6 +360,8 @@ def test_railyard_up_runs_the_loop_once_the_engine_is_done_where_the_stack_asks(
         s = states(project)["gpu-1"]
         assert [c["state"] for c in s["history"] if c["time"] >= since] == ["suspect", "drained", "repairing", "ready"]
         assert slurm_node(project, "gpu-1") == ("idle", "none")
+        # The loop ran after the engine: its states reached the stack's outputs all the same.
+        assert project.outputs()["nodeHealth"]["nodes"]["gpu-1"]["history"] == s["history"]
     finally:
         project.write(project.cfg)
         fault(project, "--clear")
