@@ -17,7 +17,7 @@ from railyard.lifecycle import protected
 from railyard.lifecycle.resource import Expiry
 from railyard.model.errors import SpecError
 from railyard.model.node_health import as_output
-from railyard.stack import file_digest, load
+from railyard.stack import applied_from, load
 
 stack = pulumi.get_stack()
 stack_file = paths.stack_file(stack, Path.cwd())
@@ -57,8 +57,8 @@ if cluster.kubernetes is not None:
     pulumi.export("kubernetes", cluster.kubernetes.summary)
 if cluster.acceptance is not None:
     pulumi.export("acceptance", cluster.acceptance.summary)
-pulumi.export("stackFile", file_digest(stack_file))
-if not drivers.entry(spec.driver).capabilities.unverifiable:
+pulumi.export("appliedFrom", applied_from(stack_file))
+if drivers.verifiable(spec.driver):
     # Each node's health state as `railyard verify` last recorded it (docs/verify.md); verify
     # records the outputs again whenever a state changes. A driver verify cannot read has none.
     try:

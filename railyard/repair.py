@@ -514,7 +514,8 @@ def _parsed(what: str, parse: Callable[[], dict[str, NodeState]], advice: str) -
 def read_states(path: Path) -> dict[str, NodeState]:
     if not path.is_file():
         return {}
-    return _parsed(str(path), lambda: load_states(path.read_text()), "move it aside to start the nodes' states over")
+    return _parsed(str(path), lambda: load_states(path.read_text()),
+                   "move it aside, and the states are taken again from the stack's nodeHealth output")
 
 
 def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
@@ -525,12 +526,11 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
 
 
 def forget_states(stack: str) -> None:
-    """Remove a stack's states file (its lock file too), once its machines are gone."""
+    """Remove a stack's states file once its machines are gone. Its lock file stays: a verify may
+    still hold it, and a new file would let a second run in beside it."""
     from railyard import paths
 
-    path = paths.node_states(stack)
-    for gone in (path, path.with_suffix(".lock")):
-        gone.unlink(missing_ok=True)
+    paths.node_states(stack).unlink(missing_ok=True)
 
 
 def recorded_in(outputs: Mapping) -> dict[str, NodeState]:
@@ -539,49 +539,56 @@ def recorded_in(outputs: Mapping) -> dict[str, NodeState]:
     doc = outputs.get("nodeHealth")
     if not isinstance(doc, Mapping):
         return {}
-    return _parsed("the stack output nodeHealth", lambda: states_from(doc), "the next verify records it again")
+    return _parsed("the stack output nodeHealth", lambda: states_from(doc),
+                   "the next verify that changes a state writes it again")
 
 
-def take_recorded(path: Path, outputs: Mapping) -> list[str]:
-    """Bring the states file up to the stack's `nodeHealth` output where another checkout (a fresh
-    clone, the health workflow's runner) recorded a later change of a node: the nodes taken. Hold
-    `holding(path)` around it. Without this the program, which exports the file, would show such
-    nodes back as they were here."""
-    recorded = recorded_in(outputs)
-    if not any(s.history for s in recorded.values()):
-        return []
+def take_recorded(path: Path, recorded: Mapping[str, NodeState]) -> tuple[dict[str, NodeState], list[str]]:
+    """Bring the states file up to the stack's recorded states (recorded_in) where another checkout
+    (a fresh clone, the health workflow's runner) recorded a later change of a node: the states
+    now, and the nodes taken. Hold `holding(path)` around it. Without this the program, which
+    exports the file, would show such nodes back as they were here."""
     local = read_states(path)
     now = latest(local, recorded)
     taken = sorted(n for n, st in now.items() if local.get(n) != st)
     if taken:
         write_states(path, now)
-    return taken
+    return now, taken
 
 
-def take_recorded_from_stack(stack: str) -> str | None:
-    """take_recorded from the stack's outputs, for a command about to run the program: what it
-    did or why not, in a line, or None when there was nothing to take."""
-    from railyard import paths
+def taken_line(stack: str, taken: list[str]) -> str:
+    return f"node states of {', '.join(taken)} taken from stack {stack}'s nodeHealth output (recorded later there)"
+
+
+def take_recorded_from_stack(stack: str, driver: str) -> None:
+    """take_recorded from the stack's outputs, for a command about to run the program, saying on
+    stderr what it took or why it could not."""
+    import sys
+
+    from railyard import drivers, paths
     from railyard.engine import pulumi
     from railyard.engine.toolchain import ToolchainError
 
+    if not drivers.verifiable(driver):
+        return
     path = paths.node_states(stack)
     try:
         outputs = pulumi.stack_outputs(stack)
     except (pulumi.PulumiError, ToolchainError):
         # A stack never up has no outputs; a backend this checkout cannot open is named by the
         # engine command that follows.
-        return None
+        return
     try:
-        if not any(s.history for s in recorded_in(outputs).values()):
-            return None  # nothing ever recorded: no states file, no lock file
+        recorded = recorded_in(outputs)
+        if not any(s.history for s in recorded.values()):
+            return  # nothing ever recorded: no states file, no lock file
         with holding(path):
-            taken = take_recorded(path, outputs)
+            _, taken = take_recorded(path, recorded)
     except (RepairError, OSError) as exc:
-        return f"node states not taken from stack {stack}'s nodeHealth output: {exc}"
-    if not taken:
-        return None
-    return f"node states of {', '.join(taken)} taken from stack {stack}'s nodeHealth output (recorded later there)"
+        print(f"railyard: node states not taken from stack {stack}'s nodeHealth output: {exc}", file=sys.stderr)
+        return
+    if taken:
+        print(f"railyard: {taken_line(stack, taken)}", file=sys.stderr)
 
 
 @contextmanager

@@ -46,12 +46,20 @@ def load_stack_file(path: str | Path, catalog: Catalog | None = None) -> Spec:
     return parse_config(config, stack, catalog)
 
 
-def file_digest(path: str | Path) -> str:
-    """The stack file's sha256: the stack exports the one its last `up` ran from (`stackFile`), so
-    a later run that records only outputs can tell whether they would describe settings never applied."""
+def applied_from(stack_file: str | Path) -> dict[str, str]:
+    """What the program computes the stack's outputs from: the stack file's sha256 and that of
+    Railyard's own code and data (the program, components/ and railyard/). The stack exports the
+    pair its last run of the program saw (`appliedFrom`), so a run that records only outputs can
+    tell whether they would describe settings or code never applied."""
     import hashlib
 
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    code = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for path in [root / "__main__.py", *sorted(p for base in ("components", "railyard")
+                                              for p in (root / base).rglob("*")
+                                              if p.is_file() and "__pycache__" not in p.parts)]:
+        code.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return {"stackFile": hashlib.sha256(Path(stack_file).read_bytes()).hexdigest(), "railyard": code.hexdigest()}
 
 
 def documented_keys() -> list[str]:

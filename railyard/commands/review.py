@@ -75,12 +75,6 @@ def driver_of(doc: dict | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def verifiable(driver: str | None) -> bool:
-    """Whether `railyard verify` reads the driver's machines, so its stacks have node states."""
-    entry = drivers.DRIVERS.get(driver) if driver else None
-    return entry is not None and not entry.capabilities.unverifiable
-
-
 def runnable(driver: str | None) -> bool:
     """A driver runs when the registry names its implementation (railyard.drivers, Pulumi-free)."""
     entry = drivers.DRIVERS.get(driver) if driver else None
@@ -112,11 +106,8 @@ def preview_stack(stack: str, doc: dict | None) -> preview_mod.Preview | None:
     why = drivers.ensure_engine(driver_of(doc) or "", "railyard:kubernetes" in ((doc or {}).get("config") or {}))
     if why is not None:
         return preview_mod.failed_run(stack, why)
-    if verifiable(driver_of(doc)):
-        # Else the program would show the nodes another checkout recorded back as they were here.
-        taken = repair.take_recorded_from_stack(stack)
-        if taken:
-            print(f"railyard review: {taken}", file=sys.stderr)
+    # Else the program would show the nodes another checkout recorded back as they were here.
+    repair.take_recorded_from_stack(stack, driver_of(doc) or "")
     proc = pulumi.run(["preview", "--diff", "--json", "--stack", stack], capture=True, check=False)
     try:
         data = json.loads(proc.stdout)

@@ -79,12 +79,10 @@ def handle(args) -> int:
         # Shared with other engine commands; `lab gc --all` waits for none of them and they wait for it.
         with checkout_lock():
             pulumi.ensure_stack(args.stack)
-            if args.action in ("up", "preview") and not drivers.entry(spec.driver).capabilities.unverifiable:
+            if args.action in ("up", "preview"):
                 # Else the program, which exports them, would show the nodes another checkout
                 # recorded back as they were here.
-                taken = repair.take_recorded_from_stack(args.stack)
-                if taken:
-                    print(f"railyard: {taken}", file=sys.stderr)
+                repair.take_recorded_from_stack(args.stack, spec.driver)
             if args.action == "down" and not unprotect_for_down(args.stack, args.force):
                 return 1
             if args.action == "recover":
@@ -103,7 +101,8 @@ def handle(args) -> int:
         drivers.after_up(spec)
         if spec.health.repair:
             return repair_after_up(args.stack)
-    if proc.returncode == 0 and args.action == "down" and not drivers.entry(spec.driver).capabilities.keeps_machines:
+    if proc.returncode == 0 and args.action == "down" and not drivers.entry(spec.driver).capabilities.keeps_machines \
+            and pulumi.holds_resources(args.stack) is False:
         # The machines went with the stack: the next up's are new, and their states start over.
         # Servers that outlive it (the hosts driver) keep theirs, a person's hand-off list with them.
         repair.forget_states(args.stack)

@@ -184,11 +184,14 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             # A repair run holds the states: this reading reports and records nothing.
             progress(f"states not recorded: {exc}")
             return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
-        taken = repair.take_recorded(path, outputs)
+        try:
+            states, taken = repair.take_recorded(path, repair.recorded_in(outputs))
+        except repair.RepairError as exc:
+            # This run's record writes the output again.
+            progress(f"node states not taken from the stack's outputs: {exc}")
+            states, taken = repair.read_states(path), []
         if taken:
-            progress(f"node states of {', '.join(taken)} taken from stack {args.stack}'s nodeHealth output "
-                     "(recorded later there)")
-        states = repair.read_states(path)
+            progress(repair.taken_line(args.stack, taken))
         findings.update(_standing(states, findings, report.pairs_run, hosts))
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
@@ -214,7 +217,7 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         repair.write_states(path, outcome.states)
         planned = [n.name for n in plan.nodes]
         # Against what the stack holds, so a record that failed before is made by the next run.
-        if as_output(outcome.states, planned) != (outputs.get("nodeHealth") or as_output(states, planned)):
+        if as_output(outcome.states, planned) != outputs.get("nodeHealth"):
             _record_outputs(args.stack, outputs, progress)
     return outcome
 
@@ -223,21 +226,25 @@ def _record_outputs(stack: str, outputs: Mapping, progress) -> None:
     """The states just written, in the stack's `nodeHealth` output too. The file stays the record
     the loop works from: a stack whose outputs cannot be written now gets them at its next `up`."""
     from railyard.engine.lock import checkout_lock
-    from railyard.stack import file_digest
+    from railyard.stack import applied_from
 
-    # The record run computes every output from this checkout's stack file: after an edit not
-    # yet applied, the stack's outputs would describe settings it does not have.
-    if "stackFile" not in outputs:
-        why = "the stack's last up was made by a Railyard that exported no stackFile"
-    elif outputs["stackFile"] != file_digest(paths.stack_file(stack)):
+    # The record run computes every output from this checkout's stack file and code: after an
+    # edit or an upgrade not yet applied, the stack's outputs would describe what it does not have.
+    last, now = outputs.get("appliedFrom") or {}, applied_from(paths.stack_file(stack))
+    if not last:
+        why = "the stack's last up was made by a Railyard that exported no appliedFrom"
+    elif last.get("stackFile") != now["stackFile"]:
         why = f"{paths.stack_file_name(stack)} has changed since the stack's last up"
+    elif last.get("railyard") != now["railyard"]:
+        why = "Railyard's code here is not the code of the stack's last up"
     else:
         progress(f"recording the node states in stack {stack}'s outputs (nodeHealth)")
         try:
             with checkout_lock():
                 proc = pulumi.record_outputs(stack, timeout=RECORD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            why = f"the program did not finish in {RECORD_TIMEOUT_S:.0f} s"
+            why = (f"the program did not finish in {RECORD_TIMEOUT_S:.0f} s; `railyard recover --stack {stack}` "
+                   "clears what the stopped engine left")
         except (ToolchainError, OSError) as exc:
             why = str(exc)
         else:

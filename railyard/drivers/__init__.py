@@ -253,6 +253,12 @@ DRIVERS: dict[str, DriverEntry] = {
 }
 
 
+def verifiable(name: str | None) -> bool:
+    """Whether `railyard verify` reads the driver's machines, so its stacks carry node states."""
+    e = DRIVERS.get(name) if name else None
+    return e is not None and not e.capabilities.unverifiable
+
+
 def entry(name: str) -> DriverEntry:
     try:
         return DRIVERS[name]

@@ -73,10 +73,12 @@ def stack_outputs(stack: str, *, secrets: bool = False, **kw: Any) -> dict:
 
 
 def failure_line(proc: subprocess.CompletedProcess[str], what: str) -> str:
-    """Why a pulumi command failed, in one line: its first `error:` line, after any noise."""
-    lines = [ln.strip() for ln in ((proc.stderr or "") + "\n" + (proc.stdout or "")).splitlines() if ln.strip()]
-    return next((ln for ln in lines if ln.startswith("error:")),
-                lines[-1] if lines else f"pulumi {what} exited {proc.returncode}")
+    """Why a pulumi command failed, in one line: its first `error:` line, after any noise; else
+    stderr's last (stdout may be a --json document)."""
+    err = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+    out = [ln.strip() for ln in (proc.stdout or "").splitlines() if ln.strip()]
+    return next((ln for ln in err + out if ln.startswith("error:")),
+                err[-1] if err else f"pulumi {what} exited {proc.returncode}")
 
 
 # Set by record_outputs for the program: a run that only records outputs leaves out what reads or
@@ -106,11 +108,28 @@ def record_outputs(stack: str, *, root: Path | None = None, timeout: float | Non
                capture=True, check=False, timeout=timeout)
 
 
-def stack_resource_ids(stack: str, **kw: Any) -> set[str] | None:
-    """The ids of a stack's Python dynamic resources (the lab's objects among them), from its state,
-    whatever their type's name; None when the stack is unknown."""
+def _resources(stack: str, **kw: Any) -> list[dict] | None:
+    """The resources in a stack's state; None when the stack is unknown."""
     proc = run(["stack", "export", "--stack", stack], capture=True, check=False, **kw)
     if proc.returncode != 0:
         return None
-    deployment = json.loads(proc.stdout).get("deployment", {})
-    return {r["id"] for r in deployment.get("resources") or () if is_dynamic(r.get("type") or "") and r.get("id")}
+    return json.loads(proc.stdout).get("deployment", {}).get("resources") or []
+
+
+def stack_resource_ids(stack: str, **kw: Any) -> set[str] | None:
+    """The ids of a stack's Python dynamic resources (the lab's objects among them), from its state,
+    whatever their type's name; None when the stack is unknown."""
+    resources = _resources(stack, **kw)
+    if resources is None:
+        return None
+    return {r["id"] for r in resources if is_dynamic(r.get("type") or "") and r.get("id")}
+
+
+def holds_resources(stack: str, **kw: Any) -> bool | None:
+    """Whether the stack's state holds anything beyond the stack and its providers (a destroy
+    limited by --target leaves some); None when the stack is unknown."""
+    resources = _resources(stack, **kw)
+    if resources is None:
+        return None
+    return any(r.get("type") != "pulumi:pulumi:Stack" and not (r.get("type") or "").startswith("pulumi:providers:")
+               for r in resources)

@@ -109,7 +109,7 @@ def latest(local: Mapping[str, NodeState], recorded: Mapping[str, NodeState]) ->
 def as_output(states: Mapping[str, NodeState], nodes: Iterable[str]) -> dict:
     """The stack output `nodeHealth`: the states file's document, with every node of the plan in it
     (a node with no record yet is ready), so the stack's state holds each node's one state and
-    history, and a checkout without the file can take them back (railyard.repair.seed_states)."""
+    history, and a checkout without the file can take them back (railyard.repair.take_recorded)."""
     return as_document({**{n: NodeState() for n in nodes}, **states})
 
 

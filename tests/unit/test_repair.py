@@ -228,10 +228,10 @@ def test_the_stack_output_holds_every_planned_node_and_gives_the_states_back(tmp
 def test_a_checkout_without_the_states_file_takes_them_from_the_stack_output(tmp_path):
     path = tmp_path / "health" / "t.json"
     s = NodeState().to("failed", "railyard: gpu-2: GPU5 missing", 5.0, "gpu-2: GPU5 missing")
-    recorded = {"nodeHealth": as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])}
-    assert repair_mod.take_recorded(path, recorded) == ["gpu-2"]
+    recorded = repair_mod.recorded_in({"nodeHealth": as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])})
+    assert repair_mod.take_recorded(path, recorded) == ({"gpu-2": s}, ["gpu-2"])
     assert load_states(path.read_text()) == {"gpu-2": s}
-    assert repair_mod.take_recorded(path, recorded) == []  # taken once
+    assert repair_mod.take_recorded(path, recorded)[1] == []  # taken once
 
 
 def test_an_older_file_never_puts_back_a_state_another_checkout_recorded_later(tmp_path):
@@ -239,22 +239,26 @@ def test_an_older_file_never_puts_back_a_state_another_checkout_recorded_later(t
     old = NodeState().to("suspect", "railyard: gpu-2: Xid 79", 5.0, "gpu-2: Xid 79")
     failed = old.to("drained", "railyard: x", 6.0).to("failed", "railyard: failed after 2 resets", 9.0)
     mine = NodeState().to("suspect", "railyard: gpu-1: Xid 48", 12.0, "gpu-1: Xid 48")
-    repair_mod.write_states(path, {"gpu-1": mine, "gpu-2": old})
+    only_here = NodeState().to("suspect", "railyard: gpu-3: Xid 13", 3.0)
+    repair_mod.write_states(path, {"gpu-1": mine, "gpu-2": old, "gpu-3": only_here})
     theirs = {"gpu-1": NodeState().to("suspect", "railyard: gpu-1: Xid 79", 8.0), "gpu-2": failed}
-    assert repair_mod.take_recorded(path, {"nodeHealth": as_output(theirs, ["gpu-1", "gpu-2"])}) == ["gpu-2"]
-    # Each node from whichever side changed it last.
-    assert load_states(path.read_text()) == {"gpu-1": mine, "gpu-2": failed}
+    now, taken = repair_mod.take_recorded(path, repair_mod.recorded_in(
+        {"nodeHealth": as_output(theirs, ["gpu-1", "gpu-2", "gpu-3"])}))
+    # Each node from whichever side changed it last; one only this file knows stays.
+    assert taken == ["gpu-2"] and now == {"gpu-1": mine, "gpu-2": failed, "gpu-3": only_here}
+    assert load_states(path.read_text()) == now
 
 
 def test_no_states_file_is_made_from_an_output_where_nothing_was_ever_recorded(tmp_path):
     path = tmp_path / "t.json"
-    assert repair_mod.take_recorded(path, {"nodeHealth": as_output({}, ["gpu-0", "gpu-1"])}) == []
-    assert repair_mod.take_recorded(path, {"inventory": []}) == []  # a stack from before the output
+    nothing = repair_mod.recorded_in({"nodeHealth": as_output({}, ["gpu-0", "gpu-1"])})
+    assert repair_mod.take_recorded(path, nothing)[1] == []
+    assert repair_mod.recorded_in({"inventory": []}) == {}  # a stack from before the output
     assert not path.exists()
 
 
 def test_before_the_program_runs_later_records_are_taken_and_nothing_is_made_where_there_are_none(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     from railyard import paths
     from railyard.engine import pulumi as engine
 
@@ -262,24 +266,25 @@ def test_before_the_program_runs_later_records_are_taken_and_nothing_is_made_whe
     s = NodeState().to("failed", "railyard: gpu-2: GPU5 missing", 5.0, "gpu-2: GPU5 missing")
     outputs = {"nodeHealth": as_output({}, ["gpu-1", "gpu-2"])}
     monkeypatch.setattr(engine, "stack_outputs", lambda stack: outputs)
-    assert repair_mod.take_recorded_from_stack("t") is None
+    repair_mod.take_recorded_from_stack("t", "lab")
     assert not paths.local_dir().exists()  # neither a states file nor a lock file for a stack never verified
     outputs["nodeHealth"] = as_output({"gpu-2": s}, ["gpu-1", "gpu-2"])
-    assert repair_mod.take_recorded_from_stack("t") == (
-        "node states of gpu-2 taken from stack t's nodeHealth output (recorded later there)")
+    repair_mod.take_recorded_from_stack("t", "coreweave")  # a driver verify cannot read has no states
+    assert not paths.local_dir().exists()
+    repair_mod.take_recorded_from_stack("t", "lab")
+    assert "railyard: node states of gpu-2 taken from stack t's nodeHealth output (recorded later there)" \
+        in capsys.readouterr().err
     assert load_states(paths.node_states("t").read_text()) == {"gpu-2": s}
     outputs["nodeHealth"] = {"nodes": {"gpu-2": {"history": [{"time": 1}]}}}
-    assert repair_mod.take_recorded_from_stack("t").startswith(
-        "node states not taken from stack t's nodeHealth output: the stack output nodeHealth: not node states")
+    repair_mod.take_recorded_from_stack("t", "lab")
+    assert "railyard: node states not taken from stack t's nodeHealth output: the stack output nodeHealth: " \
+           "not node states" in capsys.readouterr().err
+    assert load_states(paths.node_states("t").read_text()) == {"gpu-2": s}
 
 
-def test_an_output_that_is_not_node_states_is_named_and_the_file_left_as_it_is(tmp_path):
-    path = tmp_path / "t.json"
-    repair_mod.write_states(path, {"gpu-1": NodeState().to("suspect", "railyard: y", 1.0)})
-    before = path.read_text()
+def test_an_output_that_is_not_node_states_is_named(tmp_path):
     with pytest.raises(RepairError, match="the stack output nodeHealth: not node states Railyard wrote"):
-        repair_mod.take_recorded(path, {"nodeHealth": {"nodes": {"gpu-1": {"reason": "no state"}}}})
-    assert path.read_text() == before
+        repair_mod.recorded_in({"nodeHealth": {"nodes": {"gpu-1": {"reason": "no state"}}}})
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"nodes": {"gpu-1": {"reason": "x"}}}', '{"nodes": ["gpu-1"]}'])
@@ -644,11 +649,11 @@ def test_railyard_up_runs_the_repair_loop_after_the_engine_where_the_stack_asks(
     monkeypatch.setattr(pulumi, "run", lambda argv, **kw: calls.append(argv[0]) or types.SimpleNamespace(returncode=0))
     monkeypatch.setattr(stack_cmd, "report_expiry", lambda name: None)
     monkeypatch.setattr(verify_cmd, "handle", lambda a: calls.append(("verify", a.stack, a.repair, a.only)) or loop_rc)
-    monkeypatch.setattr(repair_mod, "take_recorded_from_stack", lambda name: calls.append(("seed", name)) or None)
+    monkeypatch.setattr(repair_mod, "take_recorded_from_stack", lambda name, driver: calls.append(("take", name)))
     rc = stack_cmd.handle(argparse.Namespace(stack="t", action="up", extra=[]))
     assert rc == up_rc
     # The recorded states are taken back before the program runs, which exports them.
-    expected = [("seed", "t"), "up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
+    expected = [("take", "t"), "up", "after_up"] + ([("verify", "t", True, "hardware,fabric,health")] if health else [])
     assert calls == expected
 
 
@@ -670,13 +675,14 @@ def test_a_node_is_returned_only_once_its_scheduler_hears_from_it_again():
     assert out.states["gpu-1"].state == "ready" and silent["reads"] == 3
 
 
-@pytest.mark.parametrize("keeps_machines, rc, kept", [
-    (False, 0, False),  # the lab's nodes went with the stack: the next up's start over
-    (True, 0, True),    # servers outlive it: their states and hand-off list stay
-    (False, 1, True),   # a destroy that failed left the machines
+@pytest.mark.parametrize("keeps_machines, rc, left, kept", [
+    (False, 0, False, False),  # the lab's nodes went with the stack: the next up's start over
+    (True, 0, False, True),    # servers outlive it: their states and hand-off list stay
+    (False, 1, True, True),    # a destroy that failed left the machines
+    (False, 0, True, True),    # so did one limited to some resources (--target)
 ])
 def test_down_forgets_the_states_of_machines_that_went_with_the_stack(monkeypatch, tmp_path, keeps_machines, rc,
-                                                                       kept):
+                                                                       left, kept):
     import argparse
     import contextlib
 
@@ -694,6 +700,7 @@ def test_down_forgets_the_states_of_machines_that_went_with_the_stack(monkeypatc
     monkeypatch.setattr(lock, "checkout_lock", contextlib.nullcontext)
     monkeypatch.setattr(pulumi, "ensure_stack", lambda name: None)
     monkeypatch.setattr(pulumi, "run", lambda argv, **kw: types.SimpleNamespace(returncode=rc))
+    monkeypatch.setattr(pulumi, "holds_resources", lambda stack: left)
     caps = types.SimpleNamespace(keeps_machines=keeps_machines, unverifiable="")
     monkeypatch.setattr(drivers, "entry", lambda name: types.SimpleNamespace(capabilities=caps))
     assert stack_cmd.handle(argparse.Namespace(stack="t", action="down", extra=[], force=False)) == rc

@@ -1,6 +1,6 @@
 """Recording the node states in the stack's outputs (railyard.commands.verify._record_outputs): the
-record run computes every output from this checkout's stack file, so it is made only where that
-file is the one the stack's last `up` ran from."""
+record run computes every output from this checkout's stack file and code, so it is made only
+where both are those the stack's last `up` ran from."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from railyard import paths
 from railyard.commands import verify
 from railyard.engine import pulumi
-from railyard.stack import file_digest
+from railyard.stack import applied_from
 
 
 @pytest.fixture
@@ -26,32 +26,34 @@ def runs(monkeypatch, tmp_path):
 
 
 def test_the_states_are_recorded_where_the_stack_file_is_the_last_ups(runs, capsys):
-    digest = file_digest(paths.stack_file("t"))
-    verify._record_outputs("t", {"stackFile": digest}, lambda line: None)
+    verify._record_outputs("t", {"appliedFrom": applied_from(paths.stack_file("t"))}, lambda line: None)
     assert runs == ["t"] and capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("outputs, why", [
-    ({"stackFile": "0" * 64}, "stacks/Pulumi.t.yaml has changed since the stack's last up"),
-    ({}, "the stack's last up was made by a Railyard that exported no stackFile"),
+@pytest.mark.parametrize("changed, why", [
+    ("stackFile", "stacks/Pulumi.t.yaml has changed since the stack's last up"),
+    ("railyard", "Railyard's code here is not the code of the stack's last up"),
+    (None, "the stack's last up was made by a Railyard that exported no appliedFrom"),
 ])
-def test_no_record_from_a_stack_file_the_stack_was_not_brought_up_with(runs, capsys, outputs, why):
-    verify._record_outputs("t", outputs, lambda line: None)
+def test_no_record_from_a_stack_file_or_code_the_stack_was_not_brought_up_with(runs, capsys, changed, why):
+    applied = {**applied_from(paths.stack_file("t")), **({changed: "0" * 64} if changed else {})}
+    verify._record_outputs("t", {"appliedFrom": applied} if changed else {}, lambda line: None)
     err = capsys.readouterr().err
     assert runs == [] and f"node states not recorded in stack t's outputs ({why}); .railyard/health/t.json " \
                           "holds them, and the next `up` records them" in err
 
 
 def test_a_record_run_that_fails_or_hangs_is_said_and_verify_goes_on(runs, monkeypatch, capsys):
-    digest = file_digest(paths.stack_file("t"))
+    applied = {"appliedFrom": applied_from(paths.stack_file("t"))}
     monkeypatch.setattr(pulumi, "record_outputs", lambda stack, timeout=None: subprocess.CompletedProcess(
         [], 255, "", "noise\nerror: the stack is currently locked by 1 lock(s)\n"))
-    verify._record_outputs("t", {"stackFile": digest}, lambda line: None)
+    verify._record_outputs("t", applied, lambda line: None)
     assert "(error: the stack is currently locked by 1 lock(s))" in capsys.readouterr().err
 
     def hangs(stack, timeout=None):
         raise subprocess.TimeoutExpired(["pulumi"], timeout)
 
     monkeypatch.setattr(pulumi, "record_outputs", hangs)
-    verify._record_outputs("t", {"stackFile": digest}, lambda line: None)
-    assert "(the program did not finish in 600 s)" in capsys.readouterr().err
+    verify._record_outputs("t", applied, lambda line: None)
+    assert "(the program did not finish in 600 s; `railyard recover --stack t` clears what the stopped engine " \
+           "left)" in capsys.readouterr().err
