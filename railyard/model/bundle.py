@@ -11,6 +11,7 @@ or later; the modules it carries must be standard-library only too (their tests 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -78,6 +79,14 @@ def program(modules: Sequence[str], entry: str, args: Sequence[Any] = ()) -> str
 # What host discovery carries and calls (sysfs_discovery imports pcie, and lldp for a live host).
 HOST_FACTS = (("railyard.model.pcie", "railyard.model.sysfs_discovery", "railyard.model.lldp"),
               "railyard.model.sysfs_discovery:host_facts")
+
+
+def answer(stdout: str) -> Any:
+    """The entry point's JSON answer: the program's last line of stdout. ValueError without one."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("no output")
+    return json.loads(lines[-1])
 
 
 def host_facts_program(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev") -> str:

@@ -242,6 +242,13 @@ def tuned_hosts(project: StackProject) -> list[str]:
     return sorted(hosts)
 
 
+def recorded_facts(project: StackProject, node: str) -> dict:
+    """The node's hardware facts as the stack's state holds them (a refresh records them)."""
+    state = json.loads(project.pulumi("stack", "export").stdout)
+    return next(r["outputs"].get("facts") for r in state["deployment"]["resources"]
+                if r["type"].endswith("lab:Node") and json.loads(r["outputs"]["spec"])["node"] == node)
+
+
 def warnings_of(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout + proc.stderr
 
@@ -281,7 +288,14 @@ def test_with_skip_node_a_drifted_node_is_left_out_of_tuning_and_comes_back_once
         up = project.pulumi("up", "--yes", "--skip-preview")
         assert "up leaves gpu-0 alone" in warnings_of(up), warnings_of(up)[-3000:]
         assert tuned_hosts(project) == ["gpu-1"]
+        # A refresh records what verify reads of each node: gpu-0 as it is now, one GPU short.
+        project.pulumi("refresh", "--yes", "--skip-preview")
+        assert len(recorded_facts(project, "gpu-0")["gpus"]) == 7
+        assert len(recorded_facts(project, "gpu-1")["gpus"]) == 8
     finally:
         fault(project, "--clear")
     project.pulumi("up", "--yes", "--skip-preview")
     assert tuned_hosts(project) == ["gpu-0", "gpu-1"]
+    assert len(recorded_facts(project, "gpu-0")["gpus"]) == 7  # the last refresh's, until the next
+    project.pulumi("refresh", "--yes", "--skip-preview")
+    assert len(recorded_facts(project, "gpu-0")["gpus"]) == 8

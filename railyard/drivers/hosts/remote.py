@@ -9,7 +9,6 @@ behind.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from railyard.remote.ssh import Result, SshError, Target, run
@@ -22,13 +21,12 @@ def call(target: Target, modules: list[str], entry: str, args: Sequence[Any] = (
     naming the host and the program's last error line."""
     result = run(target, ["python3", "-I", "-S", "-"], private_key=private_key,
                  input=bundle.program(modules, entry, args), timeout=timeout)
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    if result.rc != 0 or not lines:
+    if result.rc != 0 or not result.stdout.strip():
         err = [line for line in result.stderr.splitlines() if line.strip()]
         raise SshError(f"{target.name}: {entry} failed on {target.address} (exit {result.rc}): "
                        f"{err[-1] if err else 'no output'}")
     try:
-        return json.loads(lines[-1]), result
+        return bundle.answer(result.stdout), result
     except ValueError:
         raise SshError(f"{target.name}: {entry} on {target.address} printed no JSON answer") from None
 

@@ -276,7 +276,16 @@ class NodeProvider(_LabProvider):
             # Part of what the stack declares is gone: refresh drops the node, and the next up
             # converges it (create adopts the running node and makes the cache again).
             return None
-        return {"host_key": state["host_key"]}
+        facts = _facts(props)
+        # A node that cannot be read keeps its last facts, as a host down for maintenance does.
+        return {"host_key": state["host_key"], **({"facts": facts} if facts is not None else {})}
+
+    def update(self, _id, olds, news):
+        # The facts are a refresh's; an update of the node's settings keeps the last ones seen.
+        done = super().update(_id, olds, news)
+        if olds.get("facts") is not None:
+            done.outs = {**(done.outs or {}), "facts": olds["facts"]}
+        return done
 
     def remove(self, props):
         from railyard.drivers.lab import node, storage
@@ -286,6 +295,22 @@ class NodeProvider(_LabProvider):
         storage.delete_pfs_mount(props["stack"], props["node"])
         storage.delete_cache(props["stack"], props["node"])
         node.delete_node(props["stack"], props["node"])
+
+
+def _facts(props: dict) -> dict | None:
+    """What `railyard verify` reads of the node's hardware, for a refresh to record as the hosts
+    driver's does: the same program (sysfs_discovery.host_facts), run in the node as over SSH.
+    Drift is judged live by verify and the drift check, not from these; None where it fails."""
+    from railyard.drivers.lab import node
+    from railyard.drivers.lab.errors import LabError
+    from railyard.model import bundle
+
+    try:
+        done = node.run_in_node(props["stack"], props["node"], ["python3", "-I", "-S", "-"],
+                                input=bundle.host_facts_program(), timeout=60)
+        return bundle.answer(done.stdout) if done.returncode == 0 else None
+    except (ValueError, OSError, subprocess.TimeoutExpired, LabError):
+        return None
 
 
 def _ensure_local_storage(props: dict) -> dict:

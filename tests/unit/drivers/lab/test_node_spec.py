@@ -46,3 +46,29 @@ def test_a_changed_setting_inside_the_string_is_an_update_or_a_replace():
     assert moved.changes and not moved.replaces
     renamed = NodeProvider().diff("id", {"spec": encode_spec(SPEC)}, {"spec": encode_spec({**SPEC, "node": "gpu-9"})})
     assert renamed.replaces == ["node"]
+
+
+def test_a_refresh_records_the_nodes_facts_and_keeps_the_last_ones_where_it_cannot_read_them(monkeypatch):
+    import subprocess
+
+    from railyard.drivers.lab import node, resources, storage
+
+    props = {"spec": encode_spec(SPEC), "authorized_key": "ssh-ed25519 AAAA", "host_key": "ssh-ed25519 BBBB",
+             "facts": {"gpus": [{"bdf": "0000:18:00.0"}]}}
+    ran = []
+    monkeypatch.setattr(node, "read_node", lambda stack, name: {"running": True, "host_key": "ssh-ed25519 BBBB"})
+    monkeypatch.setattr(storage, "read_cache", lambda stack, name: {"mounted": True})
+
+    def in_node(stack, name, argv, input=None, timeout=60):
+        ran.append((stack, name, argv, "sysfs_discovery:host_facts" in (input or "")))
+        return subprocess.CompletedProcess(argv, 0, 'noise\n{"gpus": []}\n', "")
+
+    monkeypatch.setattr(node, "run_in_node", in_node)
+    read = NodeProvider().read("id", props)
+    # The program verify runs over SSH, run in the node: its answer is what state now holds.
+    assert ran == [("lab", "gpu-0", ["python3", "-I", "-S", "-"], True)] and read.outs["facts"] == {"gpus": []}
+    monkeypatch.setattr(node, "run_in_node", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "boom"))
+    assert NodeProvider().read("id", props).outs["facts"] == props["facts"]
+    # An update of the node's settings keeps what the last refresh saw.
+    monkeypatch.setattr(resources.NodeProvider, "ensure", lambda self, flat: {"host_key": "ssh-ed25519 BBBB"})
+    assert NodeProvider().update("id", props, {"spec": encode_spec(SPEC)}).outs["facts"] == props["facts"]
