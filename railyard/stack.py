@@ -47,19 +47,14 @@ def load_stack_file(path: str | Path, catalog: Catalog | None = None) -> Spec:
 
 
 def applied_from(stack_file: str | Path) -> dict[str, str]:
-    """What the program computes the stack's outputs from: the stack file's sha256 and that of
-    Railyard's own code and data (the program, components/ and railyard/). The stack exports the
-    pair its last run of the program saw (`appliedFrom`), so a run that records only outputs can
-    tell whether they would describe settings or code never applied."""
+    """What the program computes the stack's outputs from: the stack file's sha256. The stack
+    exports the one its last run of the program saw (`appliedFrom`), so a run that records only
+    outputs can tell whether they would describe settings never applied. Railyard's own code is
+    not in it: the health workflow runs the default branch's newest commit, so nearly every commit
+    would stop its records until the next `up`."""
     import hashlib
 
-    code = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for path in [root / "__main__.py", *sorted(p for base in ("components", "railyard")
-                                              for p in (root / base).rglob("*")
-                                              if p.is_file() and "__pycache__" not in p.parts)]:
-        code.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return {"stackFile": hashlib.sha256(Path(stack_file).read_bytes()).hexdigest(), "railyard": code.hexdigest()}
+    return {"stackFile": hashlib.sha256(Path(stack_file).read_bytes()).hexdigest()}
 
 
 def documented_keys() -> list[str]:

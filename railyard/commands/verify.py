@@ -185,11 +185,12 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             progress(f"states not recorded: {exc}")
             return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
         try:
-            states, taken = repair.take_recorded(path, repair.recorded_in(outputs))
+            recorded = repair.recorded_in(outputs)
         except repair.RepairError as exc:
             # This run's record writes the output again.
             progress(f"node states not taken from the stack's outputs: {exc}")
-            states, taken = repair.read_states(path), []
+            recorded = {}
+        states, taken = repair.take_recorded(path, recorded)
         if taken:
             progress(repair.taken_line(args.stack, taken))
         findings.update(_standing(states, findings, report.pairs_run, hosts))
@@ -228,15 +229,13 @@ def _record_outputs(stack: str, outputs: Mapping, progress) -> None:
     from railyard.engine.lock import checkout_lock
     from railyard.stack import applied_from
 
-    # The record run computes every output from this checkout's stack file and code: after an
-    # edit or an upgrade not yet applied, the stack's outputs would describe what it does not have.
-    last, now = outputs.get("appliedFrom") or {}, applied_from(paths.stack_file(stack))
+    # The record run computes every output from this checkout's stack file: after an edit not
+    # yet applied, the stack's outputs would describe settings it does not have.
+    last = outputs.get("appliedFrom") or {}
     if not last:
         why = "the stack's last up was made by a Railyard that exported no appliedFrom"
-    elif last.get("stackFile") != now["stackFile"]:
+    elif last.get("stackFile") != applied_from(paths.stack_file(stack))["stackFile"]:
         why = f"{paths.stack_file_name(stack)} has changed since the stack's last up"
-    elif last.get("railyard") != now["railyard"]:
-        why = "Railyard's code here is not the code of the stack's last up"
     else:
         progress(f"recording the node states in stack {stack}'s outputs (nodeHealth)")
         try:

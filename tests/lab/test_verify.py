@@ -245,8 +245,8 @@ def tuned_hosts(project: StackProject) -> list[str]:
 def recorded_facts(project: StackProject, node: str) -> dict:
     """The node's hardware facts as the stack's state holds them (a refresh records them)."""
     state = json.loads(project.pulumi("stack", "export").stdout)
-    return next(r["outputs"].get("facts") for r in state["deployment"]["resources"]
-                if r["type"].endswith("lab:Node") and json.loads(r["outputs"]["spec"])["node"] == node)
+    return json.loads(next(r["outputs"]["facts"] for r in state["deployment"]["resources"]
+                           if r["type"].endswith("lab:Node") and json.loads(r["outputs"]["spec"])["node"] == node))
 
 
 def warnings_of(proc: subprocess.CompletedProcess[str]) -> str:

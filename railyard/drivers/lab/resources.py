@@ -297,10 +297,12 @@ class NodeProvider(_LabProvider):
         node.delete_node(props["stack"], props["node"])
 
 
-def _facts(props: dict) -> dict | None:
+def _facts(props: dict) -> str | None:
     """What `railyard verify` reads of the node's hardware, for a refresh to record as the hosts
     driver's does: the same program (sysfs_discovery.host_facts), run in the node as over SSH.
-    Drift is judged live by verify and the drift check, not from these; None where it fails."""
+    One JSON string, as the node's spec is: a dgx-h100's facts are 1,160 values, which the engine
+    would keep as objects of its own at every later preview. Drift is judged live by verify and
+    the drift check, not from these; None where the program fails."""
     from railyard.drivers.lab import node
     from railyard.drivers.lab.errors import LabError
     from railyard.model import bundle
@@ -308,7 +310,7 @@ def _facts(props: dict) -> dict | None:
     try:
         done = node.run_in_node(props["stack"], props["node"], ["python3", "-I", "-S", "-"],
                                 input=bundle.host_facts_program(), timeout=60)
-        return bundle.answer(done.stdout) if done.returncode == 0 else None
+        return encode_spec(bundle.answer(done.stdout)) if done.returncode == 0 else None
     except (ValueError, OSError, subprocess.TimeoutExpired, LabError):
         return None
 

@@ -54,7 +54,7 @@ def test_a_refresh_records_the_nodes_facts_and_keeps_the_last_ones_where_it_cann
     from railyard.drivers.lab import node, resources, storage
 
     props = {"spec": encode_spec(SPEC), "authorized_key": "ssh-ed25519 AAAA", "host_key": "ssh-ed25519 BBBB",
-             "facts": {"gpus": [{"bdf": "0000:18:00.0"}]}}
+             "facts": '{"gpus":[{"bdf":"0000:18:00.0"}]}'}
     ran = []
     monkeypatch.setattr(node, "read_node", lambda stack, name: {"running": True, "host_key": "ssh-ed25519 BBBB"})
     monkeypatch.setattr(storage, "read_cache", lambda stack, name: {"mounted": True})
@@ -66,7 +66,8 @@ def test_a_refresh_records_the_nodes_facts_and_keeps_the_last_ones_where_it_cann
     monkeypatch.setattr(node, "run_in_node", in_node)
     read = NodeProvider().read("id", props)
     # The program verify runs over SSH, run in the node: its answer is what state now holds.
-    assert ran == [("lab", "gpu-0", ["python3", "-I", "-S", "-"], True)] and read.outs["facts"] == {"gpus": []}
+    # One string in state, not a thousand values.
+    assert ran == [("lab", "gpu-0", ["python3", "-I", "-S", "-"], True)] and read.outs["facts"] == '{"gpus":[]}'
     monkeypatch.setattr(node, "run_in_node", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "boom"))
     assert NodeProvider().read("id", props).outs["facts"] == props["facts"]
     # An update of the node's settings keeps what the last refresh saw.
