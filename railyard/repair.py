@@ -525,12 +525,15 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
     tmp.replace(path)
 
 
-def forget_states(stack: str) -> None:
-    """Remove a stack's states file once its machines are gone. Its lock file stays: a verify may
-    still hold it, and a new file would let a second run in beside it."""
-    from railyard import paths
+def forget_states(stack: str, driver: str | None) -> None:
+    """Remove the states file of a stack destroyed whole whose machines went with it: the next
+    `up`'s are new. Servers that outlive their stack (the hosts driver's) keep their states and a
+    person's hand-off list, and so does a stack whose driver is not known. The lock file stays: a
+    verify may still hold it, and a new file would let a second run in beside it."""
+    from railyard import drivers, paths
 
-    paths.node_states(stack).unlink(missing_ok=True)
+    if driver in drivers.DRIVERS and not drivers.entry(driver).capabilities.keeps_machines:
+        paths.node_states(stack).unlink(missing_ok=True)
 
 
 def recorded_in(outputs: Mapping) -> dict[str, NodeState]:

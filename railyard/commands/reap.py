@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from railyard import drivers, lifecycle, paths
+from railyard import drivers, lifecycle, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError, engine_env
 from railyard.lifecycle import backend
@@ -54,7 +54,20 @@ def _destroy(stack: str) -> tuple[bool, str]:
         return False, "destroyed, but `pulumi stack rm` failed:\n" + _tail(proc.stdout + proc.stderr)
     if not had_file and stack_file.exists():
         stack_file.unlink()  # written by the engine for this destroy only (its secrets salt)
+    repair.forget_states(stack, _driver(stack_file) if had_file else None)
     return True, "destroyed and removed"
+
+
+def _driver(stack_file) -> str | None:
+    """The stack file's driver, as written; None where it cannot be read."""
+    from railyard.model.errors import SpecError
+    from railyard.model.spec import read_stack_file
+
+    try:
+        driver = read_stack_file(stack_file)[0].get("railyard:driver")
+    except SpecError:
+        return None
+    return driver if isinstance(driver, str) else None
 
 
 def _tail(text: str, lines: int = 20) -> str:

@@ -101,11 +101,8 @@ def handle(args) -> int:
         drivers.after_up(spec)
         if spec.health.repair:
             return repair_after_up(args.stack)
-    if proc.returncode == 0 and args.action == "down" and not drivers.entry(spec.driver).capabilities.keeps_machines \
-            and pulumi.holds_resources(args.stack) is False:
-        # The machines went with the stack: the next up's are new, and their states start over.
-        # Servers that outlive it (the hosts driver) keep theirs, a person's hand-off list with them.
-        repair.forget_states(args.stack)
+    if proc.returncode == 0 and args.action == "down" and pulumi.holds_resources(args.stack) is False:
+        repair.forget_states(args.stack, spec.driver)
     return proc.returncode
 
 

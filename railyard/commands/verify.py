@@ -2,8 +2,8 @@
 [--repair]`: the running cluster held against its plan (railyard.verify). Without --repair it
 changes nothing on the cluster: it records each node's health state (railyard.model.node_health)
 under .railyard/health/ and in the stack's `nodeHealth` output, and shows the nodes that are not
-ready. With --repair, the faulty nodes go
-through the repair loop (railyard.repair): drained in Slurm, reset, checked again, returned.
+ready. With --repair, the faulty nodes go through the repair loop (railyard.repair): drained in
+Slurm, reset, checked again, returned.
 
 Exit status: 0 when everything read is as planned (with --repair: when every faulty node was
 returned), 1 on any finding, 2 when the stack cannot be verified at all (no such stack, a driver

@@ -25,6 +25,8 @@ import pytest
 
 from railyard import lifecycle, paths
 from railyard.lifecycle.backend import expiry_in_state
+from railyard.model.node_health import NodeState
+from railyard.repair import write_states
 from tests.lab.railyard_project import RailyardProject, free_networks, lab_config
 
 ROOT = paths.PROJECT_ROOT
@@ -234,6 +236,10 @@ def test_reap_destroys_the_expired_stack_leaving_nothing_and_touches_no_other(wo
     file = world["file"]
     wait_until_expired(file, "rpexp")
     before = {s: len(resources(file, s)) for s in ("rpyoung", "rplong")}
+    # Node states recorded for two of them (as `railyard verify` writes them).
+    failed = {"gpu-0": NodeState().to("failed", "railyard: gpu-0: GPU3 missing", time.time())}
+    for stack in ("rpexp", "rpyoung"):
+        write_states(paths.node_states(stack, file.dir), failed)
     proc = file.railyard("reap")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rpexp" in proc.stdout and "destroyed and removed" in proc.stdout, proc.stdout
@@ -241,6 +247,9 @@ def test_reap_destroys_the_expired_stack_leaving_nothing_and_touches_no_other(wo
     assert file.leftovers("rpexp") == {}
     assert {s: len(resources(file, s)) for s in before} == before
     assert file.stack_file("rpexp").exists(), "the stack file belongs to the checkout, not the backend"
+    # The reaped lab stack's nodes are gone, and their states with them; the other's stay.
+    assert not paths.node_states("rpexp", file.dir).exists()
+    assert paths.node_states("rpyoung", file.dir).exists()
 
 
 def test_reap_exits_non_zero_when_a_destroy_fails(world):
