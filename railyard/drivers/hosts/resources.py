@@ -20,7 +20,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 from railyard.remote.reboots import Reboots, RebootsProvider, target
-from railyard.dynamic import TypedResource
+from railyard.dynamic import TypedResource, from_one_value, one_value
 
 # What reaching and checking a host depends on: a change in any of them means a new discovery
 # (a new key too, so that refresh and later runs use it).
@@ -42,7 +42,8 @@ def power_state(props: dict) -> str | None:
 
 
 def discover(props: dict) -> dict:
-    """The host's facts and the host key SSH accepted."""
+    """The host's facts and the host key SSH accepted (the facts as a mapping; `outputs` makes
+    them the one string state holds)."""
     from railyard.drivers.hosts import remote
 
     # An Ethernet fabric's hosts say who their rails are cabled to (LLDP), so a refresh records it.
@@ -72,12 +73,18 @@ def discover_and_check(props: dict) -> dict:
     return found
 
 
+def outputs(found: dict) -> dict:
+    """discover()'s result as state records it: the facts as one string (railyard.dynamic.one_value),
+    not their thousand values."""
+    return {**found, "facts": one_value(found["facts"])}
+
+
 def drifted(olds: dict) -> bool:
     """Whether the facts last recorded (by a refresh) no longer match the host's SKU."""
     from railyard.model import hardware_check
     from railyard.model.catalog import load_catalog
 
-    facts, sku_id = olds.get("facts"), olds.get("sku")
+    facts, sku_id = from_one_value(olds.get("facts")), olds.get("sku")
     sku = load_catalog().nodes.get(sku_id) if sku_id is not None else None
     if not facts or sku is None:
         return False
@@ -90,7 +97,7 @@ class HostMachineProvider(ResourceProvider):
 
     def create(self, props):
         # A BMC that cannot be read fails the host now, rather than when a reboot needs it.
-        outs = {**discover_and_check(props), "power_state": power_state(props)}
+        outs = {**outputs(discover_and_check(props)), "power_state": power_state(props)}
         return CreateResult(id_=f"{props['stack']}/{props['node']}", outs={**props, **outs})
 
     def diff(self, _id, olds, news):
@@ -103,7 +110,7 @@ class HostMachineProvider(ResourceProvider):
     def update(self, _id, olds, news):
         # Trust on first use pins what was learned: an unchanged host must show the same key again.
         props = {**news, "host_key": olds.get("host_key") if not news.get("host_keys") else None}
-        return UpdateResult(outs={**news, **discover_and_check(props), "power_state": power_state(news)})
+        return UpdateResult(outs={**news, **outputs(discover_and_check(props)), "power_state": power_state(news)})
 
     def read(self, id_, props):
         # A refresh records what the host has now, so the next preview shows the drift; it is
@@ -115,7 +122,7 @@ class HostMachineProvider(ResourceProvider):
 
         outs = dict(props)
         try:
-            outs.update(discover(props))
+            outs.update(outputs(discover(props)))
         except SshError:
             pass
         if props.get("bmc"):
@@ -130,11 +137,11 @@ class HostMachineProvider(ResourceProvider):
 
 
 class HostMachine(TypedResource, module="hosts", name="Host"):
-    """Outputs: `host_key` (what SSH accepted), `facts` (the discovered hardware) and
+    """Outputs: `host_key` (what SSH accepted), `facts` (the discovered hardware, one JSON string) and
     `power_state` (its ComputerSystem's PowerState, read from its BMC; None without one)."""
 
     host_key: pulumi.Output[str]
-    facts: pulumi.Output[dict]
+    facts: pulumi.Output[str]
     power_state: pulumi.Output[str | None]
 
     def __init__(self, name: str, *, stack: str, node: str, address: str, user: str, port: int,

@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from railyard.dynamic import TypedResource
+from railyard.dynamic import TypedResource, one_value
 
 
 def _flat(props: dict) -> dict:
@@ -43,9 +43,8 @@ def _flat(props: dict) -> dict:
 
 
 def encode_spec(spec: dict) -> str:
-    """A `spec` as the one string the engine stores: keys sorted and no spaces, so equal settings
-    are always the same string."""
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    """A `spec` as the one string the engine stores (railyard.dynamic.one_value)."""
+    return one_value(spec)
 
 
 class _LabProvider(ResourceProvider):
@@ -299,10 +298,9 @@ class NodeProvider(_LabProvider):
 
 def _facts(props: dict) -> str | None:
     """What `railyard verify` reads of the node's hardware, for a refresh to record as the hosts
-    driver's does: the same program (sysfs_discovery.host_facts), run in the node as over SSH.
-    One JSON string, as the node's spec is: a dgx-h100's facts are 1,160 values, which the engine
-    would keep as objects of its own at every later preview. Drift is judged live by verify and
-    the drift check, not from these; None where the program fails."""
+    driver's does: the same program (sysfs_discovery.host_facts), run in the node as over SSH, as
+    one string (railyard.dynamic.one_value). Drift is judged live by verify and the drift check,
+    not from these; None where the program fails."""
     from railyard.drivers.lab import node
     from railyard.drivers.lab.errors import LabError
     from railyard.model import bundle
@@ -310,7 +308,7 @@ def _facts(props: dict) -> str | None:
     try:
         done = node.run_in_node(props["stack"], props["node"], ["python3", "-I", "-S", "-"],
                                 input=bundle.host_facts_program(), timeout=60)
-        return encode_spec(bundle.answer(done.stdout)) if done.returncode == 0 else None
+        return one_value(bundle.answer(done.stdout)) if done.returncode == 0 else None
     except (ValueError, OSError, subprocess.TimeoutExpired, LabError):
         return None
 

@@ -46,7 +46,8 @@ def test_trust_on_first_use_pins_the_learned_key_for_the_next_discovery(seen, mo
 def test_refresh_records_what_the_host_has_and_keeps_the_last_seen_when_it_is_down(seen, monkeypatch):
     provider = resources.HostMachineProvider()
     olds = {**PROPS, "host_key": "ssh-ed25519 AAAAfirst", "facts": {"gpus": ["old"]}}
-    assert provider.read("id", olds).outs["facts"] == {"gpus": [], "nics": []}
+    # One string in state, not the facts' thousand values.
+    assert provider.read("id", olds).outs["facts"] == '{"gpus":[],"nics":[]}'
 
     def down(props):
         raise SshError("gpu-0: cannot reach root@192.0.2.11")
@@ -60,3 +61,15 @@ def test_a_host_whose_pci_bus_could_not_be_read_is_refused(monkeypatch):
         "gpus": None, "nics": None, "notes": ["/sys/bus/pci: no such directory"]}})
     with pytest.raises(RuntimeError, match="gpu-0: discovery saw no gpus and no nics .*no such directory"):
         resources.discover_and_check(PROPS)
+
+
+def test_drift_is_read_from_the_facts_in_either_layout_state_holds(monkeypatch):
+    from railyard.model import hardware_check
+
+    seen = []
+    monkeypatch.setattr(hardware_check, "check", lambda node, facts, sku, **kw: seen.append(facts) or ["a GPU short"])
+    facts = {"gpus": [{"bdf": "0000:18:00.0"}], "nics": []}
+    # A string, as state holds it now; a mapping, as a stack written before holds it.
+    assert resources.drifted({**PROPS, "facts": '{"gpus":[{"bdf":"0000:18:00.0"}],"nics":[]}'})
+    assert resources.drifted({**PROPS, "facts": facts})
+    assert seen == [facts, facts]
