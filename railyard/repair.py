@@ -525,15 +525,18 @@ def write_states(path: Path, states: Mapping[str, NodeState]) -> None:
     tmp.replace(path)
 
 
-def forget_states(stack: str, driver: str | None) -> None:
+def forget_states(stack: str, driver: str | None, still_held: Callable[[], bool] = lambda: False) -> None:
     """Remove the states file of a stack destroyed whole whose machines went with it: the next
     `up`'s are new. Servers that outlive their stack (the hosts driver's) keep their states and a
-    person's hand-off list, and so does a stack whose driver is not known. The lock file stays: a
+    person's hand-off list, and so does a stack whose driver is not known, or one `still_held`
+    says is not gone whole (asked last: it reads the stack's state). The lock file stays: a
     verify may still hold it, and a new file would let a second run in beside it."""
     from railyard import drivers, paths
 
-    if driver in drivers.DRIVERS and not drivers.entry(driver).capabilities.keeps_machines:
-        paths.node_states(stack).unlink(missing_ok=True)
+    path = paths.node_states(stack)
+    if driver in drivers.DRIVERS and not drivers.entry(driver).capabilities.keeps_machines and path.is_file() \
+            and not still_held():
+        path.unlink(missing_ok=True)
 
 
 def recorded_in(outputs: Mapping) -> dict[str, NodeState]:

@@ -101,8 +101,9 @@ def handle(args) -> int:
         drivers.after_up(spec)
         if spec.health.repair:
             return repair_after_up(args.stack)
-    if proc.returncode == 0 and args.action == "down" and pulumi.holds_resources(args.stack) is False:
-        repair.forget_states(args.stack, spec.driver)
+    if proc.returncode == 0 and args.action == "down":
+        # A destroy limited with --target leaves machines, and their states.
+        repair.forget_states(args.stack, spec.driver, lambda: pulumi.holds_resources(args.stack) is not False)
     return proc.returncode
 
 
