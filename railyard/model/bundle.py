@@ -89,7 +89,9 @@ def answer(stdout: str) -> Any:
     return json.loads(lines[-1])
 
 
-def host_facts_program(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev") -> str:
-    """The program that prints sysfs_discovery.host_facts() of the host it runs on."""
+def host_facts_program(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev",
+                       lldp: bool = False) -> str:
+    """The program that prints sysfs_discovery.host_facts() of the host it runs on; with lldp, its
+    LLDP neighbours too."""
     modules, entry = HOST_FACTS
-    return program(modules, entry, [sysfs_root, procfs_root, dev_root])
+    return program(modules, entry, [sysfs_root, procfs_root, dev_root, lldp])

@@ -4,6 +4,7 @@ run the engine the same way; and `lab_stack`, one lab stack up for a module's te
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Iterator
 
 import pytest
@@ -14,7 +15,7 @@ from railyard.drivers.lab import gc
 from railyard.model.plan import make_plan
 from railyard.stack import parse_config
 
-__all__ = ["PulumiFailed", "StackProject", "lab_stack"]
+__all__ = ["PulumiFailed", "StackProject", "lab_stack", "recorded_facts"]
 
 
 @contextlib.contextmanager
@@ -38,3 +39,10 @@ def lab_stack(tmp_path_factory, stack: str, cfg: dict, *, timeout: float = 1500)
         p.railyard("lab", "fault", "--stack", stack, "--clear")
         p.pulumi("destroy", "--yes", "--skip-preview", check=False)
         gc.destroy_all(stack, p.dir)
+
+
+def recorded_facts(project: StackProject, node: str) -> dict:
+    """The node's facts as the stack's state holds them (a refresh records them)."""
+    state = json.loads(project.pulumi("stack", "export").stdout)
+    return json.loads(next(r["outputs"]["facts"] for r in state["deployment"]["resources"]
+                           if r["type"].endswith("lab:Node") and json.loads(r["outputs"]["spec"])["node"] == node))

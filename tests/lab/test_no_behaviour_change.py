@@ -158,10 +158,12 @@ def merged_storage_step(step: dict) -> bool:
 
 
 def _node_settings(inputs: dict) -> dict:
-    """A node's inputs in either layout, without its cache, its parallel-FS mount and the rails'
-    MTU, leaf and leaf port."""
+    """A node's inputs in either layout, without its cache, its parallel-FS mount, its `lldp` and
+    the rails' MTU, leaf and leaf port. `lldp` (issue 40: a refresh of a node of an Ethernet fabric
+    reads its LLDP neighbours) changes nothing on the node and plans no update of its own; the
+    merge's update records it."""
     flat = {k: v for k, v in inputs.items() if k not in ("spec", "__provider")}
-    flat.update({k: v for k, v in (inputs.get("spec") or {}).items() if k not in ("cache", "pfs_mount")})
+    flat.update({k: v for k, v in (inputs.get("spec") or {}).items() if k not in ("cache", "pfs_mount", "lldp")})
     return _without_rail(flat, *RAIL_KEYS)
 
 

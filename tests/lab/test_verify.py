@@ -23,7 +23,7 @@ from railyard.model.fabric.routing import port_netdev
 from railyard.model.fabric.subnet import End, cable_of
 
 from .railyard_project import STORAGE, free_networks
-from .stack_project import StackProject, lab_stack
+from .stack_project import StackProject, lab_stack, recorded_facts
 
 STACK = "tverify"
 FIRMWARE = "28.37.1014"
@@ -240,13 +240,6 @@ def tuned_hosts(project: StackProject) -> list[str]:
     if "plaintext" in hosts:  # a secret, as --show-secrets gives it
         hosts = json.loads(hosts["plaintext"])
     return sorted(hosts)
-
-
-def recorded_facts(project: StackProject, node: str) -> dict:
-    """The node's hardware facts as the stack's state holds them (a refresh records them)."""
-    state = json.loads(project.pulumi("stack", "export").stdout)
-    return json.loads(next(r["outputs"]["facts"] for r in state["deployment"]["resources"]
-                           if r["type"].endswith("lab:Node") and json.loads(r["outputs"]["spec"])["node"] == node))
 
 
 def warnings_of(proc: subprocess.CompletedProcess[str]) -> str:

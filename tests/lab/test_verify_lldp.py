@@ -4,7 +4,8 @@ router running Debian's lldpd, naming its ports as the plan does; each node runs
 the lldp role of its tuning. Real LLDP frames cross the veths, verify reads each node's neighbours
 (`lldpctl -f json`) over SSH and holds them against the plan: cables swapped at the leaves by
 `railyard lab fault`, and a pulled one, are found and named, nothing else is, and `--clear` gives
-back a stack verify finds as planned.
+back a stack verify finds as planned. A refresh records each node's neighbours in its facts, the
+swap included.
 
 Only the fabric part is read: the catalog's dgx-h100 ships its ConnectX-7 ports as InfiniBand
 (its user guide's default), so the hardware part rightly says a RoCE fabric needs them in Ethernet
@@ -25,7 +26,7 @@ from railyard.model.fabric.routing import port_netdev
 from railyard.model.fabric.subnet import End, cable_of
 
 from .railyard_project import STORAGE, free_networks
-from .stack_project import StackProject, lab_stack
+from .stack_project import StackProject, lab_stack, recorded_facts
 
 STACK = "tlldp"
 
@@ -108,17 +109,28 @@ def test_the_stack_as_cabled_verifies_clean_from_both_nodes_lldp(project):
     assert f'"value": "{rail0.netdev}"' in leaf.stdout
 
 
+def recorded_neighbours(p: StackProject, node: str, netdev: str) -> list[tuple[str, str]]:
+    """(switch, port) of each LLDP neighbour of the node's NIC, as the last refresh recorded them."""
+    return [(n["system"], n["port"]) for n in recorded_facts(p, node)["lldp"]["neighbours"][netdev]]
+
+
 def test_a_cable_swap_at_the_leaves_is_one_finding_and_clears(project):
+    """The swap is found, and a refresh records it in the node's facts: what the NIC's lldpd heard."""
     a, b = nic(project, "gpu-1", 0), nic(project, "gpu-1", 3)
+    switch = project.plan.fabric.switch
     fault(project, "cable-swap", "gpu-1", a.name, b.name)
     try:
         rc, found = verify_until(project, lambda f: len(f) == 1)
         assert rc == 1 and [(f["kind"], f["node"]) for f in found] == [("cable-swapped", "gpu-1")], found
         assert found[0]["where"] == f"gpu-1 {a.name} port 1 and gpu-1 {b.name} port 1"
         assert f"gpu-1 {a.name} port 1 to {b.leaf} port {b.leaf_port}" in found[0]["found"]
+        project.pulumi("refresh", "--yes", "--skip-preview")
+        assert recorded_neighbours(project, "gpu-1", a.netdev) == [(b.leaf, port_netdev(switch, b.leaf_port))]
     finally:
         fault(project, "--clear")
     assert verify_until(project, lambda f: f == []) == (0, [])
+    project.pulumi("refresh", "--yes", "--skip-preview")
+    assert recorded_neighbours(project, "gpu-1", a.netdev) == [(a.leaf, port_netdev(switch, a.leaf_port))]
 
 
 def test_two_nodes_cables_exchanged_on_one_leaf_and_a_pulled_one(project):

@@ -181,7 +181,7 @@ class LabDriver(Driver):
             **self._links(node.management_ip, node.storage_ip),
             authorized_key=access.public_key, cache=local, pfs_mount=pfs.mount if pfs is not None else None,
             nic_firmware=self.spec.verify.pins.nic_firmware, link_gbps=self._trained_gbps(node.sku),
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
+            lldp=self.plan.fabric.cabling_by_lldp, opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
         )
         self._host_keys[node.name] = res.host_key
         ready: list[pulumi.Resource] = [res]

@@ -297,17 +297,18 @@ class NodeProvider(_LabProvider):
 
 
 def _facts(props: dict) -> str | None:
-    """What `railyard verify` reads of the node's hardware, for a refresh to record as the hosts
-    driver's does: the same program (sysfs_discovery.host_facts), run in the node as over SSH, as
-    one string (railyard.dynamic.one_value). Drift is judged live by verify and the drift check,
-    not from these; None where the program fails."""
+    """What `railyard verify` reads of the node, for a refresh to record as the hosts driver's
+    does: the same program (sysfs_discovery.host_facts), run in the node as over SSH, with the
+    node's LLDP neighbours where the stack's cabling is judged by them (`lldp`), as one string
+    (railyard.dynamic.one_value). Drift is judged live by verify and the drift check, not from
+    these; None where the program fails."""
     from railyard.drivers.lab import node
     from railyard.drivers.lab.errors import LabError
     from railyard.model import bundle
 
     try:
         done = node.run_in_node(props["stack"], props["node"], ["python3", "-I", "-S", "-"],
-                                input=bundle.host_facts_program(), timeout=60)
+                                input=bundle.host_facts_program(lldp=bool(props.get("lldp"))), timeout=60)
         return one_value(bundle.answer(done.stdout)) if done.returncode == 0 else None
     except (ValueError, OSError, subprocess.TimeoutExpired, LabError):
         return None
@@ -362,14 +363,15 @@ class LabNode(TypedResource, module="lab", name="Node"):
     """`cache`: {mount, fs, raid, drives, size_gib} for the node's local cache, or None;
     `pfs_mount`: where the stack's parallel FS is mounted in the node, or None; `nic_firmware`:
     the stack's pinned NIC firmware, which the node's RDMA devices show, or None; `link_gbps`: the
-    compute fabric's speed where it is below the SKU's compute NICs' (their ports train at it), or None."""
+    compute fabric's speed where it is below the SKU's compute NICs' (their ports train at it), or None;
+    `lldp`: a refresh records the node's LLDP neighbours too (an Ethernet fabric's cabling)."""
 
     host_key: pulumi.Output[str]
 
     def __init__(self, name: str, *, stack: str, node: str, sku: str, mgmt: dict, rails: list[dict],
                  storage: dict | None, compute_cidr: str | None, authorized_key: Any, cache: dict | None = None,
                  pfs_mount: str | None = None, nic_firmware: str | None = None, link_gbps: int | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 lldp: bool = False, opts: pulumi.ResourceOptions | None = None):
         # Three top-level inputs: the SDK tracks an Output per top-level input, and the stack and
         # node names are settings like the rest (the providers read them through `_flat`). The
         # authorized key stays apart: it is an Output, unknown until the access key exists.
@@ -379,7 +381,11 @@ class LabNode(TypedResource, module="lab", name="Node"):
                                  "pfs_mount": pfs_mount,
                                  # Only where set: other stacks keep their inputs as before.
                                  **({"nic_firmware": nic_firmware} if nic_firmware else {}),
-                                 **({"link_gbps": link_gbps} if link_gbps else {})}),
+                                 **({"link_gbps": link_gbps} if link_gbps else {}),
+                                 # Not among NodeProvider.INPUTS: it changes what a refresh reads, not
+                                 # the node. A node made before it plans no update for it, and its
+                                 # refresh reads the neighbours once an update records it.
+                                 **({"lldp": True} if lldp else {})}),
             "authorized_key": authorized_key, "host_key": None,
         }, opts)
 

@@ -282,8 +282,7 @@ def test_the_host_program_of_an_ethernet_host_carries_its_lldp_neighbours(trees,
     from railyard.model.catalog import FIXTURES_DIR
 
     root = trees["dgx-h100"]
-    modules, entry = bundle.HOST_FACTS
-    program = bundle.program(modules, entry, [str(root / "sys"), str(root / "proc"), str(root / "dev"), True])
+    program = bundle.host_facts_program(str(root / "sys"), str(root / "proc"), str(root / "dev"), lldp=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "lldpctl").write_text(f"#!/bin/sh\nexec /bin/cat {FIXTURES_DIR / 'lldp/lldpctl-json-host-two-leaves.json'}\n")

@@ -73,3 +73,27 @@ def test_a_refresh_records_the_nodes_facts_and_keeps_the_last_ones_where_it_cann
     # An update of the node's settings keeps what the last refresh saw.
     monkeypatch.setattr(resources.NodeProvider, "ensure", lambda self, flat: {"host_key": "ssh-ed25519 BBBB"})
     assert NodeProvider().update("id", props, {"spec": encode_spec(SPEC)}).outs["facts"] == props["facts"]
+
+
+def test_a_node_of_an_ethernet_fabric_records_its_lldp_neighbours_and_an_older_node_plans_no_update(monkeypatch):
+    """`lldp` asks the node's program for what its lldpd heard, as verify reads an Ethernet fabric's
+    cabling; it changes nothing on the node, so a node made without it plans no update."""
+    import subprocess
+
+    from railyard.drivers.lab import node, storage
+
+    asked = []
+    monkeypatch.setattr(node, "read_node", lambda stack, name: {"running": True, "host_key": "ssh-ed25519 BBBB"})
+    monkeypatch.setattr(storage, "read_cache", lambda stack, name: {"mounted": True})
+
+    def in_node(stack, name, argv, input=None, timeout=60):
+        asked.append(next(line for line in input.splitlines() if line.startswith("ARGS = ")))
+        return subprocess.CompletedProcess(argv, 0, '{"lldp": {"not_read": "lldpctl exited 1"}}\n', "")
+
+    monkeypatch.setattr(node, "run_in_node", in_node)
+    roce = {"spec": encode_spec({**SPEC, "lldp": True}), "host_key": "ssh-ed25519 BBBB"}
+    ib = {"spec": encode_spec(SPEC), "host_key": "ssh-ed25519 BBBB"}
+    assert json.loads(NodeProvider().read("id", roce).outs["facts"]) == {"lldp": {"not_read": "lldpctl exited 1"}}
+    NodeProvider().read("id", ib)
+    assert asked == ["ARGS = ['/sys', '/proc', '/dev', True]", "ARGS = ['/sys', '/proc', '/dev', False]"]
+    assert not NodeProvider().diff("id", ib, roce).changes
