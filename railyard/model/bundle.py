@@ -89,9 +89,15 @@ def answer(stdout: str) -> Any:
     return json.loads(lines[-1])
 
 
-def host_facts_program(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev",
-                       lldp: bool = False) -> str:
-    """The program that prints sysfs_discovery.host_facts() of the host it runs on; with lldp, its
+def host_facts_args(sysfs_root: str = "/sys", procfs_root: str = "/proc", dev_root: str = "/dev",
+                    lldp: bool = False) -> list:
+    """sysfs_discovery.host_facts()'s arguments, as the program passes them; with lldp, the host's
     LLDP neighbours too."""
+    return [sysfs_root, procfs_root, dev_root, lldp]
+
+
+def host_facts_program(*args: Any, **kwargs: Any) -> str:
+    """The program that prints sysfs_discovery.host_facts() of the host it runs on (the arguments
+    of host_facts_args)."""
     modules, entry = HOST_FACTS
-    return program(modules, entry, [sysfs_root, procfs_root, dev_root, lldp])
+    return program(modules, entry, host_facts_args(*args, **kwargs))

@@ -9,8 +9,8 @@ lldpctl's `json` format is irregular: `lldp.interface` is an object keyed by int
 one neighbour is known and a list of one-key objects when there are more, and `lldp` is empty when
 there is none. A chassis is keyed by its system name when it sends one. parse() takes every shape.
 The result keeps only what identifies the far end (system name, chassis id, port id and its
-subtype), never the ages and TTLs that change at every read, so that facts recorded in state at a
-refresh differ only when a cable does.
+subtype), never the ages and TTLs that change at every read, and for_state() drops the one age
+read() adds, so that facts recorded in state at a refresh differ only when a cable does.
 """
 
 from __future__ import annotations
@@ -131,6 +131,15 @@ def read(argv: tuple = (LLDPCTL, "-f", "json"), chassis: tuple | None = CHASSIS)
     if age is not None and age < LISTENING_S:
         out["listening_s"] = int(age)
     return out
+
+
+def for_state(facts: dict) -> dict:
+    """Host facts as a refresh records them: the LLDP reading without `listening_s`, an age that
+    would make each refresh in lldpd's first seconds a change of the facts."""
+    reading = facts.get("lldp")
+    if not isinstance(reading, dict) or "listening_s" not in reading:
+        return facts
+    return {**facts, "lldp": {k: v for k, v in reading.items() if k != "listening_s"}}
 
 
 def running_s(pid_file: str = PID_FILE, proc: str = "/proc") -> float | None:

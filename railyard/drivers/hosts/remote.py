@@ -36,5 +36,5 @@ def host_facts(target: Target, *, private_key: str | None, timeout: float = 120,
     """The host's hardware facts (sysfs_discovery.host_facts), discovered over SSH; with lldp, its
     LLDP neighbours too (an Ethernet fabric's cabling)."""
     modules, entry = bundle.HOST_FACTS
-    return call(target, list(modules), entry, ["/sys", "/proc", "/dev", lldp], private_key=private_key,
+    return call(target, list(modules), entry, bundle.host_facts_args(lldp=lldp), private_key=private_key,
                 timeout=timeout)

@@ -75,8 +75,10 @@ def discover_and_check(props: dict) -> dict:
 
 def outputs(found: dict) -> dict:
     """discover()'s result as state records it: the facts as one string (railyard.dynamic.one_value),
-    not their thousand values."""
-    return {**found, "facts": one_value(found["facts"])}
+    not their thousand values, the LLDP reading without its age (lldp.for_state)."""
+    from railyard.model import lldp
+
+    return {**found, "facts": one_value(lldp.for_state(found["facts"]))}
 
 
 def drifted(olds: dict) -> bool:

@@ -300,16 +300,16 @@ def _facts(props: dict) -> str | None:
     """What `railyard verify` reads of the node, for a refresh to record as the hosts driver's
     does: the same program (sysfs_discovery.host_facts), run in the node as over SSH, with the
     node's LLDP neighbours where the stack's cabling is judged by them (`lldp`), as one string
-    (railyard.dynamic.one_value). Drift is judged live by verify and the drift check, not from
+    (railyard.dynamic.one_value) without the reading's age (lldp.for_state). Drift is judged live by verify and the drift check, not from
     these; None where the program fails."""
     from railyard.drivers.lab import node
     from railyard.drivers.lab.errors import LabError
-    from railyard.model import bundle
+    from railyard.model import bundle, lldp
 
     try:
         done = node.run_in_node(props["stack"], props["node"], ["python3", "-I", "-S", "-"],
                                 input=bundle.host_facts_program(lldp=bool(props.get("lldp"))), timeout=60)
-        return one_value(bundle.answer(done.stdout)) if done.returncode == 0 else None
+        return one_value(lldp.for_state(bundle.answer(done.stdout))) if done.returncode == 0 else None
     except (ValueError, OSError, subprocess.TimeoutExpired, LabError):
         return None
 
@@ -383,8 +383,9 @@ class LabNode(TypedResource, module="lab", name="Node"):
                                  **({"nic_firmware": nic_firmware} if nic_firmware else {}),
                                  **({"link_gbps": link_gbps} if link_gbps else {}),
                                  # Not among NodeProvider.INPUTS: it changes what a refresh reads, not
-                                 # the node. A node made before it plans no update for it, and its
-                                 # refresh reads the neighbours once an update records it.
+                                 # the node. A node made before it plans no update for it: read()
+                                 # gets the state's outputs, which hold it only after an update of
+                                 # the node's settings, so its refreshes read them from then on.
                                  **({"lldp": True} if lldp else {})}),
             "authorized_key": authorized_key, "host_key": None,
         }, opts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from railyard.drivers.hosts import resources
+from railyard.dynamic import one_value
 from railyard.remote.ssh import SshError
 
 PROPS = {"stack": "s", "node": "gpu-0", "address": "192.0.2.11", "user": "root", "port": 22, "jump": None,
@@ -54,6 +55,18 @@ def test_refresh_records_what_the_host_has_and_keeps_the_last_seen_when_it_is_do
 
     monkeypatch.setattr(resources, "discover", down)
     assert provider.read("id", olds).outs == olds
+
+
+def test_a_refresh_soon_after_lldpd_started_records_the_neighbours_without_their_age(monkeypatch):
+    """read()'s `listening_s` says a young lldpd may not have heard every rail yet: verify needs it
+    live, but in state it would make each refresh of lldpd's first seconds a change of the facts."""
+    heard = {"neighbours": {"ibp64s0": [{"system": "su0-leaf1", "chassis_id": None, "port": "swp1s0",
+                                         "port_type": "local"}]}, "system": "gpu-0"}
+    for age in (4, 20):
+        monkeypatch.setattr(resources, "discover", lambda props, age=age: {
+            "host_key": "k", "facts": {"gpus": [], "lldp": {**heard, "listening_s": age}}})
+        outs = resources.HostMachineProvider().read("id", {**PROPS, "fabric": "roce"}).outs
+        assert outs["facts"] == one_value({"gpus": [], "lldp": heard})
 
 
 def test_a_host_whose_pci_bus_could_not_be_read_is_refused(monkeypatch):
