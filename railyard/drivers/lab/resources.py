@@ -300,8 +300,8 @@ def _facts(props: dict) -> str | None:
     """What `railyard verify` reads of the node, for a refresh to record as the hosts driver's
     does: the same program (sysfs_discovery.host_facts), run in the node as over SSH, with the
     node's LLDP neighbours where the stack's cabling is judged by them (`lldp`), as one string
-    (railyard.dynamic.one_value) without the reading's age (lldp.for_state). Drift is judged live by verify and the drift check, not from
-    these; None where the program fails."""
+    (railyard.dynamic.one_value) without the reading's age (lldp.for_state). Drift is judged
+    live by verify and the drift check, not from these; None where the program fails."""
     from railyard.drivers.lab import node
     from railyard.drivers.lab.errors import LabError
     from railyard.model import bundle, lldp
