@@ -45,10 +45,11 @@ def discover(props: dict) -> dict:
     """The host's facts and the host key SSH accepted (the facts as a mapping; `outputs` makes
     them the one string state holds)."""
     from railyard.drivers.hosts import remote
+    from railyard.model.fabric import cabled_by_lldp
 
     # An Ethernet fabric's hosts say who their rails are cabled to (LLDP), so a refresh records it.
     facts, result = remote.host_facts(target(props), private_key=props.get("private_key") or None,
-                                      lldp=props.get("fabric") not in (None, "infiniband"))
+                                      lldp=cabled_by_lldp(props.get("fabric")))
     return {"host_key": result.host_key, "facts": facts}
 
 

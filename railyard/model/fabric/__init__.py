@@ -37,12 +37,12 @@ from railyard.model.fabric.names import (
     LINK_TIERS, SWITCH_TIERS, core_name, group_name, group_spine_name, leaf_name, spine_name, unit_name,
 )
 from railyard.model.fabric.planner import (
-    FabricPlan, FabricPool, PoolLayout, fabric_pools, min_bisection_links, nic_name, plan_fabric,
+    FabricPlan, FabricPool, PoolLayout, cabled_by_lldp, fabric_pools, min_bisection_links, nic_name, plan_fabric,
 )
 
 __all__ = [
     "CSV_COLUMNS", "LINK_TIERS", "SWITCH_TIERS",
     "FabricError", "FabricPlan", "FabricPool", "Link", "PoolLayout", "Switch", "SwitchGeometry",
-    "core_name", "fabric_pools", "group_name", "group_spine_name", "leaf_name", "min_bisection_links", "unit_name",
+    "cabled_by_lldp", "core_name", "fabric_pools", "group_name", "group_spine_name", "leaf_name", "min_bisection_links", "unit_name",
     "nic_name", "plan_fabric", "spine_name", "switch_geometry",
 ]

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from railyard.model.spec.types import Spec
 
 
+def cabled_by_lldp(kind: str | None) -> bool:
+    """A fabric of this kind has its cabling read from the hosts' LLDP neighbours (Ethernet), not
+    from the subnet manager's view (InfiniBand): the hosts run lldpd on their rails. None (a host
+    recorded before its fabric was) reads no LLDP."""
+    return kind is not None and kind != "infiniband"
+
+
 @dataclass(frozen=True)
 class FabricPool:
     """A node pool as the fabric sees it: how many nodes, and their compute NICs in rail order."""
@@ -283,9 +290,7 @@ class FabricPlan(Cabling):
 
     @property
     def cabling_by_lldp(self) -> bool:
-        """Its cabling is read from the hosts' LLDP neighbours (Ethernet), not from the subnet
-        manager's view (InfiniBand): the hosts run lldpd on their rails."""
-        return self.kind != "infiniband"
+        return cabled_by_lldp(self.kind)
 
     @property
     def nodes(self) -> int:

@@ -69,6 +69,24 @@ def test_a_refresh_soon_after_lldpd_started_records_the_neighbours_without_their
         assert outs["facts"] == one_value({"gpus": [], "lldp": heard})
 
 
+def test_discovery_reads_lldp_on_a_roce_fabric_only_as_the_plan_says(monkeypatch):
+    """The hosts' refresh and the plan's verify agree on which fabrics are cabled by LLDP: a host
+    of an InfiniBand fabric, or one recorded before its fabric was, is never asked for lldpctl."""
+    from railyard.drivers.hosts import remote
+    from railyard.model.fabric import cabled_by_lldp
+
+    asked = {}
+
+    def host_facts(target, *, private_key, lldp):
+        asked[target.address] = lldp
+        return {"gpus": []}, type("Result", (), {"host_key": "k"})()
+
+    monkeypatch.setattr(remote, "host_facts", host_facts)
+    for n, fabric in enumerate(("roce", "infiniband", None)):
+        resources.discover({**PROPS, "address": f"192.0.2.{20 + n}", "fabric": fabric})
+        assert asked[f"192.0.2.{20 + n}"] is cabled_by_lldp(fabric) is (fabric == "roce"), fabric
+
+
 def test_a_host_whose_pci_bus_could_not_be_read_is_refused(monkeypatch):
     monkeypatch.setattr(resources, "discover", lambda props: {"host_key": "k", "facts": {
         "gpus": None, "nics": None, "notes": ["/sys/bus/pci: no such directory"]}})
