@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -49,6 +50,25 @@ def copies(tmp_path_factory):
             b.cleanup()
 
 
+def steady(read):
+    """A reading of lab objects that two reads 0.2 s apart agree on. A live node's own processes
+    start short-lived children (the SR-IOV agent's `ip link show` at each rescan), which one
+    snapshot may catch and the next not; a process gc killed is gone from both."""
+    last = read()
+    for _ in range(20):
+        time.sleep(0.2)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def live(a: RailyardProject, b: RailyardProject) -> tuple[dict, dict]:
+    """The objects of both copies' live stacks."""
+    return a.leftovers(KEEP_A), b.leftovers(KEEP_B)
+
+
 def changes(before: dict, after: dict) -> str:
     """What differs between two {stack: leftovers} readings, item by item (a process by its pid
     and command line), so that a failure says which object came or went."""
@@ -66,33 +86,37 @@ def changes(before: dict, after: dict) -> str:
 
 def test_dry_run_lists_the_lost_stack_and_the_other_checkout_and_removes_nothing(copies):
     a, b = copies
-    before = {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
+
+    def reading():
+        return {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
+
+    before = steady(reading)
     out = a.railyard("lab", "gc", "--all", "--dry-run").stdout
     lines = {line.split("(tag")[0].strip(): line for line in out.splitlines() if line.startswith("  stack ")}
     assert "no state in the backend; would remove" in lines[f"stack {LOST_A}"], out
     assert names.node_ns(LOST_A, "gpu-0") in out and names.host_link(LOST_A) in out
     assert "would remove nothing" in lines[f"stack {KEEP_A}"], out
     assert f"tag {names.stack_tag(KEEP_B)}: belongs elsewhere" in out and str(b.dir) in out, out
-    after = {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
+    after = steady(reading)
     assert after == before, "the dry run changed the machine:\n" + changes(before, after)
 
 
 def test_all_removes_only_what_no_state_of_its_own_checkout_knows(copies):
     a, b = copies
-    keep_a, keep_b = a.leftovers(KEEP_A), b.leftovers(KEEP_B)
+    before = steady(lambda: live(a, b))
     out = a.railyard("lab", "gc", "--all").stdout
     assert f"stack {LOST_A} (tag {names.stack_tag(LOST_A)}): no state in the backend; removed" in out, out
     assert a.leftovers(LOST_A) == {}, "every object of the lost stack: namespaces, links, processes, mounts, dirs"
     assert not paths.lab_dir(LOST_A, a.dir).exists()
-    assert a.leftovers(KEEP_A) == keep_a and b.leftovers(KEEP_B) == keep_b
+    assert steady(lambda: live(a, b)) == before
 
 
 def test_the_other_checkouts_all_leaves_this_ones_live_stack_intact(copies):
     a, b = copies
-    keep_a, keep_b = a.leftovers(KEEP_A), b.leftovers(KEEP_B)
+    before = steady(lambda: live(a, b))
     out = b.railyard("lab", "gc", "--all").stdout
     assert f"tag {KEEP_A}: belongs elsewhere" in out and str(a.dir) in out, out
-    assert a.leftovers(KEEP_A) == keep_a and b.leftovers(KEEP_B) == keep_b
+    assert steady(lambda: live(a, b)) == before
     # Both live stacks still answer over SSH as their state says.
     for project, stack in ((a, KEEP_A), (b, KEEP_B)):
         proc = project.railyard("lab", "ssh", "--stack", stack, "gpu-0", "hostname")
