@@ -72,8 +72,11 @@ def acceptance_vars() -> dict[str, Any]:
     # no fault of its own (0.89 against 4.02 Gb/s). Unless the stack says otherwise, a lab rail is
     # flagged only at a tenth of its node's others (a real fault, such as a 20 Mb/s shaper, is over
     # 99 % below): the driver's tolerance for rails at the host's rate.
+    # An unbounded probe measures those cores and spends them: one second of iperf3 over loopback
+    # here moved 25 Gb/s for 1.4 CPU-s (client and server; 4 % of the test suite's CPU in all).
+    # At 2 Gb/s it costs 0.12 CPU-s, and a faulty rail (tc's 20 Mb/s) is still 99 % below.
     return {"acceptance_install_packages": False, "acceptance_dev_root": f"{HW_TREE}/dev",
-            "acceptance_tolerance": entry("lab").capabilities.rails_at_host_rate}
+            "acceptance_tolerance": entry("lab").capabilities.rails_at_host_rate, "acceptance_max_gbps": 2}
 
 
 # The contract's hooks this module provides (railyard.drivers.TuningHooks).

@@ -5,6 +5,7 @@ got no ping through is pinged once more, and only a rail lost both times reaches
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,3 +67,22 @@ def test_the_probe_mode_reports_a_rail_that_answered_the_second_ping_and_measure
     rails = result["acceptance"]["rails"]
     assert [(r["rail"], r["ping_ok"], r["gbps"]) for r in rails] == [(0, True, 10.0), (1, True, 10.0), (2, False, None)]
     assert rails[2]["iperf_error"] == "no ping, no probe" and rails[2]["ping_error"] == "lost (again: lost)"
+
+
+def test_an_iperf3_probe_is_bounded_by_max_gbps_and_unbounded_at_zero(monkeypatch):
+    """The lab bounds its probes (its veths' bytes are this machine's CPU time); a real rail is
+    measured at its full rate."""
+    from railyard.drivers.lab.tuning import acceptance_vars
+
+    ran: list[list[str]] = []
+
+    def run(argv, timeout):
+        ran.append(argv)
+        return 0, json.dumps({"end": {"sum_received": {"bits_per_second": 2.0e9}}}), ""
+
+    monkeypatch.setattr(probe, "_run", run)
+    monkeypatch.setattr(probe, "_rdma", lambda params, device: False)
+    pair = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
+    for cap, bound in ((acceptance_vars()["acceptance_max_gbps"], ["--bitrate", "2G"]), (0, [])):
+        assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, pair) == (2.0, "")
+        assert ran[-1][ran[-1].index("--connect-timeout") + 2:] == bound, ran[-1]

@@ -31,6 +31,13 @@ options:
   probes: {description: "The ring peers this node sends to: rail, peer, ip, source_ip, port, routers.", type: list, elements: dict, default: []}
   mtu: {description: The rails' MTU., type: int, default: 1500}
   seconds: {description: Seconds of each bandwidth probe., type: int, default: 1}
+  max_gbps:
+    description:
+      - The most each iperf3 probe sends, in Gb/s (iperf3 --bitrate); 0 sends at the rail's full rate.
+      - For rails whose bytes are the CPU time of the machine that runs the probes (veths), where a probe at the full
+        rate would measure the CPU, not the rail.
+    type: float
+    default: 0
   timeout: {description: Seconds after which a bandwidth probe is given up., type: int, default: 8}
   tolerance: {description: "A rail this fraction below the median of the node's rails is measured again.", type: float, default: 0.25}
   ping_count: {description: Pings per rail., type: int, default: 3}
@@ -210,8 +217,10 @@ def _bandwidth(params, p):
         if rc == 0 and rows:
             return float(rows[-1][3]), ""
         return None, (err or f"ib_write_bw exited {rc}").strip()[-300:]
+    cap = ["--bitrate", f"{params['max_gbps']:g}G"] if params["max_gbps"] else []
     rc, out, err = _run(["iperf3", "--client", p["ip"], "--bind", p["source_ip"], "--port", str(p["port"]),
-                         "--time", str(params["seconds"]), "--json", "--connect-timeout", "2000"], params["timeout"])
+                         "--time", str(params["seconds"]), "--json", "--connect-timeout", "2000", *cap],
+                        params["timeout"])
     try:
         data = json.loads(out) if out else {}
     except ValueError:
@@ -326,6 +335,7 @@ def main():
             mode=dict(type="str", choices=["serve", "probe", "stop"], required=True),
             serve=dict(type="list", elements="dict", default=[]), probes=dict(type="list", elements="dict", default=[]),
             mtu=dict(type="int", default=1500), seconds=dict(type="int", default=1), timeout=dict(type="int", default=8),
+            max_gbps=dict(type="float", default=0),
             tolerance=dict(type="float", default=0.25),
             ping_count=dict(type="int", default=3), ping_interval=dict(type="float", default=0.2),
             ping_wait=dict(type="int", default=2), storage_bytes=dict(type="int", default=1 << 20),
