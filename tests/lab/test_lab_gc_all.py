@@ -64,9 +64,9 @@ def steady(read):
     return last
 
 
-def live(a: RailyardProject, b: RailyardProject) -> tuple[dict, dict]:
+def live(a: RailyardProject, b: RailyardProject) -> dict:
     """The objects of both copies' live stacks."""
-    return a.leftovers(KEEP_A), b.leftovers(KEEP_B)
+    return {KEEP_A: a.leftovers(KEEP_A), KEEP_B: b.leftovers(KEEP_B)}
 
 
 def changes(before: dict, after: dict) -> str:
@@ -108,7 +108,8 @@ def test_all_removes_only_what_no_state_of_its_own_checkout_knows(copies):
     assert f"stack {LOST_A} (tag {names.stack_tag(LOST_A)}): no state in the backend; removed" in out, out
     assert a.leftovers(LOST_A) == {}, "every object of the lost stack: namespaces, links, processes, mounts, dirs"
     assert not paths.lab_dir(LOST_A, a.dir).exists()
-    assert steady(lambda: live(a, b)) == before
+    after = steady(lambda: live(a, b))
+    assert after == before, "a live stack's objects changed:\n" + changes(before, after)
 
 
 def test_the_other_checkouts_all_leaves_this_ones_live_stack_intact(copies):
@@ -116,7 +117,8 @@ def test_the_other_checkouts_all_leaves_this_ones_live_stack_intact(copies):
     before = steady(lambda: live(a, b))
     out = b.railyard("lab", "gc", "--all").stdout
     assert f"tag {KEEP_A}: belongs elsewhere" in out and str(a.dir) in out, out
-    assert steady(lambda: live(a, b)) == before
+    after = steady(lambda: live(a, b))
+    assert after == before, "a live stack's objects changed:\n" + changes(before, after)
     # Both live stacks still answer over SSH as their state says.
     for project, stack in ((a, KEEP_A), (b, KEEP_B)):
         proc = project.railyard("lab", "ssh", "--stack", stack, "gpu-0", "hostname")

@@ -25,6 +25,7 @@ from railyard.drivers.hosts.config import (
     Bmc, Budget, Host, HostsConfig, JumpHost, PoolHosts, Reboot, Switch, Switches,
 )
 from railyard.model.errors import Problem
+from railyard.model.fabric import cabled_by_lldp
 from railyard.model.spec import LOGIN_NAME, SectionReader, did_you_mean as _did_you_mean, \
     is_secret as _is_secret, show as _show
 # The address and key forms every SSH caller shares (re-exported: this module's readers import them here).
@@ -445,7 +446,7 @@ def _switches(r: _Reader, s: Mapping, spec: Spec, d: _Defaults, hosts: Sequence[
     if m is None:
         return None
     fabric = getattr(spec, "fabric", None)
-    if fabric is not None and fabric.compute.kind == "infiniband":
+    if fabric is not None and not cabled_by_lldp(fabric.compute.kind):
         r.problem(path, "switches to read LLDP tables from", "nothing on an InfiniBand fabric",
                   "the subnet's cabling is read with ibnetdiscover; name switches by GUID with "
                   "railyard:verify.switchGuids")

@@ -14,7 +14,8 @@ verify` finds. Each shows only where the node's own tools would show it:
     link-width NODE DEV WIDTH    a rail's cable trained narrower (2x, 1x) in the subnet
     link-slow NODE DEV MBIT      a rail that carries no more than MBIT Mbit/s out of the node: a
                                  token bucket (tc tbf) on the node's own netdev, which real
-                                 traffic (acceptance's iperf3) meets
+                                 traffic meets (acceptance flags it under about 200: its iperf3
+                                 goes at 2 Gb/s at most in the lab)
     gpu-lost NODE GPU            the GPU gone from the node's PCI bus (its hardware tree)
     pcie-degraded NODE DEV WIDTH a GPU's or NIC's PCIe link trained at WIDTH lanes (current_link_width)
     firmware NODE DEV VERSION    a NIC flashed to VERSION (fw_ver)

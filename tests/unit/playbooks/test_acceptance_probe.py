@@ -8,6 +8,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location(
     "acceptance_probe", ROOT / "playbooks/roles/acceptance/library/acceptance_probe.py")
@@ -86,3 +88,18 @@ def test_an_iperf3_probe_is_bounded_by_max_gbps_and_unbounded_at_zero(monkeypatc
     for cap, bound in ((acceptance_vars()["acceptance_max_gbps"], ["--bitrate", "2G"]), (0, [])):
         assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, pair) == (2.0, "")
         assert ran[-1][ran[-1].index("--connect-timeout") + 2:] == bound, ran[-1]
+
+
+def test_a_negative_max_gbps_is_refused_before_any_probe(monkeypatch):
+    class Module:
+        def __init__(self, argument_spec, supports_check_mode):
+            self.params = {k: v.get("default") for k, v in argument_spec.items()}
+            self.params.update(mode="probe", probes=PROBES, max_gbps=-2.0)
+
+        def fail_json(self, msg):
+            raise SystemExit(msg)
+
+    monkeypatch.setattr(probe, "AnsibleModule", Module)
+    monkeypatch.setattr(probe, "_reach_all", lambda params, probes: pytest.fail("probed"))
+    with pytest.raises(SystemExit, match=r"max_gbps: -2 is below 0; .* or 0 for the rail's full rate"):
+        probe.main()

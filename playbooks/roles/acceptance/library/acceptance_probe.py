@@ -351,6 +351,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    if params["max_gbps"] < 0:
+        module.fail_json(msg=f"max_gbps: {params['max_gbps']:g} is below 0; give the most a probe sends in Gb/s, "
+                             "or 0 for the rail's full rate")
     if params["mode"] == "serve":
         _serve(module, params)
         module.exit_json(changed=False)
