@@ -88,7 +88,7 @@ def test_dry_run_lists_the_lost_stack_and_the_other_checkout_and_removes_nothing
     a, b = copies
 
     def reading():
-        return {s: a.leftovers(s) for s in (KEEP_A, LOST_A)} | {KEEP_B: b.leftovers(KEEP_B)}
+        return {**live(a, b), LOST_A: a.leftovers(LOST_A)}
 
     before = steady(reading)
     out = a.railyard("lab", "gc", "--all", "--dry-run").stdout

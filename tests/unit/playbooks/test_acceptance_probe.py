@@ -5,12 +5,12 @@ got no ping through is pinged once more, and only a rail lost both times reaches
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+IPERF3 = ROOT / "railyard/data/fixtures/iperf3"
 spec = importlib.util.spec_from_file_location(
     "acceptance_probe", ROOT / "playbooks/roles/acceptance/library/acceptance_probe.py")
 probe = importlib.util.module_from_spec(spec)
@@ -73,21 +73,31 @@ def test_the_probe_mode_reports_a_rail_that_answered_the_second_ping_and_measure
 
 def test_an_iperf3_probe_is_bounded_by_max_gbps_and_unbounded_at_zero(monkeypatch):
     """The lab bounds its probes (its veths' bytes are this machine's CPU time); a real rail is
-    measured at its full rate."""
+    measured at its full rate. iperf3 answers with its real JSON (railyard/data/fixtures/iperf3)."""
     from railyard.drivers.lab.tuning import acceptance_vars
 
     ran: list[list[str]] = []
 
     def run(argv, timeout):
         ran.append(argv)
-        return 0, json.dumps({"end": {"sum_received": {"bits_per_second": 2.0e9}}}), ""
+        return 0, (IPERF3 / "iperf3-json-client-bitrate-2G.json").read_text(), ""
 
     monkeypatch.setattr(probe, "_run", run)
     monkeypatch.setattr(probe, "_rdma", lambda params, device: False)
     pair = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
     for cap, bound in ((acceptance_vars()["acceptance_max_gbps"], ["--bitrate", "2G"]), (0, [])):
-        assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, pair) == (2.0, "")
+        assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, pair) == (1.998, "")
         assert ran[-1][ran[-1].index("--connect-timeout") + 2:] == bound, ran[-1]
+
+
+def test_a_probe_iperf3_could_not_connect_keeps_iperf3s_reason(monkeypatch):
+    # iperf3 3.12 exits 0 here: the reason is in its JSON's `error`, and `end` is empty.
+    refused = (IPERF3 / "iperf3-json-client-refused.json").read_text()
+    monkeypatch.setattr(probe, "_run", lambda argv, timeout: (0, refused, ""))
+    monkeypatch.setattr(probe, "_rdma", lambda params, device: False)
+    pair = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
+    assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": 2}, pair) == (
+        None, "unable to connect to server: Connection refused")
 
 
 def test_a_negative_max_gbps_is_refused_before_any_probe(monkeypatch):
