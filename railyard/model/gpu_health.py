@@ -5,7 +5,7 @@ Readers of the real formats (fixtures of real output, railyard/data/fixtures/gpu
     nvidia-smi -q -x           parse_nvidia_smi: per GPU its PCI id, ECC counts, row remapping,
                                page retirement and active clock-event (throttle) reasons
     the kernel's log           parse_xids: `NVRM: Xid (PCI:<bus>): <code>, ...` lines, and
-                               fallen_off_bus: the driver's "fallen off the bus" message, which
+                               fallen_off_bus: the driver's "fallen off the bus" messages, which
                                may come with no Xid line at all
     nvidia-smi nvlink --status parse_nvlink_status: each link's speed, or inactive
     dcgmi diag -j              parse_dcgm_diag: each test's result per GPU (DCGM 3's and 4's schemas)
@@ -184,7 +184,10 @@ class Xid:
 
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+), (.*)$")
-_FALLEN = re.compile(r"NVRM: The NVIDIA GPU (\S+)\s.*?fallen off the bus", re.S)
+# The driver says it two ways: at probe (a reload after the loss), over three lines and often with
+# no Xid; and at the loss itself, one line after the Xid 79 (both in SOURCES.md's H100 logs).
+_FALLEN = re.compile(r"NVRM: The NVIDIA GPU (\S+)\s.*?fallen off the bus"
+                     r"|NVRM: GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus", re.S)
 
 
 def parse_xids(text: str) -> list[Xid]:
@@ -198,11 +201,11 @@ def parse_xids(text: str) -> list[Xid]:
 
 
 def fallen_off_bus(text: str) -> list[str]:
-    """The GPUs the driver says have fallen off the bus, by PCI address (the message spans lines
-    and may come with no Xid 79 line)."""
-    # The message's continuation lines carry their own `NVRM:` prefix; reading across them is why
+    """The GPUs the driver says have fallen off the bus, by PCI address, each once, in the order
+    first said (at the loss, after its Xid 79, or at a later probe, which may have no Xid line)."""
+    # The probe's continuation lines carry their own `NVRM:` prefix; reading across them is why
     # the pattern spans lines, up to the first "fallen off the bus" after each GPU's address.
-    return [m.group(1).lower() for m in _FALLEN.finditer(text)]
+    return list(dict.fromkeys((m.group(1) or m.group(2)).lower() for m in _FALLEN.finditer(text)))
 
 
 def judge_kernel_log(text: str, *, ignore: Iterable[int] = ()) -> list[HealthFinding]:

@@ -74,6 +74,22 @@ def test_a_gpu_fallen_off_the_bus_with_no_xid_line_is_still_found():
     assert [(f.kind, f.gpu) for f in gh.judge_kernel_log(text)] == [("gpu-fell-off-bus", "0000:b3:00.0")]
 
 
+def test_an_h100_lost_with_xid_79_is_one_xid_and_one_gpu_off_the_bus_however_often_the_driver_says_so():
+    """A real H100's kernel log (SOURCES.md): the Xid 79 and the driver's own line after it, then
+    the module's reload hours later failing to probe the same GPU."""
+    lost = (DATA / "xid-79-h100-dmesg.txt").read_text()
+    reload = (DATA / "gpu-fallen-off-bus-h100-reload-dmesg.txt").read_text()
+    [xid] = gh.parse_xids(lost)
+    assert (xid.bus, xid.code) == ("0000:5d:00", 79) and xid.detail.endswith("GPU has fallen off the bus.")
+    assert [(f.kind, f.gpu, f.found) for f in gh.judge_kernel_log(lost)] == [
+        ("xid", "0000:5d:00", "Xid 79"), ("gpu-fell-off-bus", "0000:5d:00.0", "fallen off")]
+    assert [(f.kind, f.gpu) for f in gh.judge_kernel_log(reload)] == [("gpu-fell-off-bus", "0000:5d:00.0")]
+    both = gh.judge_kernel_log(lost + reload)
+    assert [(f.kind, f.gpu) for f in both] == [("xid", "0000:5d:00"), ("gpu-fell-off-bus", "0000:5d:00.0")]
+    # Ignoring the Xid leaves the GPU off the bus.
+    assert [f.kind for f in gh.judge_kernel_log(lost, ignore=[79])] == ["gpu-fell-off-bus"]
+
+
 def test_nvlink_status_is_judged_against_the_skus_link_count_and_speed():
     text = (DATA / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text()
     links = gh.parse_nvlink_status(text)
@@ -134,6 +150,24 @@ def test_a_whole_dcgm_3_document_names_each_result_by_its_gpus_and_keeps_its_inf
     failed = text[:i] + text[i:].replace('"status" : "Pass"', '"status" : "Fail"', 1)
     [f] = gh.judge_dcgm(gh.parse_dcgm_diag(failed))
     assert (f.gpu, f.found) == ("GPU 0", "Fail") and f.message.startswith("GPU 0: DCGM Diagnostic Fail (GPU 0 Allocated")
+
+
+def test_a_whole_dcgm_4_document_fails_on_its_deployment_test_and_says_the_gated_plugins_skipped():
+    """DCGM 4.5.2's level 2 on a GB10 (glimmer-burnin's kept documents, SOURCES.md): the software
+    test fails on persistence mode; memory and pcie pass where allowed, and are skipped, with no
+    reason given, where the part is not on DCGM's list for them."""
+    allowed = gh.parse_dcgm_diag((DATA / "dcgmi-diag-r2-v4-gb10-software-fail.json").read_text())
+    assert [(r.test, r.entity, r.status) for r in allowed] == [
+        ("software", "GPU 0", "Fail"), ("memory", "GPU 0", "Pass"), ("pcie", "GPU 0", "Pass")]
+    assert allowed[1].info == ("Allocated 112427837082 bytes (87.5%)",)
+    [f] = gh.judge_dcgm(allowed)
+    assert (f.kind, f.gpu, f.planned, f.found) == ("dcgm-diag", "GPU 0", "Pass", "Fail")
+    assert f.message.startswith("GPU 0: DCGM software Fail (Persistence Mode: Persistence mode for GPU 0 is disabled.")
+    assert gh.dcgm_skipped(allowed) == []
+    gated = gh.parse_dcgm_diag((DATA / "dcgmi-diag-r2-v4-gb10-plugins-skipped.json").read_text())
+    assert [(r.test, r.status) for r in gated] == [("software", "Fail"), ("memory", "Skip"), ("pcie", "Skip")]
+    assert [x.found for x in gh.judge_dcgm(gated)] == ["Fail"]
+    assert gh.dcgm_skipped(gated) == ["DCGM memory skipped (GPU 0)", "DCGM pcie skipped (GPU 0)"]
 
 
 def test_all_reduce_perf_is_judged_on_its_largest_size_against_nic_speed_times_rails():

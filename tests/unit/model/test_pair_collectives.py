@@ -21,8 +21,8 @@ from .test_acceptance import config, plan_of
 
 CATALOG = load_catalog()
 GPU = Path(__file__).resolve().parents[3] / "railyard" / "data" / "fixtures" / "gpu"
-# A real two-node run's table cut to one rank a node (the one real run of two ranks kept, below, is
-# a slow one on HDR, not the NDR rails these pairs are planned on).
+# A real two-node run's table cut to one rank a node (the real runs of two ranks kept, below, are a
+# slow one on HDR and a healthy one on Slingshot, neither on the NDR rails these pairs are planned on).
 REAL = two_rank_table()
 
 
@@ -283,3 +283,16 @@ def test_a_real_run_of_two_ranks_on_two_nodes_is_read_through_nccls_info_lines_a
         ("collective-slow", n, "rail0", "25 GB/s", "6.44 GB/s") for n in ("gpu-0", "gpu-1")]
     # The same run where the rail is planned at what it carried passes.
     assert pc.judge([o], bar(6.44 * 8), 0.15) == []
+
+
+def test_a_real_healthy_run_of_two_ranks_passes_at_its_rails_speed_and_is_slow_at_twice_it():
+    """Two GH200 nodes of CSCS's Alps, one rank each (SOURCES.md), nccl-tests 2.18's header: 22.88
+    GB/s at 128 MiB over Slingshot-11, which the same docs give as 200 Gb/s (25 GB/s) a NIC."""
+    text = (GPU / "all_reduce_perf-gh200-2node-2rank-slingshot.txt").read_text()
+    o = pc.outcome(pairs_of(2)[0], 0, text, "")
+    assert o.not_run is None and o.error is None
+    assert (o.run.ranks, o.run.hosts, o.run.peak_busbw) == (2, ("nid007106", "nid007109"), 22.88)
+    assert max(r.size for r in o.run.rows) == pc.SIZES.high_bytes
+    assert pc.judge([o], bar(200), 0.15) == []
+    assert [(f.kind, f.planned, f.found) for f in pc.judge([o], bar(400), 0.15)] == [
+        ("collective-slow", "50 GB/s", "22.88 GB/s")] * 2
