@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
+from railyard.model.health_check import SLURMD_PREFIX
 from railyard.model.node_health import (
     MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, latest, merged, parse_sinfo,
     reason, slurm_user, states_from, take_out, triage,
@@ -298,33 +299,62 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 note(f"{node}: found healthy when read again")
             else:
                 findings[node] = again[node]
+    def drain(node: str, again: str = "") -> None:
+        why = reason(findings[node][0])
+        try:
+            act.scheduler.drain(node, why)
+        except Abort:
+            raise
+        except RepairError as exc:
+            # Possibly out in one scheduler and not the other: recorded as drained, so the
+            # next run takes it up (drains it again, or lifts the marks, should it be found healthy).
+            s[node] = s[node].to("drained", why, act.now(), findings[node][0])
+            out.left.append(node)
+            note(f"{node}: drain failed ({exc}); left for the next run")
+            return
+        s[node] = s[node].to("drained", why, act.now(), findings[node][0])
+        note(f"{node}: drained in {act.scheduler.name} ({why})" + (f"; {again}" if again else ""))
+
+    def to_person(node: str, h: Held) -> None:
+        out.by_person[node] = h.reason or "no reason given"
+        note(f"{node}: taken out of service by a person during the run ({out.by_person[node]}); left alone")
+
     queue = [n for n in sorted(t.faulty) if s[n].state in ("suspect", "drained")]
     while queue:
         held = act.scheduler.read()
-        for node in take_out(s, [n for n in queue if s[n].state == "suspect"], held, pools, budgets):
-            why = reason(findings[node][0])
-            try:
-                act.scheduler.drain(node, why)
-            except Abort:
-                raise
-            except RepairError as exc:
-                # Possibly out in one scheduler and not the other: recorded as drained, so the
-                # next run takes it up (and lifts the marks, should it be found healthy).
-                s[node] = s[node].to("drained", why, act.now(), findings[node][0])
-                out.left.append(node)
-                note(f"{node}: drain failed ({exc}); left for the next run")
-                continue
-            s[node] = s[node].to("drained", why, act.now(), findings[node][0])
-            note(f"{node}: drained in {act.scheduler.name} ({why})")
+        # A person who takes a node out during the run takes it over, as one who had before it.
+        for node in [n for n in queue if held.get(n, Held()).by_person]:
+            to_person(node, held[node])
+        queue = [n for n in queue if n not in out.by_person]
+        taken = take_out(s, [n for n in queue if s[n].state == "suspect"], held, pools, budgets)
+        for node in taken:
+            drain(node)
+        # A node recorded drained is reset only out of service under the loop's own reason: its
+        # drain may have failed in a scheduler, a person may have resumed it, or slurmd's health
+        # check, whose drain a run took up, resumes it once its own lighter check passes.
+        for node in [n for n in queue if s[n].state == "drained" and n not in out.left and n not in taken]:
+            h = held.get(node, Held())
+            if not h.out or h.partly or (h.reason or "").startswith(SLURMD_PREFIX):
+                drain(node, "in service" if not h.out else "out in one scheduler only" if h.partly
+                      else f"held by slurmd's health check until now ({h.reason})")
         drained = [n for n in queue if s[n].state == "drained" and n not in out.left]
         if not drained:
             break
-        idle = _wait_idle(drained, act, drain_timeout)
+        idle, held = _wait_idle(drained, act, drain_timeout)
         for node in drained:
             if node not in idle:
                 out.left.append(node)
                 note(f"{node}: still running jobs after {drain_timeout:g} s; left drained for the next run")
         for node in idle:
+            h = held.get(node, Held())
+            if h.by_person:
+                to_person(node, h)
+                continue
+            if not h.out or h.partly:
+                # Returned to service while its jobs were waited for: not reset under new ones.
+                out.left.append(node)
+                note(f"{node}: back in service during the wait; left for the next run, which drains it again")
+                continue
             if node in keep_out:
                 s[node] = s[node].to("failed", reason(f"not reset: {keep_out[node]}"), act.now(), findings[node][0])
                 note(f"{node}: failed, not reset ({keep_out[node]})")
@@ -354,7 +384,8 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 note(f"{node}: still faulty after its reset ({found[0]})")
         # Each pass resets every idle drained node once, so the loop ends: a node leaves the
         # queue ready, failed, or left for the next run; suspects with no room in their pool end it.
-        queue = [n for n in queue if n not in out.left and s[n].state in ("suspect", "drained")]
+        queue = [n for n in queue if n not in out.left and n not in out.by_person
+                 and s[n].state in ("suspect", "drained")]
     out.waiting = [n for n in sorted(t.faulty) if s[n].state == "suspect"]
     for node in out.waiting:
         note(f"{node}: waits for room in its pool (maxUnavailable)")
@@ -382,14 +413,15 @@ def _resume(node: str, act: Actions, timeout: float = 90) -> None:
         act.sleep(POLL_S)
 
 
-def _wait_idle(nodes: list[str], act: Actions, timeout: float) -> list[str]:
-    """The nodes among `nodes` with no job left, waiting up to `timeout` for the others."""
+def _wait_idle(nodes: list[str], act: Actions, timeout: float) -> tuple[list[str], dict[str, Held]]:
+    """The nodes among `nodes` with no job left, waiting up to `timeout` for the others, and the
+    schedulers' last view of every node."""
     deadline = act.now() + timeout
     while True:
         held = act.scheduler.read()
         idle = [n for n in nodes if not held.get(n, Held()).busy]
         if len(idle) == len(nodes) or act.now() >= deadline:
-            return idle
+            return idle, held
         act.sleep(POLL_S)
 
 

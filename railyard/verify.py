@@ -19,7 +19,7 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
 
 from railyard.drivers import SubnetReading, SwitchLldp
 from railyard.model.gpu_health import COLLECTIVE_TOLERANCE
@@ -41,6 +41,9 @@ PAIR_WORKERS = 8
 READ_TIMEOUT_S = 60.0
 PARTS = ("hardware", "fabric", "health")
 UNREACHABLE = "unreachable"
+
+
+_F = TypeVar("_F", "Finding", str)
 
 
 @dataclass(frozen=True)
@@ -258,16 +261,18 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
     return out, notes, {(n, o.pair.rail) for o in outcomes.values() if o.not_run is None for n in (o.pair.a, o.pair.b)}
 
 
-def standing_pair_findings(before: Mapping[str, list[Finding]], nodes: Iterable[str],
-                           pairs_run: set[tuple[str, int]]) -> dict[str, list[Finding]]:
-    """The rail pair findings of `nodes` from an earlier reading that a reading in which that
-    node's pairs on that rail did not run cannot clear: Slurm allocates no drained node, so a node
-    drained for one keeps it until its pairs run again (a person resumes it)."""
+def standing_pair_findings(before: Mapping[str, list[_F]], nodes: Iterable[str],
+                           pairs_run: set[tuple[str, int]]) -> dict[str, list[_F]]:
+    """The rail pair findings (Findings, or their messages) of `nodes` from an earlier reading or
+    record that a reading in which that node's pairs on that rail did not run cannot clear: Slurm
+    allocates no drained node, so a node drained for one keeps it until its pairs run again (a
+    person resumes it)."""
     from railyard.model.pair_collectives import pair_rail
 
     out = {}
     for n in nodes:
-        kept = [f for f in before.get(n, []) if (where := pair_rail(f.message)) and where not in pairs_run]
+        kept = [f for f in before.get(n, [])
+                if (where := pair_rail(f if isinstance(f, str) else f.message)) and where not in pairs_run]
         if kept:
             out[n] = kept
     return out

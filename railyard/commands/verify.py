@@ -88,6 +88,13 @@ def handle(args) -> int:
     except (ToolchainError, pulumi.PulumiError) as exc:
         return _fail(f"cannot read stack {args.stack}'s outputs (is it up?): {exc}")
     inventory = outputs.get("inventory") or []
+    planned = {n.name for n in plan.nodes}
+    strays = [m["name"] for m in inventory if m["name"] not in planned]
+    if strays:
+        # An edit not yet applied (a host taken out of the stack file): the rest is still read.
+        print(f"railyard verify: not read: {', '.join(strays)}: in stack {args.stack}'s inventory, not in "
+              f"{stack_file.name} (its next `up` removes them)", file=sys.stderr)
+        inventory = [m for m in inventory if m["name"] in planned]
     if not inventory:
         return _fail(f"stack {args.stack} has no nodes; run `make up STACK={args.stack}`")
     key = (outputs.get("access") or {}).get("privateKey") or None
@@ -107,11 +114,10 @@ def handle(args) -> int:
     except repair.RepairError as exc:
         return _fail(str(exc))
     took = time.monotonic() - started
+    rc = (0 if _repaired(outcome, findings) else 1) if args.repair else (1 if findings else 0)
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
-        if args.repair:
-            return 0 if _repaired(outcome, findings) else 1
-        return 1 if findings else 0
+        return rc
     shown: Counter = Counter()
     for f in findings:
         shown[f.kind] += 1
@@ -127,13 +133,11 @@ def handle(args) -> int:
     head = (f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s ({', '.join(read)}"
             + (f"; not read: {', '.join(report.unread)}" if report.unread else "") + "): ")
     if not findings:
-        print(head + "as planned")
-        return 0
+        print(head + "as planned" + ("; the repair left nodes out of service (above)" if rc else ""))
+        return rc
     print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
           + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
-    if args.repair:
-        return 0 if _repaired(outcome, findings) else 1
-    return 1
+    return rc
 
 
 def _by_node(findings, nodes) -> dict[str, list]:
@@ -160,17 +164,12 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
     # reset would clear it (repair.actions).
     latest = _by_node(report.findings, hosts)
     findings = _messages(latest)
+    recorded_pairs: dict[str, list[str]] = {}
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
-        again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
-                               timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
-                               deep=args.deep, peers=hosts)
-        read = _by_node(again.findings, which)
-        if args.deep:
-            for n, kept in verify.standing_pair_findings(latest, which, again.pairs_run).items():
-                read.setdefault(n, []).extend(f for f in kept if f not in read.get(n, []))
-        latest.update({n: read.get(n, []) for n in which})
-        return _messages(read)
+        return _rechecked(verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
+                                         timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
+                                         deep=args.deep, peers=hosts), which, latest, recorded_pairs)
 
     def gpu_resets(node: str) -> list[str] | None:
         return gpu_reset_targets((f.kind, f.where) for f in latest.get(node, []))
@@ -193,7 +192,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         states, taken = repair.take_recorded(path, recorded)
         if taken:
             progress(repair.taken_line(args.stack, taken))
-        findings.update(_standing(states, findings, report.pairs_run, hosts))
+        recorded_pairs.update(_standing(states, findings, report.pairs_run, hosts))
+        findings.update(recorded_pairs)
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
@@ -260,22 +260,41 @@ def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set
     """The findings of nodes out of service (or suspect) for a rail pair's finding whose pairs on
     that rail did not run in this reading (drained, busy, or not asked for with --deep): their
     recorded finding stands, so a reading that could not re-test it does not return them."""
-    out = {}
-    for node, state in states.items():
-        said = next((c.finding for c in reversed(state.history) if c.finding), None)
-        if said is None:
-            continue
-        where = pair_rail(said)
-        if node in hosts and state.state in ("suspect", "drained", "failed") and where and where not in pairs_run \
-                and said not in findings.get(node, []):
-            out[node] = [*findings.get(node, []), said]
-    return out
+    from railyard import verify
+
+    recorded = {node: [said] for node, state in states.items()
+                if node in hosts and state.state in ("suspect", "drained", "failed")
+                and (said := next((c.finding for c in reversed(state.history) if c.finding), None)) is not None
+                and said not in findings.get(node, [])}
+    return {n: [*findings.get(n, []), *kept]
+            for n, kept in verify.standing_pair_findings(recorded, recorded, pairs_run).items()}
+
+
+def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs: Mapping[str, list[str]]
+               ) -> dict[str, list[str]]:
+    """A reading again of the nodes `which` (a verify.Report) as the loop takes it: each node's
+    messages, with every rail pair finding that stands through it because its pairs did not run
+    again, whatever the depth: the last reading's (`latest`, each node's whole Findings, brought
+    up to date here) and those a record held (`_standing`)."""
+    from railyard import verify
+
+    read = _by_node(again.findings, which)
+    for n, kept in verify.standing_pair_findings(latest, which, again.pairs_run).items():
+        read.setdefault(n, []).extend(f for f in kept if f not in read.get(n, []))
+    latest.update({n: read.get(n, []) for n in which})
+    said = _messages(read)
+    for n, kept_said in verify.standing_pair_findings(recorded_pairs, which, again.pairs_run).items():
+        said.setdefault(n, []).extend(m for m in kept_said if m not in said[n])
+    return said
 
 
 def _repaired(outcome: repair.Outcome, findings: list) -> bool:
-    """Whether the loop left every node it found faulty ready (a person's node is not ours to)."""
+    """Whether the loop left every node ready and nothing faulty out of its reach: a faulty node a
+    person or acceptance holds, and a finding of no node (a cable between two switches), are not
+    the loop's to mend."""
     faulty = {f.node for f in findings if f.node}
-    return not faulty & set(outcome.by_person) and all(s.state == "ready" for s in outcome.states.values())
+    return (all(f.node for f in findings) and not faulty & {*outcome.by_person, *outcome.by_acceptance}
+            and all(s.state == "ready" for s in outcome.states.values()))
 
 
 def _show_states(outcome: repair.Outcome) -> None:

@@ -241,6 +241,10 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
             if s.state in ("ready", "suspect") and h.ours:
                 # Drained by an earlier run whose record was lost: the drain is Railyard's.
                 s = s.to("drained", h.reason or reason(found[0]), now, found[0])
+            elif s.state == "repairing":
+                # A run stopped during its reset (the fault may predate it): drained, to be reset
+                # again, its tries kept.
+                s = s.to("drained", reason(f"reset interrupted: {found[0]}"), now, found[0])
             elif s.state == "ready":
                 s = s.to("suspect", reason(found[0]), now, found[0])
         elif s.state == "suspect":

@@ -397,6 +397,62 @@ def test_a_run_that_stops_halfway_has_saved_every_change_and_the_next_run_resets
         assert ("reset", "gpu-1") in c2.log and out.states["gpu-1"].state == "ready"
 
 
+def test_a_node_recorded_drained_but_in_service_is_drained_again_before_its_reset():
+    """Its drain failed last run, or a person resumed it: the record alone never lets a node be
+    reset under the jobs its scheduler keeps giving it."""
+    c = Cluster(NODES, transient=["gpu-1"])
+    states = {"gpu-1": NodeState().to("drained", reason("gpu-1: GPU2 missing"), 1.0, "gpu-1: GPU2 missing")}
+    out = run(c, states=states)
+    assert c.log == [("drain", "gpu-1"), ("reset", "gpu-1"), ("retune", "gpu-1"), ("resume", "gpu-1")]
+    assert any(line.startswith("gpu-1: drained in Slurm") and line.endswith("; in service") for line in out.done)
+    assert out.states["gpu-1"].state == "ready"
+
+
+def test_slurmds_health_check_drain_is_taken_over_so_its_next_clean_run_cannot_resume_the_node_mid_repair():
+    from railyard.model.health_check import SLURMD_PREFIX
+
+    c = Cluster(NODES, persistent=["gpu-1"])
+    c.held["gpu-1"] = Held(out=True, reason=f"{SLURMD_PREFIX} gpu-1: GPU2 missing")
+    out = run(c)
+    assert c.log[:2] == [("drain", "gpu-1"), ("reset", "gpu-1")]
+    assert c.held["gpu-1"].reason.startswith(PREFIX) and not c.held["gpu-1"].reason.startswith(SLURMD_PREFIX)
+    assert out.states["gpu-1"].state == "failed"
+
+
+def test_a_node_a_person_takes_out_while_its_jobs_are_waited_for_is_theirs_and_not_reset():
+    c = Cluster(NODES, persistent=["gpu-1"], busy=["gpu-1"])
+    act = c.actions()
+    real_read = c.read
+    reads = {"n": 0}
+
+    def person_steps_in():
+        reads["n"] += 1
+        if reads["n"] == 3:  # drained by the loop, then waited for: a person drains it their way
+            c.held["gpu-1"] = Held(out=True, reason="rma 4711")
+            c.jobs["gpu-1"] = 0
+        return real_read()
+
+    act.scheduler = c.scheduler(read=person_steps_in)
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert ("reset", "gpu-1") not in c.log and out.by_person == {"gpu-1": "rma 4711"}
+    assert c.held["gpu-1"].reason == "rma 4711" and out.states["gpu-1"].state == "drained"
+
+
+def test_a_node_left_repairing_by_a_run_that_stopped_is_reset_again_with_its_tries_kept():
+    c = Cluster(NODES, persistent=["gpu-2"])
+    [found] = c.findings()["gpu-2"]
+    c.held["gpu-2"] = Held(out=True, reason=reason(found))
+    stopped = NodeState().to("drained", reason(found), 1.0, found).to("repairing", "reset 1 of 2", 2.0, tries=1)
+    out = run(c, states={"gpu-2": stopped})
+    assert [a for a in c.log if a[0] == "reset"] == [("reset", "gpu-2")]
+    s = out.states["gpu-2"]
+    assert s.state == "failed" and s.tries == MAX_TRIES
+    assert [ch.state for ch in s.history] == ["drained", "repairing", "drained", "repairing", "failed"]
+    assert s.history[2].reason == reason(f"reset interrupted: {found}")
+    # A plain verify takes it up the same way: out of service, waiting for its reset.
+    assert judge({"gpu-2": stopped}, c.findings(), NODES, None, 3.0).states["gpu-2"].state == "drained"
+
+
 def test_a_node_that_does_not_come_back_into_service_is_left_drained_and_the_run_goes_on():
     c = Cluster(NODES, transient=["gpu-1", "gpu-2"])
     act = c.actions()

@@ -1,0 +1,99 @@
+"""What `railyard verify` says of a run (railyard.commands.verify): one exit status for its text
+and its JSON, a repair judged by what it left, a re-reading that keeps a rail pair's finding its
+pairs did not re-test, and a host the stack file no longer plans left out with a word instead of a
+traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from railyard import repair
+from railyard.commands import verify as command
+from railyard.engine import pulumi
+from railyard.model.node_health import NodeState
+from railyard.verify import Finding, Report
+
+PAIR = "gpu-3 rail2: all_reduce_perf of gpu-2 <-> gpu-3 (leaf): 0.05 GB/s bus bandwidth at its largest size"
+
+
+def finding(node: str | None, message: str, kind: str = "gpu-count") -> Finding:
+    return Finding(kind, node, "GPU2", "8", "7", message)
+
+
+def test_a_repair_is_done_only_where_every_node_is_ready_and_nothing_was_out_of_its_reach():
+    ready = {"gpu-1": NodeState(), "gpu-2": NodeState()}
+    fixed = [finding("gpu-1", "gpu-1: 7 GPUs")]
+    assert command._repaired(repair.Outcome(states=ready), fixed)
+    # A node left drained, a faulty node acceptance or a person holds, a cable between switches.
+    drained = {**ready, "gpu-2": NodeState("drained")}
+    assert not command._repaired(repair.Outcome(states=drained), fixed)
+    assert not command._repaired(repair.Outcome(states=ready, by_acceptance={"gpu-1": "railyard: acceptance: x"}), fixed)
+    assert not command._repaired(repair.Outcome(states=ready, by_person={"gpu-1": "rma 4711"}), fixed)
+    assert not command._repaired(repair.Outcome(states=ready), [finding(None, "leaf0 swp1 <-> spine0 swp3 missing",
+                                                                        "link-missing")])
+
+
+def test_a_rail_pair_finding_stands_through_a_re_reading_that_ran_no_pairs_at_any_depth():
+    slow = finding("gpu-3", PAIR, "collective-slow")
+    latest = {"gpu-3": [slow], "gpu-1": [finding("gpu-1", "gpu-1: 7 GPUs")]}
+    # A plain re-reading (no --deep: no pairs run) finds nothing new on either node.
+    said = command._rechecked(Report(), ["gpu-3", "gpu-1"], latest, {})
+    assert said == {"gpu-3": [PAIR]} and latest["gpu-3"] == [slow] and latest["gpu-1"] == []
+    # A suspect held by its record alone keeps it too; once its rail runs again, its result decides.
+    assert command._rechecked(Report(), ["gpu-3"], {}, {"gpu-3": [PAIR]}) == {"gpu-3": [PAIR]}
+    assert command._rechecked(Report(pairs_run={("gpu-3", 2)}), ["gpu-3"], {"gpu-3": [slow]},
+                              {"gpu-3": [PAIR]}) == {}
+
+
+@pytest.fixture
+def lab_outputs(monkeypatch):
+    """The lab stack's outputs with one machine more than its stack file plans (an edit not yet
+    applied), and verify's reading and states stubbed: what reaches them is recorded."""
+    seen: dict = {}
+    from railyard.stack import load
+
+    _, plan = load(command.paths.stack_file("lab"))
+    inventory = [{"name": n.name, "management_ip": n.management_ip, "host_key": "ssh-ed25519 AAAA"} for n in plan.nodes]
+    inventory.append({"name": "gpu-9", "management_ip": "10.0.0.99", "host_key": "ssh-ed25519 AAAA"})
+    monkeypatch.setattr(pulumi, "stack_outputs", lambda stack, secrets=False: {
+        "inventory": inventory, "access": {"privateKey": "KEY"}})
+
+    def collect(spec, plan, hosts, key, **kw):
+        seen["hosts"] = sorted(hosts)
+        return Report(notes=["fabric read"])
+
+    from railyard import verify
+
+    monkeypatch.setattr(verify, "collect", collect)
+    return seen
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(stack="lab", json=False, only="hardware", deep=False, ibnetdiscover=None, timeout=None, repair=False)
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_text_and_json_give_one_exit_status_for_a_repair_that_left_a_node_drained(lab_outputs, monkeypatch,
+                                                                                   capsys, as_json):
+    left = repair.Outcome(states={"gpu-0": NodeState("drained", "railyard: x")})
+    monkeypatch.setattr(command, "_states", lambda *a: left)
+    assert command.handle(args(json=as_json, repair=True)) == 1
+    out = capsys.readouterr().out
+    if as_json:
+        assert json.loads(out) == []
+    else:
+        assert "as planned; the repair left nodes out of service (above)" in out
+    monkeypatch.setattr(command, "_states", lambda *a: repair.Outcome(states={"gpu-0": NodeState()}))
+    assert command.handle(args(json=as_json, repair=True)) == 0
+
+
+def test_a_machine_the_stack_file_no_longer_plans_is_named_and_the_rest_read(lab_outputs, monkeypatch, capsys):
+    monkeypatch.setattr(command, "_states", lambda *a: repair.Outcome(states={}))
+    assert command.handle(args()) == 0
+    err = capsys.readouterr().err
+    assert "not read: gpu-9: in stack lab's inventory, not in Pulumi.lab.yaml (its next `up` removes them)" in err
+    assert "gpu-9" not in lab_outputs["hosts"] and lab_outputs["hosts"]
