@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 from railyard.model.health_check import SLURMD_PREFIX
+from railyard.model.pair_collectives import pair_rail
 from railyard.model.node_health import (
     MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, latest, merged, parse_sinfo,
     reason, slurm_user, states_from, take_out, triage,
@@ -272,7 +273,16 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         act.progress(line)
         act.save(s)
 
+    def to_person(node: str, h: Held) -> None:
+        out.by_person[node] = h.reason or "no reason given"
+        note(f"{node}: taken out of service by a person during the run ({out.by_person[node]}); left alone")
+
     def back(node: str, why: str) -> None:
+        h = act.scheduler.read().get(node, Held())
+        if h.by_person:
+            # Taken out by a person while the node was reset or read: theirs, and not resumed.
+            to_person(node, h)
+            return
         try:
             _resume(node, act)
         except Abort:
@@ -315,10 +325,6 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         s[node] = s[node].to("drained", why, act.now(), findings[node][0])
         note(f"{node}: drained in {act.scheduler.name} ({why})" + (f"; {again}" if again else ""))
 
-    def to_person(node: str, h: Held) -> None:
-        out.by_person[node] = h.reason or "no reason given"
-        note(f"{node}: taken out of service by a person during the run ({out.by_person[node]}); left alone")
-
     queue = [n for n in sorted(t.faulty) if s[n].state in ("suspect", "drained")]
     while queue:
         held = act.scheduler.read()
@@ -334,8 +340,11 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         # check, whose drain a run took up, resumes it once its own lighter check passes.
         for node in [n for n in queue if s[n].state == "drained" and n not in out.left and n not in taken]:
             h = held.get(node, Held())
-            if not h.out or h.partly or (h.reason or "").startswith(SLURMD_PREFIX):
+            if not h.out or h.partly or h.system or (h.reason or "").startswith(SLURMD_PREFIX):
+                # (Slurm's own DOWN returns the node to service once its slurmd registers after
+                # the reboot, ReturnToService=2; a drain of ours outlasts it.)
                 drain(node, "in service" if not h.out else "out in one scheduler only" if h.partly
+                      else f"set down by Slurm until now ({h.reason})" if h.system
                       else f"held by slurmd's health check until now ({h.reason})")
         drained = [n for n in queue if s[n].state == "drained" and n not in out.left]
         if not drained:
@@ -373,11 +382,18 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
             checked = after_check(s[node], found, act.now())
+            if checked.state == "drained" and all(pair_rail(m) for m in found):
+                # Only a rail pair's finding is left, which no reset re-tests (Slurm runs no pair
+                # on a drained node): a person's, as keep_out gives such a node before any reset.
+                checked = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), found[0])
             if checked.state == "ready":
                 back(node, "checks passed after reset")  # ready once its schedulers have it back
                 continue
             s[node] = checked
-            if s[node].state == "failed":
+            if s[node].state == "failed" and s[node].tries < MAX_TRIES:
+                note(f"{node}: failed, not reset again (a rail pair's finding, which no reset re-tests); left "
+                     f"drained for a person ({found[0]})")
+            elif s[node].state == "failed":
                 note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({found[0]})")
             else:
                 findings[node] = found
@@ -386,7 +402,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         # queue ready, failed, or left for the next run; suspects with no room in their pool end it.
         queue = [n for n in queue if n not in out.left and n not in out.by_person
                  and s[n].state in ("suspect", "drained")]
-    out.waiting = [n for n in sorted(t.faulty) if s[n].state == "suspect"]
+    out.waiting = [n for n in sorted(t.faulty) if s[n].state == "suspect" and n not in out.by_person]
     for node in out.waiting:
         note(f"{node}: waits for room in its pool (maxUnavailable)")
     act.save(s)

@@ -5,9 +5,11 @@ under .railyard/health/ and in the stack's `nodeHealth` output, and shows the no
 ready. With --repair, the faulty nodes go through the repair loop (railyard.repair): drained in
 Slurm, reset, checked again, returned.
 
-Exit status: 0 when everything read is as planned (with --repair: when every faulty node was
-returned), 1 on any finding, 2 when the stack cannot be verified at all (no such stack, a driver
-whose machines Railyard cannot read, no subnet to read, no scheduler to repair through).
+Exit status, the same with --json: 0 when everything read is as planned (with --repair: when
+every node is ready at the end and every finding was a node's the loop could act on), 1 on any
+finding (with --repair: a node left not ready, a faulty node a person or acceptance holds, a
+finding of no node), 2 when the stack cannot be verified at all (no such stack, a driver whose
+machines Railyard cannot read, no subnet to read, no scheduler to repair through).
 """
 
 from __future__ import annotations
@@ -270,12 +272,12 @@ def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set
             for n, kept in verify.standing_pair_findings(recorded, recorded, pairs_run).items()}
 
 
-def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs: Mapping[str, list[str]]
+def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs: dict[str, list[str]]
                ) -> dict[str, list[str]]:
     """A reading again of the nodes `which` (a verify.Report) as the loop takes it: each node's
     messages, with every rail pair finding that stands through it because its pairs did not run
-    again, whatever the depth: the last reading's (`latest`, each node's whole Findings, brought
-    up to date here) and those a record held (`_standing`)."""
+    again, whatever the depth: the last reading's (`latest`, each node's whole Findings) and those
+    a record held (`_standing`); both are brought up to date here."""
     from railyard import verify
 
     read = _by_node(again.findings, which)
@@ -283,8 +285,15 @@ def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs:
         read.setdefault(n, []).extend(f for f in kept if f not in read.get(n, []))
     latest.update({n: read.get(n, []) for n in which})
     said = _messages(read)
-    for n, kept_said in verify.standing_pair_findings(recorded_pairs, which, again.pairs_run).items():
-        said.setdefault(n, []).extend(m for m in kept_said if m not in said[n])
+    standing = verify.standing_pair_findings(recorded_pairs, which, again.pairs_run)
+    for n in which:
+        # A pair that ran again settles its record: a later reading that cannot run it does not
+        # bring the old finding back.
+        if n in standing:
+            recorded_pairs[n] = standing[n]
+            said.setdefault(n, []).extend(m for m in standing[n] if m not in said[n])
+        else:
+            recorded_pairs.pop(n, None)
     return said
 
 

@@ -241,6 +241,9 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
             if s.state in ("ready", "suspect") and h.ours:
                 # Drained by an earlier run whose record was lost: the drain is Railyard's.
                 s = s.to("drained", h.reason or reason(found[0]), now, found[0])
+            elif s.state == "repairing" and s.tries >= MAX_TRIES:
+                # A run stopped during its last reset: as after_check would have it.
+                s = s.to("failed", reason(f"failed after {s.tries} resets: {found[0]}"), now, found[0])
             elif s.state == "repairing":
                 # A run stopped during its reset (the fault may predate it): drained, to be reset
                 # again, its tries kept.

@@ -453,6 +453,51 @@ def test_a_node_left_repairing_by_a_run_that_stopped_is_reset_again_with_its_tri
     assert judge({"gpu-2": stopped}, c.findings(), NODES, None, 3.0).states["gpu-2"].state == "drained"
 
 
+def test_a_node_left_repairing_in_its_last_reset_is_failed_not_reset_a_third_time():
+    c = Cluster(NODES, persistent=["gpu-2"])
+    [found] = c.findings()["gpu-2"]
+    c.held["gpu-2"] = Held(out=True, reason=reason(found))
+    stopped = NodeState().to("drained", reason(found), 1.0, found).to("repairing", "reset 2 of 2", 2.0, tries=2)
+    out = run(c, states={"gpu-2": stopped})
+    assert ("reset", "gpu-2") not in c.log and out.states["gpu-2"].state == "failed"
+    assert out.states["gpu-2"].reason == reason(f"failed after 2 resets: {found}")
+
+
+def test_a_node_slurm_set_down_itself_is_drained_with_the_loops_reason_before_its_reset():
+    """Slurm returns a DOWN node to service when its slurmd registers after the reboot
+    (ReturnToService=2): a drain of the loop's outlasts that."""
+    c = Cluster(NODES, transient=["gpu-1"])
+    c.held["gpu-1"] = Held(out=True, reason="Not responding", system=True)
+    [found] = c.findings()["gpu-1"]
+    out = run(c, states={"gpu-1": NodeState().to("drained", reason(found), 1.0, found)})
+    assert c.log[:2] == [("drain", "gpu-1"), ("reset", "gpu-1")] and out.states["gpu-1"].state == "ready"
+
+
+def test_a_node_a_person_takes_out_during_its_reset_is_not_resumed():
+    c = Cluster(NODES, transient=["gpu-1"])
+    act = c.actions()
+
+    def reset_and_a_person_steps_in(node):
+        c.held[node] = Held(out=True, reason="rma 4711")
+        return c.reset(node)
+
+    act.reset = reset_and_a_person_steps_in
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert ("resume", "gpu-1") not in c.log and c.held["gpu-1"].reason == "rma 4711"
+    assert out.by_person == {"gpu-1": "rma 4711"} and out.waiting == []
+
+
+def test_a_node_left_with_only_a_rail_pairs_finding_after_its_reset_goes_to_a_person_without_another():
+    c = Cluster(NODES, persistent=["gpu-3"])
+    pair = "gpu-3 rail2: all_reduce_perf of gpu-2 <-> gpu-3 (leaf): 0.05 GB/s bus bandwidth at its largest size"
+    act = c.actions()
+    act.recheck = lambda nodes: {n: [pair] for n in nodes if n == "gpu-3"}
+    out = repair({}, {"gpu-3": [c.findings()["gpu-3"][0], pair]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert [a for a in c.log if a[0] == "reset"] == [("reset", "gpu-3")]
+    s = out.states["gpu-3"]
+    assert s.state == "failed" and s.tries == 1 and s.reason == reason(f"not reset again: {pair}")
+
+
 def test_a_node_that_does_not_come_back_into_service_is_left_drained_and_the_run_goes_on():
     c = Cluster(NODES, transient=["gpu-1", "gpu-2"])
     act = c.actions()

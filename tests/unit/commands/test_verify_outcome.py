@@ -44,8 +44,11 @@ def test_a_rail_pair_finding_stands_through_a_re_reading_that_ran_no_pairs_at_an
     assert said == {"gpu-3": [PAIR]} and latest["gpu-3"] == [slow] and latest["gpu-1"] == []
     # A suspect held by its record alone keeps it too; once its rail runs again, its result decides.
     assert command._rechecked(Report(), ["gpu-3"], {}, {"gpu-3": [PAIR]}) == {"gpu-3": [PAIR]}
-    assert command._rechecked(Report(pairs_run={("gpu-3", 2)}), ["gpu-3"], {"gpu-3": [slow]},
-                              {"gpu-3": [PAIR]}) == {}
+    recorded = {"gpu-3": [PAIR]}
+    assert command._rechecked(Report(pairs_run={("gpu-3", 2)}), ["gpu-3"], {"gpu-3": [slow]}, recorded) == {}
+    # Settled: the reading after its reset, which runs no pair on the drained node, does not
+    # bring the old finding back.
+    assert recorded == {} and command._rechecked(Report(), ["gpu-3"], {"gpu-3": []}, recorded) == {}
 
 
 @pytest.fixture
