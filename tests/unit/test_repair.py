@@ -438,11 +438,17 @@ def test_a_node_a_person_takes_out_while_its_jobs_are_waited_for_is_theirs_and_n
     assert c.held["gpu-1"].reason == "rma 4711" and out.states["gpu-1"].state == "drained"
 
 
+def stopped_in_reset(c: Cluster, node: str, tries: int) -> tuple[str, NodeState]:
+    """The node's finding, and its record as a run that stopped during its reset `tries` left it."""
+    [found] = c.findings()[node]
+    c.held[node] = Held(out=True, reason=reason(found))
+    return found, NodeState().to("drained", reason(found), 1.0, found).to("repairing", f"reset {tries} of 2", 2.0,
+                                                                            tries=tries)
+
+
 def test_a_node_left_repairing_by_a_run_that_stopped_is_reset_again_with_its_tries_kept():
     c = Cluster(NODES, persistent=["gpu-2"])
-    [found] = c.findings()["gpu-2"]
-    c.held["gpu-2"] = Held(out=True, reason=reason(found))
-    stopped = NodeState().to("drained", reason(found), 1.0, found).to("repairing", "reset 1 of 2", 2.0, tries=1)
+    found, stopped = stopped_in_reset(c, "gpu-2", 1)
     out = run(c, states={"gpu-2": stopped})
     assert [a for a in c.log if a[0] == "reset"] == [("reset", "gpu-2")]
     s = out.states["gpu-2"]
@@ -451,13 +457,9 @@ def test_a_node_left_repairing_by_a_run_that_stopped_is_reset_again_with_its_tri
     assert s.history[2].reason == reason(f"reset interrupted: {found}")
     # A plain verify takes it up the same way: out of service, waiting for its reset.
     assert judge({"gpu-2": stopped}, c.findings(), NODES, None, 3.0).states["gpu-2"].state == "drained"
-
-
-def test_a_node_left_repairing_in_its_last_reset_is_failed_not_reset_a_third_time():
+    # Stopped in its last reset, it is failed rather than reset a third time.
     c = Cluster(NODES, persistent=["gpu-2"])
-    [found] = c.findings()["gpu-2"]
-    c.held["gpu-2"] = Held(out=True, reason=reason(found))
-    stopped = NodeState().to("drained", reason(found), 1.0, found).to("repairing", "reset 2 of 2", 2.0, tries=2)
+    found, stopped = stopped_in_reset(c, "gpu-2", MAX_TRIES)
     out = run(c, states={"gpu-2": stopped})
     assert ("reset", "gpu-2") not in c.log and out.states["gpu-2"].state == "failed"
     assert out.states["gpu-2"].reason == reason(f"failed after 2 resets: {found}")
