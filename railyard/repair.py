@@ -241,6 +241,8 @@ class Outcome:
     """Nodes left drained for the next run: still running jobs, a drain or a return that failed."""
     waiting: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
+    stopped: str = ""
+    """Why the loop stopped part way, where it did (its states are those it saved)."""
 
     def failed(self) -> dict[str, NodeState]:
         """The hand-off list: nodes that need a person."""

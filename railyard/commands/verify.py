@@ -116,7 +116,7 @@ def handle(args) -> int:
     except repair.RepairError as exc:
         return _fail(str(exc))
     took = time.monotonic() - started
-    rc = (0 if _repaired(outcome, findings) else 1) if args.repair else (1 if findings else 0)
+    rc = (0 if _repaired(outcome, findings) and not outcome.stopped else 1) if args.repair else (1 if findings else 0)
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
         return rc
@@ -135,7 +135,8 @@ def handle(args) -> int:
     head = (f"{len(inventory)} node(s) of stack {args.stack} verified in {took:.1f} s ({', '.join(read)}"
             + (f"; not read: {', '.join(report.unread)}" if report.unread else "") + "): ")
     if not findings:
-        print(head + "as planned" + ("; the repair left nodes out of service (above)" if rc else ""))
+        print(head + "as planned" + (f"; the repair stopped ({outcome.stopped})" if outcome.stopped
+                                     else "; the repair left nodes out of service (above)" if rc else ""))
         return rc
     print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
           + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
@@ -207,8 +208,14 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             keep_out.update({n: "a rail pair's finding, which Slurm cannot re-test on a drained node"
                              for n, said in findings.items() if said and all(pair_rail(m) for m in said)
                              and n not in keep_out})
-            outcome = repair.repair(states, findings, nodes, pools, budgets, act,
-                                    drain_timeout=spec.health.drain_timeout_s, keep_out=keep_out)
+            try:
+                outcome = repair.repair(states, findings, nodes, pools, budgets, act,
+                                        drain_timeout=spec.health.drain_timeout_s, keep_out=keep_out)
+            except repair.RepairError as exc:
+                # The loop stopped part way (its scheduler stopped answering, a host answered with
+                # another key): every change it made is saved, and the reading is still reported.
+                print(f"railyard verify: the repair stopped: {exc}", file=sys.stderr)
+                outcome = repair.Outcome(states=repair.read_states(path), stopped=str(exc))
         else:
             try:
                 outcome = repair.judge(states, findings, nodes, repair.schedulers(spec, plan, hosts, key, outputs, held),

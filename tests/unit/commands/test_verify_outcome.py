@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import types
 
 import pytest
 
@@ -52,12 +53,15 @@ def test_a_rail_pair_finding_stands_through_a_re_reading_that_ran_no_pairs_at_an
 
 
 @pytest.fixture
-def lab_outputs(monkeypatch):
+def lab_outputs(monkeypatch, tmp_path):
     """The lab stack's outputs with one machine more than its stack file plans (an edit not yet
-    applied), and verify's reading and states stubbed: what reaches them is recorded."""
+    applied), in a project of its own, and verify's reading stubbed: what reaches it is recorded."""
     seen: dict = {}
     from railyard.stack import load
 
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.lab.yaml").write_text(command.paths.stack_file("lab").read_text())
+    monkeypatch.setenv("RAILYARD_ROOT", str(tmp_path))
     _, plan = load(command.paths.stack_file("lab"))
     inventory = [{"name": n.name, "management_ip": n.management_ip, "host_key": "ssh-ed25519 AAAA"} for n in plan.nodes]
     inventory.append({"name": "gpu-9", "management_ip": "10.0.0.99", "host_key": "ssh-ed25519 AAAA"})
@@ -100,3 +104,29 @@ def test_a_machine_the_stack_file_no_longer_plans_is_named_and_the_rest_read(lab
     err = capsys.readouterr().err
     assert "not read: gpu-9: in stack lab's inventory, not in Pulumi.lab.yaml (its next `up` removes them)" in err
     assert "gpu-9" not in lab_outputs["hosts"] and lab_outputs["hosts"]
+
+
+def test_a_repair_stopped_part_way_still_reports_what_was_found_and_fails(lab_outputs, monkeypatch, capsys):
+    """The controller stops answering mid-loop: the changes the loop saved stand, the findings
+    and the states are shown, and the run fails (1, not 2: the stack was verified)."""
+    from railyard import verify
+    from railyard.model.node_health import reason
+
+    found = finding("gpu-0", "gpu-0: GPU2 (0000:3a:00.0) missing", "gpu-missing")
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(findings=[found]))
+    monkeypatch.setattr(repair, "schedulers", lambda *a: object())
+    monkeypatch.setattr(repair, "actions", lambda *a: types.SimpleNamespace())
+    monkeypatch.setattr(repair, "budgets", lambda *a: ({"gpu": ["gpu-0", "gpu-1"]}, {"gpu": 1}))
+    monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
+
+    def stops(states, findings, nodes, pools, budgets, act, **kw):
+        act.save({"gpu-0": NodeState().to("drained", reason(findings["gpu-0"][0]), 1.0, findings["gpu-0"][0])})
+        raise repair.RepairError("Slurm's controller gpu-0: ssh: connect timed out")
+
+    monkeypatch.setattr(repair, "repair", stops)
+    assert command.handle(args(repair=True)) == 1
+    out, err = capsys.readouterr()
+    assert "railyard verify: the repair stopped: Slurm's controller gpu-0: ssh: connect timed out" in err
+    assert "gpu-missing      gpu-0: GPU2 (0000:3a:00.0) missing" in out
+    assert "node drained     gpu-0: railyard: gpu-0: GPU2" in out
+    assert json.loads(command.paths.node_states("lab").read_text())["nodes"]["gpu-0"]["state"] == "drained"
