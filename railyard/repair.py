@@ -311,6 +311,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 note(f"{node}: found healthy when read again")
             else:
                 findings[node] = again[node]
+
     def drain(node: str, again: str = "") -> None:
         why = reason(findings[node][0])
         try:

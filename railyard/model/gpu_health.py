@@ -187,7 +187,8 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+), (.*)$")
 # The driver says it two ways: at probe (a reload after the loss), over three lines and often with
 # no Xid; and at the loss itself, one line after the Xid 79 (both in SOURCES.md's H100 logs).
 _FALLEN = re.compile(r"NVRM: The NVIDIA GPU (\S+)\s.*?fallen off the bus"
-                     r"|NVRM: GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus", re.S)
+                     r"|NVRM: GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus",
+                     re.S)
 
 
 def parse_xids(text: str) -> list[Xid]:

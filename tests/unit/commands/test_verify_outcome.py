@@ -31,7 +31,8 @@ def test_a_repair_is_done_only_where_every_node_is_ready_and_nothing_was_out_of_
     # A node left drained, a faulty node acceptance or a person holds, a cable between switches.
     drained = {**ready, "gpu-2": NodeState("drained")}
     assert not command._repaired(repair.Outcome(states=drained), fixed)
-    assert not command._repaired(repair.Outcome(states=ready, by_acceptance={"gpu-1": "railyard: acceptance: x"}), fixed)
+    cordoned = {"gpu-1": "railyard: acceptance: x"}
+    assert not command._repaired(repair.Outcome(states=ready, by_acceptance=cordoned), fixed)
     assert not command._repaired(repair.Outcome(states=ready, by_person={"gpu-1": "rma 4711"}), fixed)
     assert not command._repaired(repair.Outcome(states=ready), [finding(None, "leaf0 swp1 <-> spine0 swp3 missing",
                                                                         "link-missing")])
