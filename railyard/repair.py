@@ -262,7 +262,8 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
            pools: Mapping[str, list[str]], budgets: Mapping[str, int], act: Actions, *,
            drain_timeout: float, keep_out: Mapping[str, str] | None = None) -> Outcome:
     """One run of the loop over the nodes verification found faulty (node -> its findings'
-    messages). keep_out: nodes never reset, and why (the Slurm controller's own node)."""
+    messages). keep_out: nodes never reset, and why (the Slurm controller's own node); a node whose
+    every finding is a rail pair's is not reset either (UNTESTED)."""
     keep_out = keep_out or {}
     held = act.scheduler.read()
     t = triage(states, findings, held, nodes, act.now())
@@ -290,7 +291,8 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         except Abort:
             raise
         except RepairError as exc:
-            s[node] = s[node].to("drained", reason(f"not back in service: {exc}"), act.now())
+            # Its checks passed: the resets it took count no more against a later fault.
+            s[node] = s[node].to("drained", reason(f"not back in service: {exc}"), act.now(), tries=0)
             out.left.append(node)
             note(f"{node}: left drained for the next run: {exc}")
             return
@@ -367,9 +369,10 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 out.left.append(node)
                 note(f"{node}: back in service during the wait; left for the next run, which drains it again")
                 continue
-            if node in keep_out:
-                s[node] = s[node].to("failed", reason(f"not reset: {keep_out[node]}"), act.now(), findings[node][0])
-                note(f"{node}: failed, not reset ({keep_out[node]})")
+            why_not = keep_out.get(node) or (UNTESTED if _untestable(findings[node]) else None)
+            if why_not:
+                s[node] = s[node].to("failed", reason(f"not reset: {why_not}"), act.now(), findings[node][0])
+                note(f"{node}: failed, not reset ({why_not})")
                 continue
             tries = s[node].tries + 1
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
@@ -385,17 +388,15 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
             checked = after_check(s[node], found, act.now())
-            if checked.state == "drained" and all(pair_rail(m) for m in found):
-                # Only a rail pair's finding is left, which no reset re-tests (Slurm runs no pair
-                # on a drained node): a person's, as keep_out gives such a node before any reset.
+            if checked.state == "drained" and _untestable(found):
+                # What is left no reset re-tests: a person's, as such a node is before any reset.
                 checked = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), found[0])
             if checked.state == "ready":
                 back(node, "checks passed after reset")  # ready once its schedulers have it back
                 continue
             s[node] = checked
             if s[node].state == "failed" and s[node].tries < MAX_TRIES:
-                note(f"{node}: failed, not reset again (a rail pair's finding, which no reset re-tests); left "
-                     f"drained for a person ({found[0]})")
+                note(f"{node}: failed, not reset again ({UNTESTED}); left drained for a person ({found[0]})")
             elif s[node].state == "failed":
                 note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({found[0]})")
             else:
@@ -410,6 +411,15 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         note(f"{node}: waits for room in its pool (maxUnavailable)")
     act.save(s)
     return out
+
+
+# A rail pair's finding is a cable, an optic or a NIC, and Slurm runs no pair on a drained node: a
+# node whose every finding is one goes to a person without a reset, none could re-test it.
+UNTESTED = "a rail pair's finding, which Slurm cannot re-test on a drained node"
+
+
+def _untestable(findings: list[str]) -> bool:
+    return bool(findings) and all(pair_rail(m) for m in findings)
 
 
 def _resume(node: str, act: Actions, timeout: float = 90) -> None:

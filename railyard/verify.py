@@ -223,7 +223,11 @@ def pair_collectives(spec: Spec, plan: Plan, hosts: Mapping[str, Target], privat
             got = pc.outcome(pair, result.rc, result.stdout, result.stderr, sizes)
             if result.rc in pc.TIMED_OUT:
                 # A run killed after its TERM may leave its job holding the two nodes until its --time.
-                run(hosts[launcher], ["scancel", f"--name={names[pair]}"], private_key=private_key, timeout=timeout)
+                try:
+                    run(hosts[launcher], ["scancel", f"--name={names[pair]}"], private_key=private_key,
+                        timeout=timeout)
+                except SshError:
+                    pass  # the run's own failure stands; its job ends at its --time
         except SshError as exc:
             return pc.Outcome(pair, None, not_run=f"srun on {launcher}: {str(exc).split(': ', 1)[-1]}")
         return got

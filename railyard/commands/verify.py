@@ -27,7 +27,6 @@ from railyard import drivers, paths, repair
 from railyard.engine import pulumi
 from railyard.engine.toolchain import ToolchainError
 from railyard.model.node_health import as_output
-from railyard.model.pair_collectives import pair_rail
 
 SHOWN_PER_KIND = 20
 # The record run is one run of the program; at 448 nodes it is about as long as a preview.
@@ -203,11 +202,6 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             act.save = lambda now: repair.write_states(path, now)
             pools, budgets = repair.budgets(spec, plan, nodes)
             keep_out = {plan.slurm.controller.name: "it runs the Slurm controller"} if plan.slurm is not None else {}
-            # A rail pair's finding is a cable, an optic or a NIC: no reset re-tests it, since Slurm
-            # runs no pair on a drained node, so the node goes to a person once it is drained.
-            keep_out.update({n: "a rail pair's finding, which Slurm cannot re-test on a drained node"
-                             for n, said in findings.items() if said and all(pair_rail(m) for m in said)
-                             and n not in keep_out})
             try:
                 outcome = repair.repair(states, findings, nodes, pools, budgets, act,
                                         drain_timeout=spec.health.drain_timeout_s, keep_out=keep_out)

@@ -493,11 +493,49 @@ def test_a_node_left_with_only_a_rail_pairs_finding_after_its_reset_goes_to_a_pe
     c = Cluster(NODES, persistent=["gpu-3"])
     pair = "gpu-3 rail2: all_reduce_perf of gpu-2 <-> gpu-3 (leaf): 0.05 GB/s bus bandwidth at its largest size"
     act = c.actions()
-    act.recheck = lambda nodes: {n: [pair] for n in nodes if n == "gpu-3"}
-    out = repair({}, {"gpu-3": [c.findings()["gpu-3"][0], pair]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    [gpu] = c.findings()["gpu-3"]
+    # The second look finds both again; the reading after the reset, the pair's alone.
+    looks = iter([[gpu, pair], [pair]])
+    act.recheck = lambda nodes: {n: next(looks) for n in nodes if n == "gpu-3"}
+    out = repair({}, {"gpu-3": [gpu, pair]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
     assert [a for a in c.log if a[0] == "reset"] == [("reset", "gpu-3")]
     s = out.states["gpu-3"]
     assert s.state == "failed" and s.tries == 1 and s.reason == reason(f"not reset again: {pair}")
+
+
+def test_whether_a_node_has_only_rail_pair_findings_is_judged_at_its_reset_on_what_was_read_last():
+    """A suspect held for a pair that the second look finds unreachable is reset like any other;
+    one whose second look leaves only a pair's finding goes to a person unreset."""
+    pair = "gpu-3 rail2: all_reduce_perf of gpu-2 <-> gpu-3 (leaf): 0.05 GB/s bus bandwidth at its largest size"
+    c = Cluster(NODES, transient=["gpu-3"])
+    act = c.actions()
+    looks = {"n": 0}
+
+    def recheck(nodes):
+        looks["n"] += 1
+        return {"gpu-3": ["gpu-3: not read (ssh: connect timed out)"]} if looks["n"] == 1 else c.recheck(nodes)
+
+    act.recheck = recheck
+    out = repair({}, {"gpu-3": [pair]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert ("reset", "gpu-3") in c.log and out.states["gpu-3"].state == "ready"
+    c = Cluster(NODES)
+    act = c.actions()
+    act.recheck = lambda nodes: {n: [pair] for n in nodes}
+    out = repair({}, {"gpu-3": [pair]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert ("reset", "gpu-3") not in c.log and out.states["gpu-3"].state == "failed"
+    assert out.states["gpu-3"].reason == reason(f"not reset: {repair_mod.UNTESTED}")
+
+
+def test_a_node_whose_checks_passed_but_whose_return_failed_starts_its_next_fault_with_no_tries():
+    c = Cluster(NODES, transient=["gpu-1"])
+    act = c.actions()
+
+    def refused(node):
+        raise RepairError("Invalid node state transition requested")
+
+    act.scheduler = c.scheduler(resume=refused)
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60)
+    assert out.states["gpu-1"].state == "drained" and out.states["gpu-1"].tries == 0
 
 
 def test_a_node_that_does_not_come_back_into_service_is_left_drained_and_the_run_goes_on():

@@ -126,6 +126,25 @@ def test_a_slow_pair_whose_second_run_gets_no_allocation_keeps_its_first_result(
         ("collective-slow", "gpu-0", "rail2"), ("collective-slow", "gpu-1", "rail2")]
 
 
+def test_a_pair_stopped_at_its_time_limit_stays_failed_when_its_cancel_cannot_reach_the_controller(monkeypatch):
+    from railyard.remote import ssh
+
+    from .model.test_pair_collectives import REAL, STARTED
+
+    spec, plan, hosts = slurm_plan(2)
+    rail3 = plan.node_named("gpu-0").nics[3].name
+
+    def answer(argv):
+        if argv[0] == "scancel":
+            raise ssh.SshError("gpu-0: ssh: connect to host 198.18.0.2 port 22: Connection timed out")
+        return (124, STARTED, "") if rail3 in argv else (0, REAL, "")
+
+    controller(monkeypatch, answer)
+    found, notes, _ = verify.pair_collectives(spec, plan, hosts, None)
+    assert {(f.kind, f.where) for f in found} == {("collective-failed", "rail3")}
+    assert not any("rail3" in n for n in notes)
+
+
 def test_a_rail_pair_finding_stands_through_a_reading_whose_pairs_did_not_run():
     pair = verify.Finding("collective-slow", "gpu-1", "rail5", "50 GB/s", "0.05 GB/s",
                           "gpu-1 rail5: all_reduce_perf of gpu-0 <-> gpu-1 (through leaf): 0.05 GB/s ...")
