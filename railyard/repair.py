@@ -345,7 +345,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         # check, whose drain a run took up, resumes it once its own lighter check passes.
         for node in [n for n in queue if s[n].state == "drained" and n not in out.left and n not in taken]:
             h = held.get(node, Held())
-            if not h.out or h.partly or h.system or (h.reason or "").startswith(SLURMD_PREFIX):
+            if not h.all_out or h.system or (h.reason or "").startswith(SLURMD_PREFIX):
                 # (Slurm's own DOWN returns the node to service once its slurmd registers after
                 # the reboot, ReturnToService=2; a drain of ours outlasts it.)
                 drain(node, "in service" if not h.out else "out in one scheduler only" if h.partly
@@ -364,7 +364,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             if h.by_person:
                 to_person(node, h)
                 continue
-            if not h.out or h.partly:
+            if not h.all_out:
                 # Returned to service while its jobs were waited for: not reset under new ones.
                 out.left.append(node)
                 note(f"{node}: back in service during the wait; left for the next run, which drains it again")
@@ -388,16 +388,16 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
             checked = after_check(s[node], found, act.now())
-            if checked.state == "drained" and _untestable(found):
-                # What is left no reset re-tests: a person's, as such a node is before any reset.
-                checked = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), found[0])
             if checked.state == "ready":
                 back(node, "checks passed after reset")  # ready once its schedulers have it back
                 continue
-            s[node] = checked
-            if s[node].state == "failed" and s[node].tries < MAX_TRIES:
+            if checked.state == "drained" and _untestable(found):
+                # What is left no reset re-tests: a person's, as such a node is before any reset.
+                s[node] = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), found[0])
                 note(f"{node}: failed, not reset again ({UNTESTED}); left drained for a person ({found[0]})")
-            elif s[node].state == "failed":
+                continue
+            s[node] = checked
+            if s[node].state == "failed":
                 note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({found[0]})")
             else:
                 findings[node] = found

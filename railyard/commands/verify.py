@@ -115,7 +115,7 @@ def handle(args) -> int:
     except repair.RepairError as exc:
         return _fail(str(exc))
     took = time.monotonic() - started
-    rc = (0 if _repaired(outcome, findings) and not outcome.stopped else 1) if args.repair else (1 if findings else 0)
+    rc = (0 if _repaired(outcome, findings) else 1) if args.repair else (1 if findings else 0)
     if args.json:
         print(json.dumps([f.to_json() for f in findings], indent=2))
         return rc
@@ -195,7 +195,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         if taken:
             progress(repair.taken_line(args.stack, taken))
         recorded_pairs.update(_standing(states, findings, report.pairs_run, hosts))
-        findings.update(recorded_pairs)
+        for n, kept in recorded_pairs.items():
+            findings[n] = [*findings.get(n, []), *kept]
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
@@ -260,17 +261,17 @@ def _record_outputs(stack: str, outputs: Mapping, progress) -> None:
 
 def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set[tuple[str, int]],
               hosts: Mapping) -> dict[str, list[str]]:
-    """The findings of nodes out of service (or suspect) for a rail pair's finding whose pairs on
-    that rail did not run in this reading (drained, busy, or not asked for with --deep): their
-    recorded finding stands, so a reading that could not re-test it does not return them."""
+    """The recorded rail pair finding of each node out of service (or suspect) for one whose pairs
+    on that rail did not run in this reading (drained, busy, or not asked for with --deep), where
+    this reading's `findings` do not hold it already: it stands, so a reading that could not
+    re-test it does not return the node."""
     from railyard import verify
 
     recorded = {node: [said] for node, state in states.items()
                 if node in hosts and state.state in ("suspect", "drained", "failed")
                 and (said := next((c.finding for c in reversed(state.history) if c.finding), None)) is not None
                 and said not in findings.get(node, [])}
-    return {n: [*findings.get(n, []), *kept]
-            for n, kept in verify.standing_pair_findings(recorded, recorded, pairs_run).items()}
+    return verify.standing_pair_findings(recorded, recorded, pairs_run)
 
 
 def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs: dict[str, list[str]]
@@ -299,11 +300,12 @@ def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs:
 
 
 def _repaired(outcome: repair.Outcome, findings: list) -> bool:
-    """Whether the loop left every node ready and nothing faulty out of its reach: a faulty node a
-    person or acceptance holds, and a finding of no node (a cable between two switches), are not
-    the loop's to mend."""
+    """Whether the loop ran to its end, left every node ready, and found nothing faulty out of its
+    reach: a faulty node a person or acceptance holds, and a finding of no node (a cable between
+    two switches), are not the loop's to mend."""
     faulty = {f.node for f in findings if f.node}
-    return (all(f.node for f in findings) and not faulty & {*outcome.by_person, *outcome.by_acceptance}
+    return (not outcome.stopped and all(f.node for f in findings)
+            and not faulty & {*outcome.by_person, *outcome.by_acceptance}
             and all(s.state == "ready" for s in outcome.states.values()))
 
 

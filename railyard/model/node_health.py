@@ -130,6 +130,11 @@ class Held:
     """Its scheduler hears from it (Slurm marks a node whose slurmd is silent with `*`)."""
 
     @property
+    def all_out(self) -> bool:
+        """Out of scheduling in every scheduler that knows it: no job can land on it."""
+        return self.out and not self.partly
+
+    @property
     def by_person(self) -> bool:
         """Out of scheduling by someone other than Railyard or the scheduler: their node, left as it is."""
         return self.out and not self.system and not (self.reason or "").startswith(PREFIX)
@@ -228,7 +233,7 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
         if h.by_person:
             out.by_person[node] = h.reason or "no reason given"
             continue
-        if s.state == "failed" and node in held and (not h.out or h.partly):
+        if s.state == "failed" and node in held and not h.all_out:
             # The hand-off's end: a person put the node back into service (in any of its
             # schedulers) after looking at it; the marks Railyard left elsewhere are lifted below.
             s = s.to("ready", "returned to service by a person", now, tries=0)
@@ -242,8 +247,8 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
                 # Drained by an earlier run whose record was lost: the drain is Railyard's.
                 s = s.to("drained", h.reason or reason(found[0]), now, found[0])
             elif s.state == "repairing" and s.tries >= MAX_TRIES:
-                # A run stopped during its last reset: as after_check would have it.
-                s = s.to("failed", reason(f"failed after {s.tries} resets: {found[0]}"), now, found[0])
+                # A run stopped during its last reset: as the check after it would have it.
+                s = after_check(s, found, now)
             elif s.state == "repairing":
                 # A run stopped during its reset (the fault may predate it): drained, to be reset
                 # again, its tries kept.

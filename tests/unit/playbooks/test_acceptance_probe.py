@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 IPERF3 = ROOT / "railyard/data/fixtures/iperf3"
+PAIR = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
 spec = importlib.util.spec_from_file_location(
     "acceptance_probe", ROOT / "playbooks/roles/acceptance/library/acceptance_probe.py")
 probe = importlib.util.module_from_spec(spec)
@@ -84,9 +85,8 @@ def test_an_iperf3_probe_is_bounded_by_max_gbps_and_unbounded_at_zero(monkeypatc
 
     monkeypatch.setattr(probe, "_run", run)
     monkeypatch.setattr(probe, "_rdma", lambda params, device: False)
-    pair = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
     for cap, bound in ((acceptance_vars()["acceptance_max_gbps"], ["--bitrate", "2G"]), (0, [])):
-        assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, pair) == (1.998, "")
+        assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": cap}, PAIR) == (1.998, "")
         assert ran[-1][ran[-1].index("--connect-timeout") + 2:] == bound, ran[-1]
 
 
@@ -95,8 +95,7 @@ def test_a_probe_iperf3_could_not_connect_keeps_iperf3s_reason(monkeypatch):
     refused = (IPERF3 / "iperf3-json-client-refused.json").read_text()
     monkeypatch.setattr(probe, "_run", lambda argv, timeout: (0, refused, ""))
     monkeypatch.setattr(probe, "_rdma", lambda params, device: False)
-    pair = {"ip": "198.19.3.3", "source_ip": "198.19.3.2", "port": 5203}
-    assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": 2}, pair) == (
+    assert probe._bandwidth({"seconds": 1, "timeout": 8, "max_gbps": 2}, PAIR) == (
         None, "unable to connect to server: Connection refused")
 
 
