@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
 
@@ -49,7 +49,8 @@ _F = TypeVar("_F", "Finding", str)
 @dataclass(frozen=True)
 class Finding:
     """One thing a technician acts on. node: the node it is on (None for a cable between two
-    devices); where: the device, port or cable; planned and found where one value says each."""
+    devices); where: the device, port or cable; planned and found where one value says each;
+    part: the part of the verification (PARTS) that found it."""
 
     kind: str
     node: str | None
@@ -57,6 +58,7 @@ class Finding:
     planned: str | None
     found: str | None
     message: str
+    part: str = ""
 
     def to_json(self) -> dict[str, str | None]:
         return asdict(self)
@@ -385,7 +387,8 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         facts = read_facts(hosts, private_key, timeout=timeout, lldp=lldp)
         found = hardware(spec, plan, facts, addresses)
         # Only the unreachable nodes where the hardware part was not asked for.
-        report.findings += found if "hardware" in parts else [f for f in found if f.kind == UNREACHABLE]
+        report.findings += (_of("hardware", found) if "hardware" in parts
+                            else _of("fabric", (f for f in found if f.kind == UNREACHABLE)))
     if "health" in parts:
         progress(f"reading {len(hosts)} node(s)' GPU tools"
                  + (" (DCGM level 3, all_reduce_perf over NVLink)" if deep else ""))
@@ -402,14 +405,14 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             found, notes, ran = found + pairs, notes + pair_notes, ran or bool(report.pairs_run)
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
-        report.findings += [f for f in found if (f.kind, f.node) not in seen]
+        report.findings += _of("health", (f for f in found if (f.kind, f.node) not in seen))
         report.notes += notes
         if not ran:
             report.unread["health"] = "; ".join(notes)
     if lldp:
         progress("reading the switches' LLDP tables")
         found_lldp, note, judged = cabling_from_lldp(plan, facts, switch_tables(spec, plan, private_key, timeout))
-        report.findings += found_lldp
+        report.findings += _of("fabric", found_lldp)
         report.notes.append(note)
         if not judged:
             report.unread["fabric"] = note
@@ -420,9 +423,14 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             report.notes.append(f"fabric not read: {note}")
         else:
             subnet, judged = read
-            report.findings += fabric(plan, subnet, speeds_judged=judged, switch_guids=spec.verify.switch_guids)
+            report.findings += _of("fabric", fabric(plan, subnet, speeds_judged=judged,
+                                                     switch_guids=spec.verify.switch_guids))
             report.notes.append(note)
     return report
+
+
+def _of(part: str, found: Iterable[Finding]) -> list[Finding]:
+    return [replace(f, part=part) for f in found]
 
 
 def switch_tables(spec: Spec, plan: Plan, private_key: str | None, timeout: float) -> SwitchLldp:

@@ -135,7 +135,7 @@ def handle(args) -> int:
             + (f"; not read: {', '.join(report.unread)}" if report.unread else "") + "): ")
     if not findings:
         print(head + "as planned" + (f"; the repair stopped ({outcome.stopped})" if outcome.stopped
-                                     else "; the repair left nodes out of service (above)" if rc else ""))
+                                     else "; the repair left nodes not ready (above)" if rc else ""))
         return rc
     print(head + f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ("
           + ", ".join(f"{n} {k}" for k, n in shown.items()) + ")")
@@ -167,11 +167,16 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
     latest = _by_node(report.findings, hosts)
     findings = _messages(latest)
     recorded_pairs: dict[str, list[str]] = {}
+    # What a state may move on: the parts read, and which part said each message (each reading's).
+    read = [p for p in parts if p not in report.unread]
+    part_of = {f.message: f.part for f in report.findings}
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
-        return _rechecked(verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
-                                         timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
-                                         deep=args.deep, peers=hosts), which, latest, recorded_pairs)
+        again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
+                               timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
+                               deep=args.deep, peers=hosts)
+        part_of.update({f.message: f.part for f in again.findings})
+        return _rechecked(again, which, latest, recorded_pairs)
 
     def gpu_resets(node: str) -> list[str] | None:
         return gpu_reset_targets((f.kind, f.where) for f in latest.get(node, []))
@@ -184,7 +189,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                 raise
             # A repair run holds the states: this reading reports and records nothing.
             progress(f"states not recorded: {exc}")
-            return repair.judge(repair.read_states(path), findings, nodes, None, time.time())
+            return repair.judge(repair.read_states(path), findings, nodes, None, time.time(), read=read,
+                                part_of=part_of)
         try:
             recorded = repair.recorded_in(outputs)
         except repair.RepairError as exc:
@@ -197,6 +203,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         recorded_pairs.update(_standing(states, findings, report.pairs_run, hosts))
         for n, kept in recorded_pairs.items():
             findings[n] = [*findings.get(n, []), *kept]
+            # The record's, not this reading's: a rail pair's finding is the health part's, where pairs run.
+            part_of.update(dict.fromkeys(kept, "health"))
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
@@ -204,7 +212,7 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
             pools, budgets = repair.budgets(spec, plan, nodes)
             keep_out = {plan.slurm.controller.name: "it runs the Slurm controller"} if plan.slurm is not None else {}
             try:
-                outcome = repair.repair(states, findings, nodes, pools, budgets, act,
+                outcome = repair.repair(states, findings, nodes, pools, budgets, act, read=read, part_of=part_of,
                                         drain_timeout=spec.health.drain_timeout_s, keep_out=keep_out)
             except repair.RepairError as exc:
                 # The loop stopped part way (its scheduler stopped answering, a host answered with
@@ -214,11 +222,11 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         else:
             try:
                 outcome = repair.judge(states, findings, nodes, repair.schedulers(spec, plan, hosts, key, outputs, held),
-                                       time.time())
+                                       time.time(), read=read, part_of=part_of)
             except repair.RepairError as exc:
                 # Without the schedulers' view the states still move; a person's drain is just not seen.
                 progress(f"schedulers not read ({exc}); states judged without them")
-                outcome = repair.judge(states, findings, nodes, None, time.time())
+                outcome = repair.judge(states, findings, nodes, None, time.time(), read=read, part_of=part_of)
         repair.write_states(path, outcome.states)
         planned = [n.name for n in plan.nodes]
         # Against what the stack holds, so a record that failed before is made by the next run.
@@ -269,7 +277,7 @@ def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set
 
     recorded = {node: [said] for node, state in states.items()
                 if node in hosts and state.state in ("suspect", "drained", "failed")
-                and (said := next((c.finding for c in reversed(state.history) if c.finding), None)) is not None
+                and (basis := state.basis()) is not None and (said := basis.finding) is not None
                 and said not in findings.get(node, [])}
     return verify.standing_pair_findings(recorded, recorded, pairs_run)
 
@@ -313,7 +321,9 @@ def _show_states(outcome: repair.Outcome) -> None:
     """The nodes that are not ready, those a person holds, and the hand-off list."""
     for node, s in sorted(outcome.states.items()):
         if s.state not in ("ready", "failed"):
-            print(f"{'node ' + s.state:<16} {node}: {s.reason}")
+            unread = outcome.unjudged.get(node)
+            print(f"{'node ' + s.state:<16} {node}: {s.reason}"
+                  + (f" (kept: its finding is {' and '.join(unread)}'s, not read this time)" if unread else ""))
     for node, why in sorted(outcome.by_person.items()):
         print(f"{'node held':<16} {node}: out of service by a person ({why}); left alone")
     for node, why in sorted(outcome.by_acceptance.items()):

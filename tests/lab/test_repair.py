@@ -236,6 +236,13 @@ def test_a_transient_xid_is_named_by_node_gpu_and_code_and_the_loop_reboots_and_
     assert [(f["kind"], f["node"], f["where"], f["found"]) for f in json.loads(plain.stdout)] == [
         ("xid", "gpu-3", bus, "Xid 109")]
     assert slurm_node(project, "gpu-3")[0] == "idle"
+    # A repair run that reads the hardware alone neither returns nor resets a node found faulty by
+    # its GPU tools: it is kept as it is, and says why.
+    partial = verify(project, "--repair")
+    assert partial.returncode == 1, partial.stdout + partial.stderr
+    assert re.search(r"^node suspect +gpu-3: railyard: gpu-3: .*Xid 109.* \(kept: its finding is health's, not read "
+                     r"this time\)$", partial.stdout, re.M), partial.stdout
+    assert states(project)["gpu-3"]["state"] == "suspect" and slurm_node(project, "gpu-3")[0] == "idle"
 
     fixed = project.railyard("verify", "--stack", STACK, "--only", "hardware,health", "--repair", timeout=900)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr

@@ -846,3 +846,59 @@ def test_down_forgets_the_states_of_machines_that_went_with_the_stack(monkeypatc
     monkeypatch.setattr(drivers, "entry", lambda name: types.SimpleNamespace(capabilities=caps))
     assert stack_cmd.handle(argparse.Namespace(stack="t", action="down", extra=[], force=False)) == rc
     assert paths.node_states("t").exists() == kept
+
+
+XID = "gpu-1: Xid 79 on GPU 00000000:1B:00.0"
+NIC = "gpu-1: mlx5_3 missing"
+
+
+def test_a_reading_that_did_not_read_what_a_node_was_found_faulty_in_neither_clears_nor_returns_it():
+    """`--only hardware` after an Xid: the suspect stays suspect and the drained node stays out,
+    however clean the hardware reads, until a reading of the health part; one that reads it decides."""
+    found = judge({}, {"gpu-1": [NIC, XID]}, NODES, None, 1.0, part_of={NIC: "hardware", XID: "health"})
+    assert found.states["gpu-1"].state == "suspect"
+    assert found.states["gpu-1"].history[-1].parts == ("hardware", "health")
+    kept = judge(found.states, {}, NODES, None, 2.0, read=["hardware"])
+    assert kept.states["gpu-1"] == found.states["gpu-1"] and kept.unjudged == {"gpu-1": ("health",)}
+    assert judge(found.states, {}, NODES, None, 3.0, read=["health", "hardware"]).states["gpu-1"].state == "ready"
+
+    c = Cluster(NODES)
+    c.held["gpu-1"] = Held(out=True, reason=reason(XID))
+    drained = NodeState().to("drained", reason(XID), 1.0, XID, parts=["health"])
+    out = run(c, {"gpu-1": drained}, read=["hardware"])
+    assert out.states["gpu-1"] == drained and out.unjudged == {"gpu-1": ("health",)}
+    assert c.log == [] and c.held["gpu-1"].out
+    # Nor is it reset for a new finding of the part that was read: its state waits for a whole look.
+    out = repair({"gpu-1": drained}, {"gpu-1": [NIC]}, NODES, POOLS, {"gpu": 1}, c.actions(), drain_timeout=60,
+                 read=["hardware"], part_of={NIC: "hardware"})
+    assert out.states["gpu-1"] == drained and c.log == []
+    # The health part read, and clean: returned.
+    out = run(c, {"gpu-1": drained}, read=["health"])
+    assert out.states["gpu-1"].state == "ready" and c.log == [("resume", "gpu-1")]
+
+
+def test_a_record_made_before_parts_were_recorded_is_settled_by_any_reading_as_before():
+    old = load_states(json.dumps({"nodes": {"gpu-1": {"state": "suspect", "reason": reason(XID), "history": [
+        {"time": 1.0, "state": "suspect", "reason": reason(XID), "finding": XID}]}}}))
+    assert old["gpu-1"].history[-1].parts == ()
+    assert judge(old, {}, NODES, None, 2.0, read=["fabric"]).states["gpu-1"].state == "ready"
+
+
+def test_the_loop_records_the_part_of_what_its_own_re_reading_found():
+    """The second look and the check after a reset read again; the command's re-reading adds the
+    part of what it found to part_of before the change it causes is recorded."""
+    c = Cluster(NODES, persistent=["gpu-2"])
+    first = "gpu-2: GPU2 (0000:3a:00.0) missing"
+    part_of = {first: "hardware"}
+    act = c.actions()
+
+    def recheck(nodes):
+        part_of["gpu-2: Xid 48 on GPU 00000000:3A:00.0"] = "health"
+        return {n: ["gpu-2: Xid 48 on GPU 00000000:3A:00.0"] for n in nodes if n == "gpu-2"}
+
+    act.recheck = recheck
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60, part_of=part_of)
+    s = out.states["gpu-2"]
+    assert s.state == "failed" and s.history[0].parts == ("hardware",)
+    assert [c.parts for c in s.history[1:] if c.finding] == [("health",)] * 3
+    assert [c.parts for c in load_states(dump_states(out.states))["gpu-2"].history] == [c.parts for c in s.history]

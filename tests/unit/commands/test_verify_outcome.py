@@ -94,7 +94,7 @@ def test_text_and_json_give_one_exit_status_for_a_repair_that_left_a_node_draine
     if as_json:
         assert json.loads(out) == []
     else:
-        assert "as planned; the repair left nodes out of service (above)" in out
+        assert "as planned; the repair left nodes not ready (above)" in out
     monkeypatch.setattr(command, "_states", lambda *a: repair.Outcome(states={"gpu-0": NodeState()}))
     assert command.handle(args(json=as_json, repair=True)) == 0
 
@@ -131,3 +131,32 @@ def test_a_repair_stopped_part_way_still_reports_what_was_found_and_fails(lab_ou
     assert "gpu-missing      gpu-0: GPU2 (0000:3a:00.0) missing" in out
     assert "node drained     gpu-0: railyard: gpu-0: GPU2" in out
     assert json.loads(command.paths.node_states("lab").read_text())["nodes"]["gpu-0"]["state"] == "drained"
+
+
+def test_only_hardware_keeps_a_node_drained_for_an_xid_and_records_the_part_of_what_it_found(
+        lab_outputs, monkeypatch, capsys):
+    """A node drained for an Xid is neither returned nor counted clean by a reading of the
+    hardware alone, and says why; what that reading finds is recorded with its part, so a later
+    `--only hardware` can settle it."""
+    from railyard import verify
+    from railyard.model.node_health import dump_states, reason
+
+    xid = "gpu-0: Xid 79 on GPU 00000000:1B:00.0"
+    drained = NodeState().to("drained", reason(xid), 1.0, xid, parts=["health"])
+    path = command.paths.node_states("lab")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_states({"gpu-0": drained}))
+    nic = Finding("nic-missing", "gpu-1", "mlx5_3", "mlx5_3", None, "gpu-1: mlx5_3 missing", "hardware")
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(findings=[nic]))
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(read=dict))
+    monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
+    assert command.handle(args(only="hardware")) == 1
+    out = capsys.readouterr().out
+    assert f"node drained     gpu-0: {reason(xid)} (kept: its finding is health's, not read this time)" in out
+    saved = json.loads(path.read_text())["nodes"]
+    assert saved["gpu-0"]["state"] == "drained" and saved["gpu-0"]["history"] == drained.to_json()["history"]
+    assert saved["gpu-1"]["state"] == "suspect" and saved["gpu-1"]["history"][-1]["parts"] == ["hardware"]
+    # A clean hardware reading settles what a hardware reading found.
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report())
+    assert command.handle(args(only="hardware")) == 0
+    assert json.loads(path.read_text())["nodes"]["gpu-1"]["state"] == "ready"
