@@ -530,7 +530,11 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         return f"power-cycled through its BMC ({done['bmc_reset']})" if done.get("bmc_reset") else "rebooted"
 
     def retune(node: str) -> None:
-        result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars)
+        result = runner.run(spec.stack, tuned, private_key, limit=node, secret_vars=secret_vars,
+                            timeout=spec.health.retune_timeout_s)
+        if result.status == "timeout":
+            raise RepairError(f"tuning after the reset did not finish in {spec.health.retune_timeout_s} s "
+                              "(railyard:health.retuneTimeout); it was stopped")
         if not result.ok:
             raise RepairError("tuning after the reset failed: " + "; ".join(str(f) for f in result.failures[:3]))
 

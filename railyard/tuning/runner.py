@@ -196,10 +196,12 @@ def run(
     keep_runs: int = 20,
     playbook: str = "site.yml",
     artifacts: dict[str, str] | None = None,
+    timeout: int | None = None,
 ) -> RunResult:
     """Run playbooks/site.yml (or guest.yml, teardown.yml) against `hosts`; artifacts go to
     .railyard/runs/<stack>/<timestamp>, with `artifacts` (relative path -> text: what the run
-    was made from, such as the VMs' libvirt domains) written there first."""
+    was made from, such as the VMs' libvirt domains) written there first. timeout: seconds after
+    which ansible-runner kills the run's process group (a failure naming it)."""
     import ansible_runner
 
     runs = paths.runs_dir(stack)
@@ -286,10 +288,15 @@ def run(
             forks=forks,
             quiet=True,
             event_handler=on_event,
+            timeout=timeout,
         )
+        if runner.status == "timeout":
+            _stop_run(str(Path(keydir) / "cp"))
         _end_masters(Path(keydir) / "cp")
     result.status, result.rc = runner.status, runner.rc
-    if result.rc != 0 and not result.failures:
+    if result.status == "timeout":
+        result.failures.append(Failure("-", "ansible-playbook", f"stopped after {timeout} s, unfinished"))
+    elif result.rc != 0 and not result.failures:
         # No task failed: the run itself did (a bad inventory, a missing ansible-playbook, a
         # syntax error); its last words are in stdout.
         out = ((runner.stdout.read() if runner.stdout else "") + "\n" +
@@ -313,6 +320,27 @@ def failure_message(res: dict) -> str:
         return "; ".join(f"{r.get('_ansible_item_label', r.get('item'))}: {failure_message(r)}" for r in items)
     msg = res.get("msg") or res.get("stderr") or res.get("reason") or json.dumps(res)[:500]
     return str(msg).strip()
+
+
+def _stop_run(control_dir: str, wait_s: float = 10.0) -> None:
+    """Kill every process of a run stopped at its timeout, found by the control directory only its
+    environment names. ansible-runner's own kill reaches ansible-playbook's process group only,
+    and each of ansible's workers detaches into a session of its own: the task, and the module it
+    runs, would go on with no one reading them."""
+    import signal
+    import time
+
+    from railyard.procfs import alive, environ_value, pids
+
+    ours = [p for p in pids() if p != os.getpid() and environ_value(p, "ANSIBLE_SSH_CONTROL_PATH_DIR") == control_dir]
+    for pid in ours:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + wait_s
+    while any(alive(p) for p in ours) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _end_masters(control_dir: Path) -> None:

@@ -595,18 +595,18 @@ def test_the_health_keys_are_read_and_a_bad_one_is_named_by_its_path():
     from railyard.stack import from_config
 
     spec, _ = from_config(_config({"maxUnavailable": 2, "drainTimeout": 0, "repair": True,
-                                   "collectiveTolerance": 0.25}), "t")
+                                   "collectiveTolerance": 0.25, "retuneTimeout": 900}), "t")
     assert (spec.health.max_unavailable, spec.health.drain_timeout_s, spec.health.repair,
-            spec.health.collective_tolerance) == (2, 0, True, 0.25)
+            spec.health.collective_tolerance, spec.health.retune_timeout_s) == (2, 0, True, 0.25, 900)
     default = from_config(_config(None), "t")[0].health
     assert (default.max_unavailable, default.drain_timeout_s, default.repair,
-            default.collective_tolerance) == (None, 600, False, 0.15)
+            default.collective_tolerance, default.retune_timeout_s) == (None, 600, False, 0.15, 3600)
     with pytest.raises(SpecError) as err:
         from_config(_config({"maxUnavailable": 0, "drainTimeout": "10m", "repair": "sometimes",
-                             "collectiveTolerance": 15}), "t")
+                             "collectiveTolerance": 15, "retuneTimeout": 5}), "t")
     assert {p.path for p in err.value.problems} == {
         "railyard:health.maxUnavailable", "railyard:health.drainTimeout", "railyard:health.repair",
-        "railyard:health.collectiveTolerance"}
+        "railyard:health.collectiveTolerance", "railyard:health.retuneTimeout"}
     # A percentage where a fraction is asked is refused, saying what the key takes.
     assert "a fraction between 0 and 1, e.g. 0.15" in str(err.value)
 
@@ -902,3 +902,23 @@ def test_the_loop_records_the_part_of_what_its_own_re_reading_found():
     assert s.state == "failed" and s.history[0].parts == ("hardware",)
     assert [c.parts for c in s.history[1:] if c.finding] == [("health",)] * 3
     assert [c.parts for c in load_states(dump_states(out.states))["gpu-2"].history] == [c.parts for c in s.history]
+
+
+def test_the_re_tune_after_a_reset_is_bounded_by_the_stacks_key_and_its_overrun_is_a_failed_try(monkeypatch):
+    from railyard import paths
+    from railyard.stack import load
+    from railyard.tuning import runner
+
+    spec, plan = load(paths.stack_file("lab"))
+    asked = {}
+
+    def hung(stack, hosts, key, **kw):
+        asked.update(kw)
+        return runner.RunResult(run_dir=paths.project_root(), status="timeout", rc=254)
+
+    monkeypatch.setattr(runner, "stack_hosts", lambda *a: ([], {}))
+    monkeypatch.setattr(runner, "run", hung)
+    act = repair_mod.actions(spec, plan, {}, None, {}, types.SimpleNamespace(), lambda nodes: {}, print)
+    with pytest.raises(RepairError, match=r"did not finish in 3600 s \(railyard:health.retuneTimeout\)"):
+        act.retune("gpu-1")
+    assert asked["timeout"] == spec.health.retune_timeout_s == 3600 and asked["limit"] == "gpu-1"

@@ -30,7 +30,7 @@ from railyard.model.spec.show import _ABSENT, _did_you_mean, _is_secret, _kind, 
 from railyard.model.spec.types import (
     ACCEPTANCE_ON_FAILURE, ON_DRIFT, AFFINITY_POLICIES, CPU_ISOLATION, DEFAULT_ASN_BASE, DEFAULT_CIDRS, DEFAULT_LABEL_PREFIX, DEFAULT_RESOURCE_PREFIX, DEFAULT_SPEED, DEFAULT_SWITCH, DEFAULT_SWITCH_BY_SPEED, FABRIC_KINDS,
     HUGEPAGE_SIZES, IOMMU_MODES, KEYS, KVM_MAX_VCPUS, LAYOUTS, LOCAL_FILESYSTEMS, MAX_POOL_NODES, NAMESPACE, PARALLEL_FS_KINDS, PARALLEL_FS_SOURCES,
-    RAID_LEVELS, SLURM_HEALTH_CHECK_INTERVAL, SLURM_HEALTH_CHECK_STATES, SLURM_MAX_SWITCH_WAIT, SLURM_MPI, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
+    RAID_LEVELS, SLURM_HEALTH_CHECK_INTERVAL, SLURM_HEALTH_CHECK_STATES, SLURM_MAX_SWITCH_WAIT, SLURM_MPI, SRIOV_MAX_VFS, SPEEDS_BY_KIND, TOPOLOGIES, TTL_UNITS, _TTL, AcceptanceSpec, Affinity, HEALTH_DRAIN_TIMEOUT_S, HEALTH_RETUNE_TIMEOUT_S, HealthSpec, Pins, VerifySpec, ComputeFabric, DriverRules,
     Ephemeral, Fabric, Hugepages, KubernetesSpec, LocalCache, Network, NodePool, ObjectTier, ParallelFs, Secret, SlurmSpec, Spec,
     Sriov, StorageSpec, Tenant, TuningSpec, VmSpec, host_reserve_threads, os_reserve_gib, parse_ttl,
 )
@@ -757,12 +757,15 @@ class _Parser(ConfigReader, CrossFieldRules):
         # A day: a drain that waits longer is a maintenance window, not a repair.
         drain = self.integer(hm, "drainTimeout", f"{path}.drainTimeout", default=HEALTH_DRAIN_TIMEOUT_S, minimum=0,
                              maximum=86400)
+        retune = self.integer(hm, "retuneTimeout", f"{path}.retuneTimeout", default=HEALTH_RETUNE_TIMEOUT_S,
+                              minimum=60, maximum=86400)
         repair = self.boolean(hm, "repair", f"{path}.repair", default=False)
         tolerance = self.fraction(hm, "collectiveTolerance", f"{path}.collectiveTolerance",
                                   default=COLLECTIVE_TOLERANCE, example="0.15",
                                   hint="all_reduce_perf this far below the plan's bus bandwidth is a finding")
         return HealthSpec(repair=bool(repair), max_unavailable=budget,
                           drain_timeout_s=drain if drain is not None else HEALTH_DRAIN_TIMEOUT_S,
+                          retune_timeout_s=retune if retune is not None else HEALTH_RETUNE_TIMEOUT_S,
                           collective_tolerance=tolerance if tolerance is not None else COLLECTIVE_TOLERANCE)
 
     def switch_guids(self, vm: Mapping, path: str) -> tuple[tuple[str, int], ...]:

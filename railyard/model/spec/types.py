@@ -105,7 +105,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "acceptance": ("enabled", "onFailure", "bandwidthTolerance"),
     "verify": ("pins", "onDrift", "switchGuids"),
     "verify.pins": ("nicFirmware", "nvidiaDriver", "kernel"),
-    "health": ("repair", "maxUnavailable", "drainTimeout", "collectiveTolerance"),
+    "health": ("repair", "maxUnavailable", "drainTimeout", "retuneTimeout", "collectiveTolerance"),
     "ephemeral": ("ttl",),
 }
 
@@ -343,6 +343,8 @@ class VerifySpec:
 
 
 HEALTH_DRAIN_TIMEOUT_S = 600
+# The site playbook on one node after its reset, its dataset stage included: an hour.
+HEALTH_RETUNE_TIMEOUT_S = 3600
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,9 @@ class HealthSpec:
     drain_timeout_s: int = HEALTH_DRAIN_TIMEOUT_S
     """How long a drained node's running jobs are waited for before the run leaves it drained
     for the next one (never reset under a job)."""
+    retune_timeout_s: int = HEALTH_RETUNE_TIMEOUT_S
+    """How long the re-tune after a reset may take before it is stopped and counts as a failed
+    try: a play that hangs (a mount that never answers) must not hold the node's pool budget."""
     collective_tolerance: float = COLLECTIVE_TOLERANCE
     """How far below the plan's bus bandwidth `railyard verify --deep`'s all_reduce_perf may
     fall before it is a finding, as a fraction (0.15: 15%)."""

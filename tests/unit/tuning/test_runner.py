@@ -58,3 +58,26 @@ def test_a_failed_loop_reports_what_each_failed_item_said_not_ansibles_summary()
     assert msg == ("sriov: Validation of arguments failed:\nsriov_pfs must be a list; "
                    "dataset_cache: value of dataset_cache_fstype must be one of: xfs, ext4, got: btrfs")
     assert runner.failure_message({"failed": True, "stderr": " no such file \n"}) == "no such file"
+
+
+def test_a_run_past_its_timeout_is_stopped_with_its_process_group_and_said_so(tmp_path, monkeypatch):
+    """The re-tune after a reset is bounded (railyard:health.retuneTimeout): a play that hangs is
+    killed with everything it started, and the result is a failure that says it was stopped."""
+    import os
+    import time
+
+    marker = tmp_path / "sleeping"
+    book = tmp_path / "hang.yml"
+    book.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "hang", "ansible.builtin.shell": f"echo $$ > {marker}; exec sleep 300"}]}]))
+    monkeypatch.setattr(runner, "PLAYBOOKS", tmp_path)
+    monkeypatch.setattr(runner.paths, "runs_dir", lambda stack: tmp_path / "runs" / stack)
+    started = time.monotonic()
+    result = runner.run("t", [], None, playbook="hang.yml", timeout=5)
+    assert time.monotonic() - started < 60 and not result.ok and result.status == "timeout"
+    assert [str(f) for f in result.failures] == ["-: task 'ansible-playbook': stopped after 5 s, unfinished"]
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}"), "the hung task outlived its run"
