@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Proto
 from railyard.model.health_check import SLURMD_PREFIX
 from railyard.model.pair_collectives import pair_rail
 from railyard.model.node_health import (
-    MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, latest, merged, on, parse_sinfo,
-    reason, slurm_user, states_from, take_out, triage,
+    MAX_TRIES, OUT, SINFO, Held, NodeState, after_check, dump_states, load_states, latest, merged, parse_sinfo,
+    read_on, reason, slurm_user, states_from, take_out, triage,
 )
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ class Outcome:
 
 
 def judge(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], nodes: list[str],
-          scheduler: Scheduler | None, now: float, *, read: Collection[str] | None = None,
+          scheduler: Scheduler | None, now: float, *, read: Mapping[str, Collection[str]] | None = None,
           part_of: Mapping[str, str] | None = None) -> Outcome:
     """The states a verification leaves without repairing anything (`railyard verify`): ready
     nodes with a finding become suspect, suspect ones without ready (triage's read and part_of)."""
@@ -263,12 +263,13 @@ def judge(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], no
 
 def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], nodes: list[str],
            pools: Mapping[str, list[str]], budgets: Mapping[str, int], act: Actions, *,
-           drain_timeout: float, keep_out: Mapping[str, str] | None = None, read: Collection[str] | None = None,
-           part_of: Mapping[str, str] | None = None) -> Outcome:
+           drain_timeout: float, keep_out: Mapping[str, str] | None = None,
+           read: Mapping[str, Collection[str]] | None = None, part_of: Mapping[str, str] | None = None) -> Outcome:
     """One run of the loop over the nodes verification found faulty (node -> its findings'
     messages). keep_out: nodes never reset, and why (the Slurm controller's own node); a node whose
-    every finding is a rail pair's is not reset either (UNTESTED). read, part_of: as triage's;
-    part_of is read at each change, so act.recheck may add the parts of what it reads to it."""
+    every finding is a rail pair's is not reset either (UNTESTED). read, part_of: as triage's, for
+    its re-readings too (the same parts, each reading's findings standing in a part it could not
+    read again: act.recheck's), so act.recheck adds the parts of what it reads to part_of."""
     keep_out = keep_out or {}
     part_of = part_of if part_of is not None else {}
     held = act.scheduler.read()
@@ -319,6 +320,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 note(f"{node}: found healthy when read again")
             else:
                 findings[node] = again[node]
+                s[node] = s[node].reread(read_on(read, node, s[node]), again[node], part_of)
 
     def drain(node: str, again: str = "") -> None:
         why = reason(findings[node][0])
@@ -329,11 +331,11 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
         except RepairError as exc:
             # Possibly out in one scheduler and not the other: recorded as drained, so the
             # next run takes it up (drains it again, or lifts the marks, should it be found healthy).
-            s[node] = s[node].to("drained", why, act.now(), **on(findings[node], part_of))
+            s[node] = s[node].to("drained", why, act.now(), findings[node][0])
             out.left.append(node)
             note(f"{node}: drain failed ({exc}); left for the next run")
             return
-        s[node] = s[node].to("drained", why, act.now(), **on(findings[node], part_of))
+        s[node] = s[node].to("drained", why, act.now(), findings[node][0])
         note(f"{node}: drained in {act.scheduler.name} ({why})" + (f"; {again}" if again else ""))
 
     queue = [n for n in sorted(t.faulty) if s[n].state in ("suspect", "drained")]
@@ -377,8 +379,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 continue
             why_not = keep_out.get(node) or (UNTESTED if _untestable(findings[node]) else None)
             if why_not:
-                s[node] = s[node].to("failed", reason(f"not reset: {why_not}"), act.now(),
-                                     **on(findings[node], part_of))
+                s[node] = s[node].to("failed", reason(f"not reset: {why_not}"), act.now(), findings[node][0])
                 note(f"{node}: failed, not reset ({why_not})")
                 continue
             tries = s[node].tries + 1
@@ -394,13 +395,14 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 raise
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
-            checked = after_check(s[node], found, act.now(), part_of)
+            s[node] = s[node].reread(read_on(read, node, s[node]), found, part_of)
+            checked = after_check(s[node], found, act.now())
             if checked.state == "ready":
                 back(node, "checks passed after reset")  # ready once its schedulers have it back
                 continue
             if checked.state == "drained" and _untestable(found):
                 # What is left no reset re-tests: a person's, as such a node is before any reset.
-                s[node] = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), **on(found, part_of))
+                s[node] = s[node].to("failed", reason(f"not reset again: {found[0]}"), act.now(), found[0])
                 note(f"{node}: failed, not reset again ({UNTESTED}); left drained for a person ({found[0]})")
                 continue
             s[node] = checked

@@ -142,9 +142,9 @@ def expects(plan: Plan, nodes: Iterable[str]) -> dict[str, Expect]:
 
 def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
            addresses: Mapping[str, str] | None = None, *, tolerance: float = COLLECTIVE_TOLERANCE,
-           expected: Mapping[str, Expect] | None = None) -> tuple[list[Finding], list[str], bool]:
+           expected: Mapping[str, Expect] | None = None) -> tuple[list[Finding], list[str], set[str]]:
     """Each node's GPU health (railyard.model.gpu_health) against its SKU: findings, a note per
-    check that could not run and on which nodes (never a pass), and whether any check ran.
+    check that could not run and on which nodes (never a pass), and the nodes any check ran on.
     tolerance: railyard:health.collectiveTolerance; expected: expects() of the nodes read, where
     the caller has it already."""
     from railyard.model import health_check
@@ -153,7 +153,7 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
         expected = expects(plan, (n for n, got in readings.items() if not isinstance(got, str)))
     out: list[Finding] = []
     not_run: dict[str, list[str]] = {}
-    ran = False
+    ran: set[str] = set()
     for node in sorted(readings):
         got = readings[node]
         if isinstance(got, str):
@@ -163,7 +163,8 @@ def health(plan: Plan, readings: Mapping[str, dict[str, str] | str],
         found, why_not, ran_here = health_check.judge(got, expected[node], tolerance=tolerance)
         for why in why_not:
             not_run.setdefault(why, []).append(node)
-        ran = ran or ran_here
+        if ran_here:
+            ran.add(node)
         out += [Finding(f.kind, node, f.gpu or node, f.planned, f.found, f"{node}: {f.message}") for f in found]
     notes = [f"health not run: {why}: {', '.join(nodes)}" for why, nodes in not_run.items()]
     return out, notes, ran
@@ -359,6 +360,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     unread: dict[str, str] = field(default_factory=dict)
     """Each part asked for that could not be read (or run anywhere), and why."""
+    unread_on: dict[str, set[str]] = field(default_factory=dict)
+    """Parts read, but not on these nodes: health where none of the GPU tools ran on the node (an
+    unreachable node is a finding of its own)."""
     pairs_run: set[tuple[str, int]] = field(default_factory=set)
     """Each (node, rail) with a run across a rail pair that ran (`deep`)."""
 
@@ -398,16 +402,19 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         readings = read_health(hosts, private_key, level=3 if deep else 1, gpus=gpus, timeout=timeout)
         found, notes, ran = health(plan, readings, addresses,
                                    tolerance=spec.health.collective_tolerance, expected=expected)
+        for node, got in readings.items():
+            if not isinstance(got, str) and node not in ran:
+                report.unread_on.setdefault(node, set()).add("health")
         if deep:
             pairs, pair_notes, report.pairs_run = pair_collectives(
                 spec, plan, peers if peers is not None else hosts, private_key, nodes=hosts, timeout=timeout,
                 progress=progress, skip=[n for n, got in readings.items() if isinstance(got, str)])
-            found, notes, ran = found + pairs, notes + pair_notes, ran or bool(report.pairs_run)
+            found, notes = found + pairs, notes + pair_notes
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
         report.findings += _of("health", (f for f in found if (f.kind, f.node) not in seen))
         report.notes += notes
-        if not ran:
+        if not ran and not report.pairs_run:
             report.unread["health"] = "; ".join(notes)
     if lldp:
         progress("reading the switches' LLDP tables")

@@ -75,6 +75,9 @@ def handle(args) -> int:
     unknown = [p for p in parts if p not in verify.PARTS]
     if unknown or not parts:
         return _fail(f"--only {args.only!r}: give one or more of {', '.join(verify.PARTS)}")
+    if args.repair and args.ibnetdiscover:
+        return _fail("--repair reads each node again after its reset, and the file --ibnetdiscover names would "
+                     "say the same as before it: give one or the other")
     stack_file = paths.stack_file(args.stack)
     try:
         spec, plan = load(stack_file)
@@ -111,7 +114,7 @@ def handle(args) -> int:
         return _fail("; ".join(report.unread.values()))
     findings, notes = report.findings, report.notes
     try:
-        outcome = _states(args, spec, plan, hosts, key, outputs, report, parts, progress)
+        outcome = _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays)
     except repair.RepairError as exc:
         return _fail(str(exc))
     took = time.monotonic() - started
@@ -155,8 +158,16 @@ def _messages(by_node: Mapping[str, list]) -> dict[str, list[str]]:
     return {n: [f.message for f in fs] for n, fs in by_node.items()}
 
 
-def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> repair.Outcome:
-    """Each node's health state after this verification: recorded, and with --repair, the loop run."""
+def _parts_of(report) -> dict[str, str]:
+    """Each finding message's part; an unreachable node's finding read nothing on it, so it has none."""
+    from railyard import verify
+
+    return {f.message: f.part for f in report.findings if f.kind != verify.UNREACHABLE}
+
+
+def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays=()) -> repair.Outcome:
+    """Each node's health state after this verification: recorded, and with --repair, the loop run.
+    strays: machines of the stack's inventory its stack file no longer plans (not read)."""
     from railyard import verify
     from railyard.model.gpu_health import gpu_reset_targets
 
@@ -167,15 +178,16 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
     latest = _by_node(report.findings, hosts)
     findings = _messages(latest)
     recorded_pairs: dict[str, list[str]] = {}
-    # What a state may move on: the parts read, and which part said each message (each reading's).
-    read = [p for p in parts if p not in report.unread]
-    part_of = {f.message: f.part for f in report.findings}
+    # What a state may move on (NodeState.reread): the parts read on each node, and the part of
+    # each message, this reading's and its re-readings'.
+    read = {n: [p for p in parts if p not in report.unread and p not in report.unread_on.get(n, ())] for n in hosts}
+    part_of = _parts_of(report)
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
         again = verify.collect(spec, plan, {n: hosts[n] for n in which}, key, parts=parts,
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
                                deep=args.deep, peers=hosts)
-        part_of.update({f.message: f.part for f in again.findings})
+        part_of.update(_parts_of(again))
         return _rechecked(again, which, latest, recorded_pairs)
 
     def gpu_resets(node: str) -> list[str] | None:
@@ -187,10 +199,11 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
         except repair.RepairError as exc:
             if args.repair:
                 raise
-            # A repair run holds the states: this reading reports and records nothing.
-            progress(f"states not recorded: {exc}")
-            return repair.judge(repair.read_states(path), findings, nodes, None, time.time(), read=read,
-                                part_of=part_of)
+            # A repair run holds the states: this reading reports and records nothing, and shows
+            # them as that run last saved them (judged here, a node it is resetting would read as
+            # a reset interrupted).
+            progress(f"states not recorded: {exc}; shown as the running repair last saved them")
+            return repair.Outcome(states=repair.read_states(path))
         try:
             recorded = repair.recorded_in(outputs)
         except repair.RepairError as exc:
@@ -227,6 +240,9 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress) -> r
                 # Without the schedulers' view the states still move; a person's drain is just not seen.
                 progress(f"schedulers not read ({exc}); states judged without them")
                 outcome = repair.judge(states, findings, nodes, None, time.time(), read=read, part_of=part_of)
+        # A stray's record (a failed node's hand-off among them) waits for the `up` that removes
+        # the machine: an edit reverted before then finds it as it was.
+        outcome.states.update({n: states[n] for n in strays if n in states})
         repair.write_states(path, outcome.states)
         planned = [n.name for n in plan.nodes]
         # Against what the stack holds, so a record that failed before is made by the next run.
@@ -285,12 +301,18 @@ def _standing(states: Mapping, findings: Mapping[str, list[str]], pairs_run: set
 def _rechecked(again, which: list[str], latest: dict[str, list], recorded_pairs: dict[str, list[str]]
                ) -> dict[str, list[str]]:
     """A reading again of the nodes `which` (a verify.Report) as the loop takes it: each node's
-    messages, with every rail pair finding that stands through it because its pairs did not run
-    again, whatever the depth: the last reading's (`latest`, each node's whole Findings) and those
-    a record held (`_standing`); both are brought up to date here."""
+    messages, with every finding of the last reading (`latest`, each node's whole Findings) that
+    stands through it: one of a part it could not read on the node (the subnet not read just after
+    a reboot), and a rail pair's whose pairs did not run again, whatever the depth, as those a
+    record held (`_standing`); both are brought up to date here."""
     from railyard import verify
 
     read = _by_node(again.findings, which)
+    for n in which:
+        unread = {*again.unread, *again.unread_on.get(n, ())}
+        kept = [f for f in latest.get(n, []) if f.part in unread and f not in read.get(n, [])]
+        if kept:
+            read.setdefault(n, []).extend(kept)
     for n, kept in verify.standing_pair_findings(latest, which, again.pairs_run).items():
         read.setdefault(n, []).extend(f for f in kept if f not in read.get(n, []))
     latest.update({n: read.get(n, []) for n in which})
@@ -323,7 +345,7 @@ def _show_states(outcome: repair.Outcome) -> None:
         if s.state not in ("ready", "failed"):
             unread = outcome.unjudged.get(node)
             print(f"{'node ' + s.state:<16} {node}: {s.reason}"
-                  + (f" (kept: its finding is {' and '.join(unread)}'s, not read this time)" if unread else ""))
+                  + (f" (kept: its findings in {', '.join(unread)} not read this time)" if unread else ""))
     for node, why in sorted(outcome.by_person.items()):
         print(f"{'node held':<16} {node}: out of service by a person ({why}); left alone")
     for node, why in sorted(outcome.by_acceptance.items()):

@@ -18,8 +18,8 @@ railyard.repair; here are only the rules, so they are tested without a cluster:
   nodes Railyard holds drained, repairing or failed, all count;
 - a node found faulty twice after a reset is failed, and stays out;
 - a node's state moves only on a reading of every part of verification (hardware, fabric,
-  health) its recorded findings came from: `--only hardware` neither clears nor returns a node
-  drained for an Xid, and the loop leaves that node as it is.
+  health) in which it still has findings (NodeState.open): `--only hardware` neither clears nor
+  returns a node drained for an Xid, and the loop leaves that node as it is.
 """
 
 from __future__ import annotations
@@ -48,14 +48,9 @@ class Change:
     state: str
     reason: str
     finding: str | None = None
-    parts: tuple[str, ...] = ()
-    """The parts of verification whose findings on the node the change rests on (the first is
-    `finding`); none where unknown: a record made before parts were, or the loop's own finding (a
-    reset that failed), which any reading settles."""
 
     def to_json(self) -> dict:
-        return {"time": round(self.time, 1), "state": self.state, "reason": self.reason, "finding": self.finding,
-                **({"parts": list(self.parts)} if self.parts else {})}
+        return {"time": round(self.time, 1), "state": self.state, "reason": self.reason, "finding": self.finding}
 
 
 @dataclass(frozen=True)
@@ -65,42 +60,49 @@ class NodeState:
     tries: int = 0
     """Resets since the node was last ready."""
     history: tuple[Change, ...] = ()
+    open: tuple[str, ...] = ()
+    """The parts of verification (hardware, fabric, health) in which the node's findings stand:
+    those its last reading of each part found something in. Empty for a record made before they
+    were kept, which any reading settles, as then."""
 
     def to(self, state: str, reason: str, now: float, finding: str | None = None, *,
-           tries: int | None = None, parts: Iterable[str] = ()) -> NodeState:
+           tries: int | None = None) -> NodeState:
         if state not in STATES:
             raise ValueError(f"no node state {state!r}")
         if state == self.state and reason == self.reason and tries in (None, self.tries):
             return self
         return replace(self, state=state, reason=reason, tries=self.tries if tries is None else tries,
-                       history=(*self.history, Change(now, state, reason, finding, tuple(sorted(set(parts))))))
+                       history=(*self.history, Change(now, state, reason, finding)),
+                       open=() if state == "ready" else self.open)
+
+    def reread(self, read: Collection[str], found: list[str], part_of: Mapping[str, str]) -> NodeState:
+        """The node after a reading of the parts `read` on it found `found` (messages; part_of:
+        each one's part, where a reading made it): the parts read drop out of `open`, those of its
+        findings come in. A finding of no part (an unreachable node, a reset that failed) read
+        nothing, so every part open before stays open."""
+        known = {part_of[m] for m in found if m in part_of}
+        kept = set(self.open) if any(m not in part_of for m in found) else set(self.open) - set(read)
+        return replace(self, open=tuple(sorted(kept | known)))
+
+    def unread(self, read: Collection[str]) -> tuple[str, ...]:
+        """The open parts a reading of `read` left unread, of a node a state of the loop's rests
+        on (suspect, drained, repairing); a failed one waits for a person whatever is read."""
+        return tuple(p for p in self.open if p not in read) if self.state in ("suspect", "drained", "repairing") else ()
 
     def basis(self) -> Change | None:
         """The last change with a finding: the one a node not ready rests on."""
         return next((c for c in reversed(self.history) if c.finding), None)
 
-    def unread(self, read: Collection[str] | None) -> tuple[str, ...]:
-        """The parts its state rests on that a reading of `read` (every part where None) left
-        unread: a suspect, drained or repairing node's; a failed one waits for a person anyway."""
-        basis = self.basis() if self.state in ("suspect", "drained", "repairing") else None
-        return () if basis is None or read is None else tuple(p for p in basis.parts if p not in read)
-
     def to_json(self) -> dict:
         return {"state": self.state, "reason": self.reason, "tries": self.tries,
-                "history": [c.to_json() for c in self.history]}
+                "history": [c.to_json() for c in self.history], **({"open": list(self.open)} if self.open else {})}
 
     @classmethod
     def from_json(cls, d: Mapping) -> NodeState:
         return cls(state=d["state"], reason=d.get("reason", ""), tries=int(d.get("tries", 0)),
-                   history=tuple(Change(c["time"], c["state"], c.get("reason", ""), c.get("finding"),
-                                        tuple(c.get("parts") or ()))
-                                 for c in d.get("history", ())))
-
-
-def on(found: list[str], part_of: Mapping[str, str]) -> dict:
-    """The finding a change rests on, and the parts of verification its node's findings came
-    from (part_of: each message's part, where the reading knows it), as NodeState.to takes them."""
-    return {"finding": found[0], "parts": [part_of[m] for m in found if m in part_of]}
+                   history=tuple(Change(c["time"], c["state"], c.get("reason", ""), c.get("finding"))
+                                 for c in d.get("history", ())),
+                   open=tuple(d.get("open") or ()))
 
 
 def load_states(text: str) -> dict[str, NodeState]:
@@ -241,20 +243,26 @@ class Triage:
     """Nodes Railyard holds out (or left marked out) that were found healthy: to be returned to
     service."""
     unjudged: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Nodes whose state rests on findings of parts this reading did not read, and those parts:
+    """Nodes with findings standing in parts this reading did not read on them, and those parts:
     their state stands, whatever was found, and nothing is done to them."""
 
 
+def read_on(read: Mapping[str, Collection[str]] | None, node: str, s: NodeState) -> Collection[str]:
+    """The parts a reading read on the node; where the caller gives no map, every part, so every
+    part open on it."""
+    return read.get(node, ()) if read is not None else s.open
+
+
 def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], held: Mapping[str, Held],
-           nodes: Iterable[str], now: float, *, read: Collection[str] | None = None,
+           nodes: Iterable[str], now: float, *, read: Mapping[str, Collection[str]] | None = None,
            part_of: Mapping[str, str] | None = None) -> Triage:
     """Each node's state given what verification found on it (node -> finding messages) and how
     its schedulers hold it (`held` has the nodes they know): a ready node with a finding becomes
     suspect, a suspect one without any is ready again; a failed node stays failed until a person
     returns it to service in one of its schedulers; a person's node keeps whatever it has, even
     one Railyard had drained (the person took it over). Nodes no longer in `nodes` are dropped.
-    read: the parts of verification the reading read (every one where None); part_of: each
-    finding message's part, recorded with the changes it causes."""
+    read: the parts of verification the reading read on each node (every part where None);
+    part_of: each finding message's part (NodeState.reread)."""
     nodes = sorted(nodes)
     part_of = part_of or {}
     out = Triage(states={n: s for n, s in states.items() if n in nodes})
@@ -271,25 +279,28 @@ def triage(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], h
             s = s.to("ready", "returned to service by a person", now, tries=0)
         elif found and s.state == "failed":
             continue
-        if s.unread(read):
+        parts = read_on(read, node, s)
+        unread = s.unread(parts)
+        s = s.reread(parts, found, part_of)
+        if unread:
             # What it was found faulty in was not read again: neither cleared nor acted on.
-            out.unjudged[node] = s.unread(read)
+            out.unjudged[node] = unread
         elif found and h.acceptance and s.state not in OUT:
             out.by_acceptance[node] = h.reason or ""
         elif found:
             out.faulty[node] = found[0]
             if s.state in ("ready", "suspect") and h.ours:
                 # Drained by an earlier run whose record was lost: the drain is Railyard's.
-                s = s.to("drained", h.reason or reason(found[0]), now, **on(found, part_of))
+                s = s.to("drained", h.reason or reason(found[0]), now, found[0])
             elif s.state == "repairing" and s.tries >= MAX_TRIES:
                 # A run stopped during its last reset: as the check after it would have it.
-                s = after_check(s, found, now, part_of)
+                s = after_check(s, found, now)
             elif s.state == "repairing":
                 # A run stopped during its reset (the fault may predate it): drained, to be reset
                 # again, its tries kept.
-                s = s.to("drained", reason(f"reset interrupted: {found[0]}"), now, **on(found, part_of))
+                s = s.to("drained", reason(f"reset interrupted: {found[0]}"), now, found[0])
             elif s.state == "ready":
-                s = s.to("suspect", reason(found[0]), now, **on(found, part_of))
+                s = s.to("suspect", reason(found[0]), now, found[0])
         elif s.state == "suspect":
             s = s.to("ready", "checks passed", now)
         elif s.state in ("drained", "repairing"):
@@ -322,13 +333,11 @@ def take_out(states: Mapping[str, NodeState], candidates: Iterable[str], held: M
     return chosen
 
 
-def after_check(s: NodeState, findings: list[str], now: float, part_of: Mapping[str, str] | None = None
-                ) -> NodeState:
+def after_check(s: NodeState, findings: list[str], now: float) -> NodeState:
     """A node's state after the check that follows its reset: ready when nothing was found,
     failed after MAX_TRIES resets, else drained for another try."""
     if not findings:
         return s.to("ready", "checks passed after reset", now, tries=0)
     if s.tries >= MAX_TRIES:
-        return s.to("failed", reason(f"failed after {s.tries} resets: {findings[0]}"), now,
-                    **on(findings, part_of or {}))
-    return s.to("drained", reason(findings[0]), now, **on(findings, part_of or {}))
+        return s.to("failed", reason(f"failed after {s.tries} resets: {findings[0]}"), now, findings[0])
+    return s.to("drained", reason(findings[0]), now, findings[0])

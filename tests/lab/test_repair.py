@@ -240,7 +240,7 @@ def test_a_transient_xid_is_named_by_node_gpu_and_code_and_the_loop_reboots_and_
     # its GPU tools: it is kept as it is, and says why.
     partial = verify(project, "--repair")
     assert partial.returncode == 1, partial.stdout + partial.stderr
-    assert re.search(r"^node suspect +gpu-3: railyard: gpu-3: .*Xid 109.* \(kept: its finding is health's, not read "
+    assert re.search(r"^node suspect +gpu-3: railyard: gpu-3: .*Xid 109.* \(kept: its findings in health not read "
                      r"this time\)$", partial.stdout, re.M), partial.stdout
     assert states(project)["gpu-3"]["state"] == "suspect" and slurm_node(project, "gpu-3")[0] == "idle"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -850,58 +851,97 @@ def test_down_forgets_the_states_of_machines_that_went_with_the_stack(monkeypatc
 
 XID = "gpu-1: Xid 79 on GPU 00000000:1B:00.0"
 NIC = "gpu-1: mlx5_3 missing"
+PARTS = {NIC: "hardware", XID: "health"}
+
+
+def only(*parts: str) -> dict[str, tuple[str, ...]]:
+    """`--only`'s reading: these parts read on every node."""
+    return {n: parts for n in NODES}
 
 
 def test_a_reading_that_did_not_read_what_a_node_was_found_faulty_in_neither_clears_nor_returns_it():
     """`--only hardware` after an Xid: the suspect stays suspect and the drained node stays out,
-    however clean the hardware reads, until a reading of the health part; one that reads it decides."""
-    found = judge({}, {"gpu-1": [NIC, XID]}, NODES, None, 1.0, part_of={NIC: "hardware", XID: "health"})
-    assert found.states["gpu-1"].state == "suspect"
-    assert found.states["gpu-1"].history[-1].parts == ("hardware", "health")
-    kept = judge(found.states, {}, NODES, None, 2.0, read=["hardware"])
+    however clean the hardware reads, until a reading of the health part decides."""
+    found = judge({}, {"gpu-1": [XID]}, NODES, None, 1.0, part_of=PARTS)
+    assert found.states["gpu-1"].state == "suspect" and found.states["gpu-1"].open == ("health",)
+    kept = judge(found.states, {}, NODES, None, 2.0, read=only("hardware"))
     assert kept.states["gpu-1"] == found.states["gpu-1"] and kept.unjudged == {"gpu-1": ("health",)}
-    assert judge(found.states, {}, NODES, None, 3.0, read=["health", "hardware"]).states["gpu-1"].state == "ready"
+    assert judge(found.states, {}, NODES, None, 3.0, read=only("health")).states["gpu-1"].state == "ready"
 
     c = Cluster(NODES)
     c.held["gpu-1"] = Held(out=True, reason=reason(XID))
-    drained = NodeState().to("drained", reason(XID), 1.0, XID, parts=["health"])
-    out = run(c, {"gpu-1": drained}, read=["hardware"])
+    drained = replace(NodeState().to("drained", reason(XID), 1.0, XID), open=("health",))
+    out = run(c, {"gpu-1": drained}, read=only("hardware"))
     assert out.states["gpu-1"] == drained and out.unjudged == {"gpu-1": ("health",)}
     assert c.log == [] and c.held["gpu-1"].out
-    # Nor is it reset for a new finding of the part that was read: its state waits for a whole look.
+    # Nor is it reset for a new finding of the part that was read; that finding joins what stands.
     out = repair({"gpu-1": drained}, {"gpu-1": [NIC]}, NODES, POOLS, {"gpu": 1}, c.actions(), drain_timeout=60,
-                 read=["hardware"], part_of={NIC: "hardware"})
-    assert out.states["gpu-1"] == drained and c.log == []
-    # The health part read, and clean: returned.
-    out = run(c, {"gpu-1": drained}, read=["health"])
-    assert out.states["gpu-1"].state == "ready" and c.log == [("resume", "gpu-1")]
+                 read=only("hardware"), part_of=PARTS)
+    assert out.states["gpu-1"].state == "drained" and out.states["gpu-1"].open == ("hardware", "health")
+    assert c.log == []
+    # So a clean health reading alone does not return it either: the NIC was not read again.
+    both = out.states
+    out = run(c, both, read=only("health"))
+    assert out.states["gpu-1"] == replace(both["gpu-1"], open=("hardware",)) and c.log == []
+    # Read whole and clean: returned.
+    out = run(c, out.states, read=only("hardware", "fabric", "health"))
+    assert out.states["gpu-1"].state == "ready" and out.states["gpu-1"].open == ()
+    assert c.log == [("resume", "gpu-1")]
 
 
-def test_a_record_made_before_parts_were_recorded_is_settled_by_any_reading_as_before():
+def test_what_stands_is_kept_up_to_date_while_the_state_does_not_change():
+    """A suspect for a NIC found with an Xid too at the next whole reading: the NIC mended, a
+    hardware reading alone leaves it suspect for the Xid."""
+    first = judge({}, {"gpu-1": [NIC]}, NODES, None, 1.0, part_of=PARTS)
+    both = judge(first.states, {"gpu-1": [NIC, XID]}, NODES, None, 2.0, part_of=PARTS)
+    assert both.states["gpu-1"].history == first.states["gpu-1"].history
+    assert both.states["gpu-1"].open == ("hardware", "health")
+    mended = judge(both.states, {}, NODES, None, 3.0, read=only("hardware"), part_of=PARTS)
+    assert mended.states["gpu-1"].state == "suspect" and mended.unjudged == {"gpu-1": ("health",)}
+
+
+def test_a_part_not_read_on_one_node_keeps_that_nodes_state_alone():
+    # Health was read on gpu-0 (its tools ran) and not on gpu-1 (nvidia-smi gone after a reimage).
+    suspect = replace(NodeState().to("suspect", reason(XID), 1.0, XID), open=("health",))
+    states = {"gpu-0": suspect, "gpu-1": suspect}
+    out = judge(states, {}, NODES, None, 2.0, read={"gpu-0": ("health",), "gpu-1": ()})
+    assert out.states["gpu-0"].state == "ready" and out.states["gpu-1"].state == "suspect"
+
+
+def test_a_finding_that_read_nothing_keeps_every_part_open_and_an_old_record_is_settled_by_any_reading():
+    # An unreachable node, a reset that failed: no part, so what stood before still stands.
+    gone = "gpu-1: not read (ssh: connect timed out)"
+    s = replace(NodeState().to("drained", reason(XID), 1.0, XID), open=("health",))
+    assert s.reread(("hardware", "health"), [gone], PARTS).open == ("health",)
+    assert s.reread(("hardware", "health"), [gone, NIC], PARTS).open == ("hardware", "health")
     old = load_states(json.dumps({"nodes": {"gpu-1": {"state": "suspect", "reason": reason(XID), "history": [
         {"time": 1.0, "state": "suspect", "reason": reason(XID), "finding": XID}]}}}))
-    assert old["gpu-1"].history[-1].parts == ()
-    assert judge(old, {}, NODES, None, 2.0, read=["fabric"]).states["gpu-1"].state == "ready"
+    assert old["gpu-1"].open == ()
+    assert judge(old, {}, NODES, None, 2.0, read=only("fabric")).states["gpu-1"].state == "ready"
 
 
-def test_the_loop_records_the_part_of_what_its_own_re_reading_found():
+def test_the_loop_keeps_what_stands_as_its_own_re_readings_find_it():
     """The second look and the check after a reset read again; the command's re-reading adds the
-    part of what it found to part_of before the change it causes is recorded."""
+    part of what it found to part_of, and the node's open parts follow, through the states file."""
     c = Cluster(NODES, persistent=["gpu-2"])
     first = "gpu-2: GPU2 (0000:3a:00.0) missing"
+    xid = "gpu-2: Xid 48 on GPU 00000000:3A:00.0"
     part_of = {first: "hardware"}
     act = c.actions()
+    seen = []
 
     def recheck(nodes):
-        part_of["gpu-2: Xid 48 on GPU 00000000:3A:00.0"] = "health"
-        return {n: ["gpu-2: Xid 48 on GPU 00000000:3A:00.0"] for n in nodes if n == "gpu-2"}
+        part_of[xid] = "health"
+        return {n: [xid] for n in nodes if n == "gpu-2"}
 
     act.recheck = recheck
-    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60, part_of=part_of)
+    act.save = lambda states: seen.append(states["gpu-2"].open) if "gpu-2" in states else None
+    out = repair({}, c.findings(), NODES, POOLS, {"gpu": 1}, act, drain_timeout=60, part_of=part_of,
+                 read=only("hardware", "health"))
     s = out.states["gpu-2"]
-    assert s.state == "failed" and s.history[0].parts == ("hardware",)
-    assert [c.parts for c in s.history[1:] if c.finding] == [("health",)] * 3
-    assert [c.parts for c in load_states(dump_states(out.states))["gpu-2"].history] == [c.parts for c in s.history]
+    # The second look read the hardware clean and found the Xid: only health stands from then on.
+    assert s.state == "failed" and seen[0] == s.open == ("health",)
+    assert load_states(dump_states(out.states))["gpu-2"].open == ("health",)
 
 
 def test_the_re_tune_after_a_reset_is_bounded_by_the_stacks_key_and_its_overrun_is_a_failed_try(monkeypatch):

@@ -133,16 +133,18 @@ def test_a_repair_stopped_part_way_still_reports_what_was_found_and_fails(lab_ou
     assert json.loads(command.paths.node_states("lab").read_text())["nodes"]["gpu-0"]["state"] == "drained"
 
 
-def test_only_hardware_keeps_a_node_drained_for_an_xid_and_records_the_part_of_what_it_found(
+def test_only_hardware_keeps_a_node_drained_for_an_xid_and_keeps_what_it_found_standing(
         lab_outputs, monkeypatch, capsys):
     """A node drained for an Xid is neither returned nor counted clean by a reading of the
-    hardware alone, and says why; what that reading finds is recorded with its part, so a later
+    hardware alone, and says why; what that reading finds is kept with its part, so a later
     `--only hardware` can settle it."""
+    from dataclasses import replace
+
     from railyard import verify
     from railyard.model.node_health import dump_states, reason
 
     xid = "gpu-0: Xid 79 on GPU 00000000:1B:00.0"
-    drained = NodeState().to("drained", reason(xid), 1.0, xid, parts=["health"])
+    drained = replace(NodeState().to("drained", reason(xid), 1.0, xid), open=("health",))
     path = command.paths.node_states("lab")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_states({"gpu-0": drained}))
@@ -152,11 +154,74 @@ def test_only_hardware_keeps_a_node_drained_for_an_xid_and_records_the_part_of_w
     monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
     assert command.handle(args(only="hardware")) == 1
     out = capsys.readouterr().out
-    assert f"node drained     gpu-0: {reason(xid)} (kept: its finding is health's, not read this time)" in out
+    assert f"node drained     gpu-0: {reason(xid)} (kept: its findings in health not read this time)" in out
     saved = json.loads(path.read_text())["nodes"]
-    assert saved["gpu-0"]["state"] == "drained" and saved["gpu-0"]["history"] == drained.to_json()["history"]
-    assert saved["gpu-1"]["state"] == "suspect" and saved["gpu-1"]["history"][-1]["parts"] == ["hardware"]
-    # A clean hardware reading settles what a hardware reading found.
+    assert saved["gpu-0"] == drained.to_json()
+    assert saved["gpu-1"]["state"] == "suspect" and saved["gpu-1"]["open"] == ["hardware"]
+    # A clean hardware reading settles what a hardware reading found; health where its tools ran
+    # on a node settles that node alone.
     monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report())
     assert command.handle(args(only="hardware")) == 0
     assert json.loads(path.read_text())["nodes"]["gpu-1"]["state"] == "ready"
+    path.write_text(dump_states({"gpu-0": drained, "gpu-1": replace(drained, reason="railyard: x")}))
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(unread_on={"gpu-1": {"health"}}))
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(read=lambda: {
+        n: repair.Held(out=True, reason="railyard: x") for n in ("gpu-0", "gpu-1")}))
+    command.handle(args(only="hardware,health"))
+    after = json.loads(path.read_text())["nodes"]
+    # (Without --repair both stay drained: the loop returns nodes.) gpu-0's Xid is settled, and
+    # gpu-1's, whose tools did not run, stands; it is not the loop's to return.
+    assert "open" not in after["gpu-0"] and after["gpu-1"]["open"] == ["health"]
+    assert "gpu-1: railyard: x (kept: its findings in health not read this time)" in capsys.readouterr().out
+
+
+def test_a_re_reading_that_could_not_read_a_part_keeps_that_parts_findings():
+    """After a reboot the node's port is not yet up and ibnetdiscover fails on it: the cable it
+    was drained for is not thereby mended."""
+    swapped = Finding("cable-swapped", "gpu-0", "gpu-0 mlx5_0 port 1 and gpu-0 mlx5_3 port 1", None, None,
+                      "gpu-0 mlx5_0 port 1 and gpu-0 mlx5_3 port 1: swapped", "fabric")
+    latest = {"gpu-0": [swapped]}
+    said = command._rechecked(Report(unread={"fabric": "ibnetdiscover exited 1"}), ["gpu-0"], latest, {})
+    assert said == {"gpu-0": [swapped.message]} and latest["gpu-0"] == [swapped]
+    # Read, and clean: gone.
+    assert command._rechecked(Report(), ["gpu-0"], latest, {}) == {} and latest["gpu-0"] == []
+
+
+def test_repair_with_a_dump_file_is_refused_before_anything_is_read(lab_outputs, capsys):
+    assert command.handle(args(repair=True, ibnetdiscover="subnet.txt")) == 2
+    assert "--repair reads each node again after its reset, and the file --ibnetdiscover names" in \
+        capsys.readouterr().err
+    assert "hosts" not in lab_outputs
+
+
+def test_a_plain_verify_during_a_repair_shows_the_states_as_that_run_saved_them(lab_outputs, monkeypatch, capsys):
+    """A node being reset reads as `repairing`, not as a reset interrupted, and nothing is written."""
+    from railyard import verify
+    from railyard.model.node_health import dump_states, reason
+
+    found = finding("gpu-0", "gpu-0: GPU2 (0000:3a:00.0) missing", "gpu-missing")
+    drained = NodeState().to("drained", reason(found.message), 1.0, found.message)
+    resetting = drained.to("repairing", "reset 1 of 2", 2.0, tries=1)
+    path = command.paths.node_states("lab")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_states({"gpu-0": resetting}))
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(findings=[found]))
+    with repair.holding(path):
+        assert command.handle(args()) == 1
+        out, err = capsys.readouterr()
+    assert "node repairing   gpu-0: reset 1 of 2" in out and "interrupted" not in out
+    assert "shown as the running repair last saved them" in err
+    assert repair.read_states(path) == {"gpu-0": resetting}
+
+
+def test_a_machine_the_stack_file_no_longer_plans_keeps_its_record_until_up_removes_it(lab_outputs, monkeypatch):
+    from railyard.model.node_health import dump_states, reason
+
+    handed = NodeState().to("failed", reason("failed after 2 resets: gpu-9: GPU2 missing"), 1.0, "gpu-9: GPU2 missing")
+    path = command.paths.node_states("lab")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_states({"gpu-9": handed}))
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(read=dict))
+    monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
+    assert command.handle(args()) == 0
+    assert repair.read_states(path)["gpu-9"] == handed
