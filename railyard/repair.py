@@ -28,7 +28,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Collection, ContextManager, Iterator, Mapping, Protocol
 
 from railyard.model.health_check import SLURMD_PREFIX
 from railyard.model.pair_collectives import pair_rail
@@ -64,14 +64,36 @@ class Scheduler(Protocol):
 
     def resume(self, node: str) -> None: ...
 
+    def hold(self, who: str) -> ContextManager[None]:
+        """The cluster's one repair run, held in the scheduler itself while the block runs, so a
+        run from another checkout is refused; RepairError naming the holder where one is."""
+        ...
+
+
+# slurmctld's node holds the lock: flock on a file of its /run (gone at a boot), kept by a `cat`
+# that reads the session's stdin, so a run that dies, and its ssh with it, lets it go.
+SLURM_LOCK = "/run/railyard-repair.lock"
+
+
+def _hold_script(lock: str) -> str:
+    return (f"exec 9>>{lock}; if flock -n 9; then printf '%s\\n' \"$1\" > {lock}; echo ours; exec cat > /dev/null; fi; "
+            f"echo \"theirs: $(cat {lock})\"")
+# The Kubernetes Lease (railyard.kube_lease) of the same.
+LEASE = "railyard-repair"
+
+
+def _refused_by(holder: str) -> RepairError:
+    return RepairError(f"another repair run holds this cluster ({holder or 'no holder named'}); try again when it "
+                       "ends")
+
 
 class Slurm:
     """The stack's Slurm, through its own commands on the controller's node over SSH."""
 
     name = "Slurm"
 
-    def __init__(self, controller: Target, private_key: str | None, timeout: float = 30):
-        self.controller, self.private_key, self.timeout = controller, private_key, timeout
+    def __init__(self, controller: Target, private_key: str | None, timeout: float = 30, lock: str = SLURM_LOCK):
+        self.controller, self.private_key, self.timeout, self.lock = controller, private_key, timeout, lock
         self.slurm_user: str | None = None
 
     def _run(self, command: str) -> str:
@@ -96,6 +118,20 @@ class Slurm:
 
     def resume(self, node: str) -> None:
         self._run(f"scontrol update NodeName={shlex.quote(node)} State=RESUME")
+
+    @contextmanager
+    def hold(self, who: str) -> Iterator[None]:
+        from railyard.remote.ssh import SshError, session
+
+        with ExitStack() as stack:
+            try:
+                said = stack.enter_context(session(self.controller, ["sh", "-c", _hold_script(self.lock), "hold", who],
+                                                   private_key=self.private_key, timeout=self.timeout))
+            except SshError as exc:
+                raise RepairError(f"Slurm's controller {self.controller.name}: {exc}") from None
+            if said != "ours":
+                raise _refused_by(said.removeprefix("theirs:").strip())
+            yield
 
 
 class Kubernetes:
@@ -180,6 +216,20 @@ class Kubernetes:
         for name in self.machines.get(node, []):
             self._patch(name, change)
 
+    @contextmanager
+    def hold(self, who: str) -> Iterator[None]:
+        from railyard import kube_lease
+        from railyard.kube_api import ApiError
+
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(kube_lease.held(self.client, LEASE, who))
+            except kube_lease.LeaseHeld as exc:
+                raise _refused_by(str(exc)) from None
+            except (ApiError, OSError) as exc:
+                raise RepairError(f"Kubernetes API: {exc}") from None
+            yield
+
 
 class Schedulers:
     """Every scheduler of the stack as one: a node is out where any shows it out, a person's
@@ -208,6 +258,13 @@ class Schedulers:
                 refused.append(exc)
         if refused:
             raise refused[0]
+
+    @contextmanager
+    def hold(self, who: str) -> Iterator[None]:
+        with ExitStack() as stack:
+            for p in self.parts:
+                stack.enter_context(p.hold(who))
+            yield
 
 
 @dataclass

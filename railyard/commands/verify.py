@@ -220,6 +220,9 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
             part_of.update(dict.fromkeys(kept, "health"))
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
+            if scheduler is not None:
+                # The lock above is this checkout's; this one is the cluster's, for a run from any.
+                held.enter_context(scheduler.hold(_holder(args.stack)))
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
             act.save = lambda now: repair.write_states(path, now)
             pools, budgets = repair.budgets(spec, plan, nodes)
@@ -249,6 +252,15 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
         if as_output(outcome.states, planned) != outputs.get("nodeHealth"):
             _record_outputs(args.stack, outputs, progress)
     return outcome
+
+
+def _holder(stack: str) -> str:
+    """Who holds a cluster's repair, as the run another checkout is refused names it."""
+    import getpass
+    import socket
+
+    return (f"railyard verify --repair of stack {stack} by {getpass.getuser()}@{socket.gethostname()} "
+            f"(pid {os.getpid()}), since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
 
 
 def _record_outputs(stack: str, outputs: Mapping, progress) -> None:

@@ -11,11 +11,15 @@ so the caller records it in state and later connections pin it.
 from __future__ import annotations
 
 import os
+import select
 import shlex
 import subprocess
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from railyard.ssh_client import DEFAULT_PORT, known_host_matches, known_hosts_lines, options, proxy_command, write_key
 
@@ -88,6 +92,40 @@ def _learned(known: Path, address: str, port: int) -> str | None:
     return None
 
 
+def _argv(target: Target, d: str, private_key: str | None, command: list[str] | str) -> tuple[list[str], Path]:
+    """ssh's argv for `command` on the host, with its known_hosts and key in the directory d."""
+    for where in (target.address, target.jump.address if target.jump else ""):
+        if "%" in where or where.startswith("-") or any(c.isspace() for c in where):
+            raise SshError(f"{target.name}: {where!r} is not a host address ssh may be given")
+    if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
+        raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
+    known = Path(d) / "known_hosts"
+    known.write_text(known_hosts_lines(target.address, target.port, target.host_keys)
+                     + (known_hosts_lines(target.jump.address, target.jump.port, target.jump.host_keys)
+                        if target.jump is not None else ""))
+    key_file = write_key(d, private_key) if private_key is not None else None
+    argv = ["ssh", *options(known, key_file, strict=bool(target.host_keys), connect_timeout=CONNECT_TIMEOUT_S), "-p", str(target.port)]
+    if target.jump is not None:
+        jump = target.jump
+        hop = proxy_command(options(known, key_file, strict=bool(jump.host_keys), connect_timeout=CONNECT_TIMEOUT_S), jump.address, jump.user,
+                            jump.port, target.address, target.port)
+        argv += ["-o", f"ProxyCommand={hop}"]
+    remote = command if isinstance(command, str) else shlex.join(command)
+    return [*argv, f"{target.user}@{target.address}", remote], known
+
+
+def _refused(target: Target, stderr: str) -> SshError:
+    """What ssh's own failure (its status 255) says: another host key, no way in, or no answer."""
+    err = stderr.strip()
+    if "host key verification failed" in err.lower() or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+        kinds = ", ".join(k.split(" ")[0] for k in target.host_keys) or "learned on first use"
+        return HostKeyMismatch(f"{target.name}: the host key of {target.address} is not the pinned one "
+                               f"({kinds}); nothing was done there")
+    last = err.splitlines()[-1] if err else "ssh exited 255"
+    kind = Unreachable if any(words in last for words in UNREACHABLE) else SshError
+    return kind(f"{target.name}: cannot reach {target.user}@{target.address}: {last}")
+
+
 def run(target: Target, command: list[str] | str, *, private_key: str | None, input: str | None = None,
         timeout: float = 120) -> Result:
     """Run `command` on the host. private_key None: ssh-agent (SSH_AUTH_SOCK) holds the key.
@@ -95,40 +133,52 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
     Raises HostKeyMismatch when the host's key is not the pinned one, SshError when the host
     cannot be reached or authenticated; a command that exits non-zero is a Result, not an error.
     """
-    for where in (target.address, target.jump.address if target.jump else ""):
-        if "%" in where or where.startswith("-") or any(c.isspace() for c in where):
-            raise SshError(f"{target.name}: {where!r} is not a host address ssh may be given")
-    if private_key is None and not os.environ.get("SSH_AUTH_SOCK"):
-        raise SshError(f"{target.name}: the stack's key is ssh-agent's, but SSH_AUTH_SOCK is not set")
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
-        known = Path(d) / "known_hosts"
-        known.write_text(known_hosts_lines(target.address, target.port, target.host_keys)
-                         + (known_hosts_lines(target.jump.address, target.jump.port, target.jump.host_keys)
-                            if target.jump is not None else ""))
-        key_file = write_key(d, private_key) if private_key is not None else None
-        argv = ["ssh", *options(known, key_file, strict=bool(target.host_keys), connect_timeout=CONNECT_TIMEOUT_S), "-p", str(target.port)]
-        if target.jump is not None:
-            jump = target.jump
-            hop = proxy_command(options(known, key_file, strict=bool(jump.host_keys), connect_timeout=CONNECT_TIMEOUT_S), jump.address, jump.user,
-                                jump.port, target.address, target.port)
-            argv += ["-o", f"ProxyCommand={hop}"]
-        remote = command if isinstance(command, str) else shlex.join(command)
-        argv += [f"{target.user}@{target.address}", remote]
+        argv, known = _argv(target, d, private_key, command)
         try:
             proc = subprocess.run(argv, input=input, text=True, capture_output=True, timeout=timeout,
                                   stdin=None if input is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise Unreachable(f"{target.name}: {target.address} did not answer within {timeout:g} s") from None
         if proc.returncode == 255:
-            err = proc.stderr.strip()
-            if "host key verification failed" in err.lower() or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
-                kinds = ", ".join(k.split(" ")[0] for k in target.host_keys) or "learned on first use"
-                raise HostKeyMismatch(f"{target.name}: the host key of {target.address} is not the pinned one "
-                                      f"({kinds}); nothing was done there")
-            last = err.splitlines()[-1] if err else "ssh exited 255"
-            kind = Unreachable if any(words in last for words in UNREACHABLE) else SshError
-            raise kind(f"{target.name}: cannot reach {target.user}@{target.address}: {last}")
+            raise _refused(target, proc.stderr)
         host_key = _learned(known, target.address, target.port)
         if host_key is None:
             raise SshError(f"{target.name}: ssh learned no host key for {target.address}")
         return Result(proc.returncode, proc.stdout, proc.stderr, host_key)
+
+
+@contextmanager
+def session(target: Target, command: list[str] | str, *, private_key: str | None,
+            timeout: float = 30) -> Iterator[str]:
+    """Start `command` on the host and keep it running while the block runs, giving the block
+    the first line it prints. The command is to read its stdin to its end: that end comes when
+    the block leaves, or when this process dies and ssh's connection with it, so what the command
+    holds (a lock) is never left held. Raises as run() does, and Unreachable where no line comes
+    within `timeout` seconds."""
+    with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
+        argv, _ = _argv(target, d, private_key, command)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            line, deadline = b"", time.monotonic() + timeout
+            while not line.endswith(b"\n"):
+                ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                chunk = os.read(proc.stdout.fileno(), 1) if ready else None
+                if chunk is None:
+                    raise Unreachable(f"{target.name}: {target.address} did not answer within {timeout:g} s")
+                if not chunk:
+                    break
+                line += chunk
+            if not line and proc.wait(timeout=5) == 255:
+                raise _refused(target, proc.stderr.read().decode(errors="replace"))
+            yield line.decode(errors="replace").strip()
+        finally:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()

@@ -341,6 +341,36 @@ def test_a_node_a_person_cordoned_in_kubernetes_stays_cordoned(project, api):
         api.request("PATCH", "/api/v1/nodes/gpu-2", {"spec": {"unschedulable": None}}, "application/merge-patch+json")
 
 
+def test_a_run_from_another_checkout_is_refused_while_one_holds_the_cluster(project, api):
+    """The states file's lock is this checkout's alone; a run from another clone (the scheduled
+    workflow's runner) is kept out by the cluster's own locks, held here by hand as such a run
+    holds them: a flock on slurmctld's node, and Kubernetes' Lease."""
+    ctl(project, "nohup sh -c 'exec 9>>/run/railyard-repair.lock; flock 9; echo ws-7 run > /run/railyard-repair.lock; "
+                 "exec sleep 137' > /dev/null 2>&1 &")
+    try:
+        proc = verify(project, "--repair")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "another repair run holds this cluster (ws-7 run); try again when it ends" in proc.stderr, proc.stderr
+    finally:
+        ctl(project, "pkill -f '^sleep 137$' || true")
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    status, said = api.request("POST", leases, {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "railyard-repair"},
+        "spec": {"holderIdentity": "ci run 42", "leaseDurationSeconds": 600, "acquireTime": now, "renewTime": now}})
+    assert status in (200, 201), said
+    try:
+        proc = verify(project, "--repair")
+        assert proc.returncode == 2 and "another repair run holds this cluster (ci run 42)" in proc.stderr, proc.stderr
+    finally:
+        api.request("DELETE", f"{leases}/railyard-repair")
+    # Free again: the run holds both while it runs, and lets both go.
+    assert verify(project, "--repair").returncode == 0
+    lease = api.get(f"{leases}/railyard-repair")
+    assert lease is not None and not lease["spec"].get("holderIdentity"), lease
+    assert ctl(project, "flock -n /run/railyard-repair.lock true && echo free").strip() == "free"
+
+
 def test_three_faulty_nodes_with_a_budget_of_one_are_out_one_at_a_time(project):
     for node, gpu in (("gpu-1", "GPU3"), ("gpu-2", "GPU4"), ("gpu-3", "GPU5")):
         fault(project, "--transient", "gpu-lost", node, gpu)

@@ -6,6 +6,7 @@ traceback."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import types
 
@@ -115,7 +116,7 @@ def test_a_repair_stopped_part_way_still_reports_what_was_found_and_fails(lab_ou
 
     found = finding("gpu-0", "gpu-0: GPU2 (0000:3a:00.0) missing", "gpu-missing")
     monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(findings=[found]))
-    monkeypatch.setattr(repair, "schedulers", lambda *a: object())
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(hold=lambda who: contextlib.nullcontext()))
     monkeypatch.setattr(repair, "actions", lambda *a: types.SimpleNamespace())
     monkeypatch.setattr(repair, "budgets", lambda *a: ({"gpu": ["gpu-0", "gpu-1"]}, {"gpu": 1}))
     monkeypatch.setattr(command, "_record_outputs", lambda *a: None)

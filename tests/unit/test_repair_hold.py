@@ -1,0 +1,120 @@
+"""One repair run at a time per cluster, whatever checkout it runs from: the loop holds a lock in
+each scheduler (railyard.repair's Slurm.hold, a flock on slurmctld's node kept by an SSH session;
+Kubernetes.hold, a coordination.k8s.io/v1 Lease, railyard.kube_lease). A second run is refused
+naming the holder; a holder that dies lets go."""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+import threading
+
+import pytest
+
+from railyard import kube_lease
+from railyard.remote.ssh import Target
+from railyard.repair import Kubernetes, RepairError, Schedulers, Slurm
+
+
+class FakeLeases:
+    """The API server's Leases: create (409 where one exists), get, and a PUT checked against
+    the resourceVersion it was read at."""
+
+    def __init__(self):
+        self.leases: dict[str, dict] = {}
+        self.writes = 0
+
+    def get(self, path):
+        return copy.deepcopy(self.leases.get(path.rsplit("/", 1)[1]))
+
+    def request(self, method, path, body, content_type="application/json"):
+        self.writes += 1
+        name = body["metadata"]["name"]
+        if method == "POST":
+            if name in self.leases:
+                return 409, {"message": "already exists"}
+            self.leases[name] = {**copy.deepcopy(body), "metadata": {**body["metadata"], "resourceVersion": "1"}}
+            return 201, self.leases[name]
+        assert method == "PUT"
+        current = self.leases[name]
+        if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            return 409, {"message": "the object has been modified"}
+        version = str(int(current["metadata"]["resourceVersion"]) + 1)
+        self.leases[name] = {**copy.deepcopy(body), "metadata": {**body["metadata"], "resourceVersion": version}}
+        return 200, self.leases[name]
+
+
+def kube(api) -> Kubernetes:
+    return Kubernetes(api, "railyard.io", {})
+
+
+def test_a_second_run_is_refused_naming_the_first_and_the_lease_is_free_once_it_ends():
+    api = FakeLeases()
+    with kube(api).hold("run A"):
+        assert api.leases["railyard-repair"]["spec"]["holderIdentity"] == "run A"
+        with pytest.raises(RepairError, match=r"another repair run holds this cluster \(run A\)"):
+            with kube(api).hold("run B"):
+                pass
+    assert "holderIdentity" not in api.leases["railyard-repair"]["spec"]
+    with kube(api).hold("run B"):
+        assert api.leases["railyard-repair"]["spec"]["holderIdentity"] == "run B"
+
+
+def test_a_lease_its_holder_stopped_renewing_is_taken_once_expired_and_a_live_one_is_renewed():
+    api = FakeLeases()
+    clock = [1_000_000.0]
+    kube_lease.acquire(api, "railyard-repair", "a run that died", now=lambda: clock[0])
+    clock[0] += kube_lease.DURATION_S - 1
+    with pytest.raises(kube_lease.LeaseHeld):
+        kube_lease.acquire(api, "railyard-repair", "run B", now=lambda: clock[0])
+    clock[0] += 2
+    kube_lease.acquire(api, "railyard-repair", "run B", now=lambda: clock[0])
+    assert api.leases["railyard-repair"]["spec"]["holderIdentity"] == "run B"
+
+    renewed = threading.Event()
+    first = api.leases["railyard-repair"]["spec"]["renewTime"]
+
+    def tick():
+        clock[0] += 5
+        if api.leases["railyard-repair"]["spec"]["renewTime"] != first:
+            renewed.set()
+        return clock[0]
+
+    with kube_lease.held(api, "railyard-repair", "run B", every=0.05, now=tick):
+        assert renewed.wait(5), "the holder never renewed its lease"
+
+
+@pytest.fixture
+def fake_ssh(tmp_path, monkeypatch):
+    """An `ssh` first on PATH that runs the remote command here, as sshd would there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text('#!/bin/sh\nfor last; do :; done\nexec sh -c "$last"\n')
+    ssh.chmod(ssh.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path
+
+
+def test_slurms_lock_on_the_controller_refuses_a_second_run_and_is_let_go_when_the_session_ends(fake_ssh):
+    lock = str(fake_ssh / "railyard-repair.lock")
+    controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
+    first, second = Slurm(controller, "KEY", lock=lock), Slurm(controller, "KEY", lock=lock)
+    with first.hold("run A from ws-1"):
+        with pytest.raises(RepairError, match=r"another repair run holds this cluster \(run A from ws-1\)"):
+            with second.hold("run B"):
+                pass
+    with second.hold("run B"):
+        assert open(lock).read() == "run B\n"
+
+
+def test_both_schedulers_are_held_and_a_refusal_by_one_lets_go_of_the_other(fake_ssh):
+    lock = str(fake_ssh / "railyard-repair.lock")
+    api = FakeLeases()
+    controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
+    with Slurm(controller, "KEY", lock=lock).hold("a person's own run"):
+        with pytest.raises(RepairError, match="a person's own run"):
+            with Schedulers([kube(api), Slurm(controller, "KEY", lock=lock)]).hold("run B"):
+                pass
+    assert "holderIdentity" not in api.leases["railyard-repair"]["spec"]
