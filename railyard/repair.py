@@ -324,9 +324,10 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
            read: Mapping[str, Collection[str]] | None = None, part_of: Mapping[str, str] | None = None) -> Outcome:
     """One run of the loop over the nodes verification found faulty (node -> its findings'
     messages). keep_out: nodes never reset, and why (the Slurm controller's own node); a node whose
-    every finding is a rail pair's is not reset either (UNTESTED). read, part_of: as triage's, for
-    its re-readings too (the same parts, each reading's findings standing in a part it could not
-    read again: act.recheck's), so act.recheck adds the parts of what it reads to part_of."""
+    every finding is a rail pair's is not reset either (UNTESTED). read, part_of: as triage's, which
+    act.recheck brings up to date with what it read (a finding standing in a part it could not
+    read again is act.recheck's to keep); a node whose open parts the check after its reset could
+    not read is left drained for the next run."""
     keep_out = keep_out or {}
     part_of = part_of if part_of is not None else {}
     held = act.scheduler.read()
@@ -442,17 +443,26 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             tries = s[node].tries + 1
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
             note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
+            unread: tuple[str, ...] = ()
             try:
                 how = act.reset(node)
                 if how:
                     note(f"{node}: {how}")
                 act.retune(node)
                 found = act.recheck([node]).get(node) or []
+                unread = s[node].unread(read_on(read, node, s[node]))
             except Abort:
                 raise
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
                 found = [f"{node}: reset failed: {exc}"]
             s[node] = s[node].reread(read_on(read, node, s[node]), found, part_of)
+            if unread:
+                # What it was drained for could not be read after the reset (its port not up yet):
+                # neither mended nor a failed try; the next run reads it.
+                s[node] = s[node].to("drained", reason(f"{', '.join(unread)} not read after its reset"), act.now())
+                out.left.append(node)
+                note(f"{node}: {', '.join(unread)} not read after its reset; left drained for the next run")
+                continue
             checked = after_check(s[node], found, act.now())
             if checked.state == "ready":
                 back(node, "checks passed after reset")  # ready once its schedulers have it back

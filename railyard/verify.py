@@ -40,6 +40,10 @@ WORKERS = 32
 PAIR_WORKERS = 8
 READ_TIMEOUT_S = 60.0
 PARTS = ("hardware", "fabric", "health")
+# The health part's checks only --deep runs, as the part of what they find: a quick reading does
+# not read them again (DCGM level 3 runs tests level 1 does not; all_reduce_perf runs only then).
+DEEP = "deep"
+DEEP_KINDS = ("dcgm-diag", "collective-failed", "collective-slow", "collective-wrong")
 UNREACHABLE = "unreachable"
 
 
@@ -50,7 +54,7 @@ _F = TypeVar("_F", "Finding", str)
 class Finding:
     """One thing a technician acts on. node: the node it is on (None for a cable between two
     devices); where: the device, port or cable; planned and found where one value says each;
-    part: the part of the verification (PARTS) that found it."""
+    part: the part of the verification (PARTS) that found it, or DEEP."""
 
     kind: str
     node: str | None
@@ -361,8 +365,10 @@ class Report:
     unread: dict[str, str] = field(default_factory=dict)
     """Each part asked for that could not be read (or run anywhere), and why."""
     unread_on: dict[str, set[str]] = field(default_factory=dict)
-    """Parts read, but not on these nodes: health where none of the GPU tools ran on the node (an
-    unreachable node is a finding of its own)."""
+    """Parts read, but not on these nodes: health where none of the GPU tools ran on the node;
+    fabric where an Ethernet fabric's cabling was judged without the node's (its lldpd not read,
+    or not heard yet, and no switch table to judge its cables). An unreachable node is a finding
+    of its own."""
     pairs_run: set[tuple[str, int]] = field(default_factory=set)
     """Each (node, rail) with a run across a rail pair that ran (`deep`)."""
 
@@ -412,19 +418,28 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             found, notes = found + pairs, notes + pair_notes
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
-        report.findings += _of("health", (f for f in found if (f.kind, f.node) not in seen))
+        found = [f for f in found if (f.kind, f.node) not in seen]
+        report.findings += _of("health", (f for f in found if not (deep and f.kind in DEEP_KINDS)))
+        report.findings += _of(DEEP, (f for f in found if deep and f.kind in DEEP_KINDS))
         report.notes += notes
         if not ran and not report.pairs_run:
             report.unread["health"] = "; ".join(notes)
     if lldp:
         progress("reading the switches' LLDP tables")
-        found_lldp, note, judged = cabling_from_lldp(plan, facts, switch_tables(spec, plan, private_key, timeout))
+        found_lldp, note, judged, unheard = cabling_from_lldp(plan, facts,
+                                                              switch_tables(spec, plan, private_key, timeout))
         report.findings += _of("fabric", found_lldp)
+        for node in unheard:
+            report.unread_on.setdefault(node, set()).add("fabric")
         report.notes.append(note)
         if not judged:
             report.unread["fabric"] = note
     elif "fabric" in parts:
-        read, note = _subnet(spec, plan, dump, progress, lambda: subnet_over_ssh(hosts, private_key, timeout=timeout))
+        # The whole subnet, from any node's HCA: a node just rebooted, read again alone, may not
+        # have its port up yet.
+        read, note = _subnet(spec, plan, dump, progress,
+                             lambda: subnet_over_ssh(peers if peers is not None else hosts, private_key,
+                                                     timeout=timeout))
         if read is None:
             report.unread["fabric"] = note
             report.notes.append(f"fabric not read: {note}")
@@ -459,12 +474,12 @@ def planned_netdevs(plan: Plan) -> dict[str, dict[str, str | None]]:
 
 
 def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
-                      switches: SwitchLldp | None = None) -> tuple[list[Finding], str, bool]:
+                      switches: SwitchLldp | None = None) -> tuple[list[Finding], str, bool, list[str]]:
     """An Ethernet fabric's cabling as LLDP shows it (railyard.model.fabric.verify.verify_lldp):
     the nodes' neighbours, and the switches' own tables where the driver read them: (findings, a
-    note on what was read, whether anything was). A node whose lldpd could not be asked, or a
-    switch that could not be read, is named in the note, never passed; an unreachable node is the
-    hardware reading's finding."""
+    note on what was read, whether anything was, the nodes read whose cables were not all judged).
+    A node whose lldpd could not be asked, or a switch that could not be read, is named in the
+    note, never passed; an unreachable node is the hardware reading's finding."""
     from railyard.model.fabric.verify import verify_lldp
     from railyard.model.lldp import LISTENING_S
 
@@ -501,7 +516,8 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
                     "so those rails are not judged")
     # Read where a node's neighbours were (its waiting rails are said above), or where the switches'
     # tables judged a cable: a table that could not be matched to the plan reads nothing.
-    return out, "; ".join(said) or "cabling: no node read", bool(heard) or judged
+    unheard = sorted({*(n for n in read if n not in heard and not tables), *(hca.split(" ", 1)[0] for hca in waiting)})
+    return out, "; ".join(said) or "cabling: no node read", bool(heard) or judged, unheard
 
 
 def _subnet(spec: Spec, plan: Plan, dump: str | None, progress: Callable[[str], None],

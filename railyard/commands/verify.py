@@ -158,6 +158,18 @@ def _messages(by_node: Mapping[str, list]) -> dict[str, list[str]]:
     return {n: [f.message for f in fs] for n, fs in by_node.items()}
 
 
+def _read_on(report, nodes, parts, deep: bool) -> dict[str, list[str]]:
+    """The parts a reading (a verify.Report) read on each of `nodes`: those asked, less those it
+    could not read at all or on the node; health's deep checks where it was --deep."""
+    from railyard import verify
+
+    out = {}
+    for n in nodes:
+        read = [p for p in parts if p not in report.unread and p not in report.unread_on.get(n, ())]
+        out[n] = read + [verify.DEEP] * (deep and "health" in read)
+    return out
+
+
 def _parts_of(report) -> dict[str, str]:
     """Each finding message's part; an unreachable node's finding read nothing on it, so it has none."""
     from railyard import verify
@@ -179,8 +191,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
     findings = _messages(latest)
     recorded_pairs: dict[str, list[str]] = {}
     # What a state may move on (NodeState.reread): the parts read on each node, and the part of
-    # each message, this reading's and its re-readings'.
-    read = {n: [p for p in parts if p not in report.unread and p not in report.unread_on.get(n, ())] for n in hosts}
+    # each message, this reading's and, as the loop reads again, its re-readings'.
+    read = _read_on(report, hosts, parts, args.deep)
     part_of = _parts_of(report)
 
     def recheck(which: list[str]) -> dict[str, list[str]]:
@@ -188,6 +200,7 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
                                timeout=args.timeout or verify.READ_TIMEOUT_S, dump=args.ibnetdiscover,
                                deep=args.deep, peers=hosts)
         part_of.update(_parts_of(again))
+        read.update(_read_on(again, which, parts, args.deep))
         return _rechecked(again, which, latest, recorded_pairs)
 
     def gpu_resets(node: str) -> list[str] | None:
@@ -213,18 +226,21 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
         states, taken = repair.take_recorded(path, recorded)
         if taken:
             progress(repair.taken_line(args.stack, taken))
+        # A stray's record (a failed node's hand-off among them) is kept, unread, while the machine
+        # is in the inventory: an edit reverted before the `up` that removes it finds it as it was.
+        strayed = {n: states[n] for n in strays if n in states}
         recorded_pairs.update(_standing(states, findings, report.pairs_run, hosts))
         for n, kept in recorded_pairs.items():
             findings[n] = [*findings.get(n, []), *kept]
-            # The record's, not this reading's: a rail pair's finding is the health part's, where pairs run.
-            part_of.update(dict.fromkeys(kept, "health"))
+            # The record's, not this reading's: a rail pair runs only --deep.
+            part_of.update(dict.fromkeys(kept, verify.DEEP))
         if args.repair:
             scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
             if scheduler is not None:
                 # The lock above is this checkout's; this one is the cluster's, for a run from any.
                 held.enter_context(scheduler.hold(_holder(args.stack)))
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
-            act.save = lambda now: repair.write_states(path, now)
+            act.save = lambda now: repair.write_states(path, {**now, **strayed})
             pools, budgets = repair.budgets(spec, plan, nodes)
             keep_out = {plan.slurm.controller.name: "it runs the Slurm controller"} if plan.slurm is not None else {}
             try:
@@ -234,7 +250,8 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
                 # The loop stopped part way (its scheduler stopped answering, a host answered with
                 # another key): every change it made is saved, and the reading is still reported.
                 print(f"railyard verify: the repair stopped: {exc}", file=sys.stderr)
-                outcome = repair.Outcome(states=repair.read_states(path), stopped=str(exc))
+                saved = repair.read_states(path)
+                outcome = repair.Outcome(states={n: s for n, s in saved.items() if n not in strayed}, stopped=str(exc))
         else:
             try:
                 outcome = repair.judge(states, findings, nodes, repair.schedulers(spec, plan, hosts, key, outputs, held),
@@ -243,10 +260,7 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
                 # Without the schedulers' view the states still move; a person's drain is just not seen.
                 progress(f"schedulers not read ({exc}); states judged without them")
                 outcome = repair.judge(states, findings, nodes, None, time.time(), read=read, part_of=part_of)
-        # A stray's record (a failed node's hand-off among them) waits for the `up` that removes
-        # the machine: an edit reverted before then finds it as it was.
-        outcome.states.update({n: states[n] for n in strays if n in states})
-        repair.write_states(path, outcome.states)
+        repair.write_states(path, {**outcome.states, **strayed})
         planned = [n.name for n in plan.nodes]
         # Against what the stack holds, so a record that failed before is made by the next run.
         if as_output(outcome.states, planned) != outputs.get("nodeHealth"):

@@ -125,12 +125,21 @@ def dump_states(states: Mapping[str, NodeState]) -> str:
 
 def latest(local: Mapping[str, NodeState], recorded: Mapping[str, NodeState]) -> dict[str, NodeState]:
     """Each node's record from whichever side changed it last (this checkout's file, or the stack's
-    output another checkout recorded): an old file must not put a failed node back to ready."""
+    output another checkout recorded): an old file must not put a failed node back to ready. A
+    reading moves a node's open parts without a change of state, so where both last changed at
+    once, what stands on either side stands."""
     def changed(s: NodeState | None) -> float:
         return s.history[-1].time if s is not None and s.history else float("-inf")
 
-    return {n: (recorded[n] if changed(recorded.get(n)) > changed(local.get(n)) else local[n])
-            for n in sorted({*local, *recorded}) if n in local or changed(recorded.get(n)) > float("-inf")}
+    out: dict[str, NodeState] = {}
+    for n in sorted({*local, *recorded}):
+        mine, theirs = local.get(n), recorded.get(n)
+        if theirs is not None and changed(theirs) > changed(mine):
+            out[n] = theirs
+        elif mine is not None:
+            tie = theirs.open if theirs is not None and changed(theirs) == changed(mine) else ()
+            out[n] = replace(mine, open=tuple(sorted({*mine.open, *tie}))) if tie else mine
+    return out
 
 
 def as_output(states: Mapping[str, NodeState], nodes: Iterable[str]) -> dict:

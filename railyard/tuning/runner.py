@@ -332,14 +332,18 @@ def _stop_run(control_dir: str, wait_s: float = 10.0) -> None:
 
     from railyard.procfs import alive, environ_value, pids
 
-    ours = [p for p in pids() if p != os.getpid() and environ_value(p, "ANSIBLE_SSH_CONTROL_PATH_DIR") == control_dir]
-    for pid in ours:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     deadline = time.monotonic() + wait_s
-    while any(alive(p) for p in ours) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        # Again until none is left: one forked while the last pass killed its parent.
+        ours = [p for p in pids()
+                if p != os.getpid() and alive(p) and environ_value(p, "ANSIBLE_SSH_CONTROL_PATH_DIR") == control_dir]
+        if not ours:
+            return
+        for pid in ours:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         time.sleep(0.05)
 
 

@@ -898,6 +898,40 @@ def test_what_stands_is_kept_up_to_date_while_the_state_does_not_change():
     assert both.states["gpu-1"].open == ("hardware", "health")
     mended = judge(both.states, {}, NODES, None, 3.0, read=only("hardware"), part_of=PARTS)
     assert mended.states["gpu-1"].state == "suspect" and mended.unjudged == {"gpu-1": ("health",)}
+    assert mended.states["gpu-1"].open == ("health",)
+
+
+def test_of_two_records_last_changed_at_once_what_stands_on_either_stands():
+    """Another checkout read an Xid on a node drained for its NIC (no change of state, so no
+    later history): this checkout's record does not drop it."""
+    from railyard.model.node_health import latest
+
+    mine = replace(NodeState().to("drained", reason(NIC), 1.0, NIC), open=("hardware",))
+    theirs = replace(mine, open=("hardware", "health"))
+    assert latest({"gpu-1": mine}, {"gpu-1": theirs})["gpu-1"].open == ("hardware", "health")
+    later = theirs.to("ready", "checks passed", 2.0)
+    assert latest({"gpu-1": mine}, {"gpu-1": later}) == {"gpu-1": later}
+
+
+def test_a_node_whose_fault_could_not_be_read_after_its_reset_is_left_drained_without_a_try_spent():
+    """Drained for a swapped cable; after the reboot the subnet cannot be read: not mended, not a
+    failed try either; the next run reads it."""
+    cable = "gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1: swapped"
+    c = Cluster(NODES)
+    read = only("hardware", "fabric", "health")
+    act = c.actions()
+
+    def recheck(nodes):
+        read.update({n: ("hardware", "health") for n in nodes})  # the command's: fabric not read
+        return {n: [cable] for n in nodes if n == "gpu-1"}  # kept, as _rechecked keeps it
+
+    act.recheck = recheck
+    out = repair({}, {"gpu-1": [cable]}, NODES, POOLS, {"gpu": 1}, act, drain_timeout=60, read=read,
+                 part_of={cable: "fabric"})
+    s = out.states["gpu-1"]
+    # (The second look could not read it either: its first reading stands, and it is drained.)
+    assert s.state == "drained" and s.tries == 1 and s.reason == "railyard: fabric not read after its reset"
+    assert s.open == ("fabric",) and "gpu-1" in out.left and ("resume", "gpu-1") not in c.log
 
 
 def test_a_part_not_read_on_one_node_keeps_that_nodes_state_alone():

@@ -200,3 +200,28 @@ def test_a_driver_whose_rails_carry_their_rate_holds_each_pair_to_the_rails_spee
     assert [(f.kind, f.node, f.where, f.planned) for f in found] == [
         ("collective-slow", "gpu-0", "rail6", "50 GB/s"), ("collective-slow", "gpu-1", "rail6", "50 GB/s")]
     assert "more than 15% below the rail's planned speed (50 GB/s)" in found[0].message
+
+
+def test_a_reading_names_each_findings_part_and_the_nodes_a_part_did_not_read(monkeypatch):
+    """What a node's state may move on (NodeState.reread): an Xid is health's; a DCGM diagnostic
+    of a --deep reading is its deep checks', which a quick reading does not run again; a node none
+    of whose GPU tools ran was not read by the health part, though the other node was."""
+    import types
+
+    spec, plan = load(ROOT / "stacks" / "Pulumi.lab.yaml")
+    readings = {
+        "gpu-0": {"nvidia-smi": (GPU / "nvidia-smi-q-x-a100-sxm4-mig-healthy.xml").read_text(),
+                  "nvlink": (GPU / "nvidia-smi-nvlink-status-h100-gpu0.txt").read_text(),
+                  "kernel-log": (GPU / "xid-13-109-dmesg.txt").read_text(),
+                  "dcgmi": (GPU / "dcgmi-diag-r2-v4-gb10-software-fail.json").read_text()},
+        "gpu-1": {"nvidia-smi-missing": "", "dcgmi-missing": ""},
+    }
+    monkeypatch.setattr(verify, "read_health", lambda *a, **kw: readings)
+    monkeypatch.setattr(verify, "pair_collectives", lambda *a, **kw: ([], ["pairs not run"], set()))
+    hosts = {n: types.SimpleNamespace(address=f"10.0.0.{i}") for i, n in enumerate(readings)}
+    report = verify.collect(spec, plan, hosts, None, parts=["health"], deep=True)
+    parts = {(f.kind, f.part) for f in report.findings}
+    assert ("xid", "health") in parts and ("dcgm-diag", verify.DEEP) in parts, parts
+    assert report.unread_on == {"gpu-1": {"health"}} and "health" not in report.unread
+    quick = verify.collect(spec, plan, hosts, None, parts=["health"], deep=False)
+    assert {f.part for f in quick.findings} == {"health"}

@@ -157,7 +157,6 @@ def test_only_hardware_keeps_a_node_drained_for_an_xid_and_keeps_what_it_found_s
     out = capsys.readouterr().out
     assert f"node drained     gpu-0: {reason(xid)} (kept: its findings in health not read this time)" in out
     saved = json.loads(path.read_text())["nodes"]
-    assert saved["gpu-0"] == drained.to_json()
     assert saved["gpu-1"]["state"] == "suspect" and saved["gpu-1"]["open"] == ["hardware"]
     # A clean hardware reading settles what a hardware reading found; health where its tools ran
     # on a node settles that node alone.
@@ -226,3 +225,25 @@ def test_a_machine_the_stack_file_no_longer_plans_keeps_its_record_until_up_remo
     monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
     assert command.handle(args()) == 0
     assert repair.read_states(path)["gpu-9"] == handed
+
+
+def test_the_parts_read_on_each_node_and_the_part_of_each_finding_reach_the_states(lab_outputs, monkeypatch):
+    from railyard import verify
+
+    xid = Finding("xid", "gpu-0", "0000:1b:00", None, "Xid 79", "gpu-0: Xid 79 on GPU 00000000:1B:00.0", "health")
+    gone = Finding("unreachable", "gpu-1", "10.0.0.2", "reachable over SSH", "timed out",
+                   "gpu-1: not read (ssh: connect timed out)", "hardware")
+    monkeypatch.setattr(verify, "collect", lambda *a, **kw: Report(findings=[xid, gone], unread_on={"gpu-0": {"fabric"}}))
+    seen: dict = {}
+
+    def judge(states, findings, nodes, scheduler, now, **kw):
+        seen.update(kw, findings=findings)
+        return repair.Outcome(states={})
+
+    monkeypatch.setattr(repair, "judge", judge)
+    monkeypatch.setattr(repair, "schedulers", lambda *a: None)
+    monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
+    assert command.handle(args(only="hardware,fabric,health", deep=True)) == 1
+    assert seen["read"] == {"gpu-0": ["hardware", "health", "deep"], "gpu-1": ["hardware", "fabric", "health", "deep"]}
+    # An unreachable node's finding read nothing on it: no part, so what stood before stands.
+    assert seen["part_of"] == {xid.message: "health"} and seen["findings"]["gpu-1"] == [gone.message]

@@ -245,13 +245,16 @@ def test_verify_names_the_nodes_it_could_not_judge_and_whose_cables_it_did():
     p = plan()
     facts = facts_as_cabled(p, swap=(("vela-0", 0), ("vela-0", 1)))
     facts["vela-1"]["lldp"] = {"not_read": "lldpctl exited 1: unable to connect to socket /run/lldpd.socket"}
-    found, note, judged = cabling_from_lldp(p, {**facts, "vela-9": "no answer"})
+    found, note, judged, unheard = cabling_from_lldp(p, {**facts, "vela-9": "no answer"})
     assert judged and [(f.kind, f.node) for f in found] == [("cable-swapped", "vela-0")]
+    # Its cables unjudged, vela-1's fabric was not read: a state resting on it does not move.
+    assert unheard == ["vela-1"]
     assert note == ("cabling: the LLDP neighbours of 1 node(s) read; LLDP not read on vela-1: lldpctl exited 1: "
                     "unable to connect to socket /run/lldpd.socket")
     facts["vela-0"]["lldp"] = {"not_read": "lldpctl missing: lldpd is not installed"}
-    found, note, judged = cabling_from_lldp(p, facts)
+    found, note, judged, unheard = cabling_from_lldp(p, facts)
     assert (found, judged) == ([], False) and "LLDP not read on vela-0: lldpctl missing" in note
+    assert unheard == ["vela-0", "vela-1"]
 
 
 # --- the switches' own tables -------------------------------------------------------------------
@@ -539,12 +542,12 @@ def test_verify_notes_the_switches_read_and_those_that_could_not_be():
 
     p = plan()
     tables = dict(tables_as_cabled(p), spine0="lldpcli exited 1: unable to connect to socket")
-    found, note, judged = cabling_from_lldp(p, facts_as_cabled(p), SwitchLldp(tables, "the lab's switches"))
-    assert (found, judged) == ([], True)
+    found, note, judged, unheard = cabling_from_lldp(p, facts_as_cabled(p), SwitchLldp(tables, "the lab's switches"))
+    assert (found, judged, unheard) == ([], True, [])
     assert note == ("cabling: the LLDP neighbours of 2 node(s) read; the LLDP tables of 2 switch(es) read "
                     "(the lab's switches); switch LLDP table not read on spine0: lldpcli exited 1: unable to "
                     "connect to socket")
-    found, note, judged = cabling_from_lldp(p, {}, SwitchLldp({}, "railyard:hosts.switches names none"))
+    found, note, judged, _ = cabling_from_lldp(p, {}, SwitchLldp({}, "railyard:hosts.switches names none"))
     assert (found, judged) == ([], False)
     assert note == "no switch's LLDP table read (railyard:hosts.switches names none): the nodes' side alone decides"
 
