@@ -75,11 +75,13 @@ class Scheduler(Protocol):
 SLURM_LOCK = "/run/railyard-repair.lock"
 
 
+# The Kubernetes Lease (railyard.kube_lease) of the same.
+LEASE = "railyard-repair"
+
+
 def _hold_script(lock: str) -> str:
     return (f"exec 9>>{lock}; if flock -n 9; then printf '%s\\n' \"$1\" > {lock}; echo ours; exec cat > /dev/null; fi; "
             f"echo \"theirs: $(cat {lock})\"")
-# The Kubernetes Lease (railyard.kube_lease) of the same.
-LEASE = "railyard-repair"
 
 
 def _refused_by(holder: str) -> RepairError:

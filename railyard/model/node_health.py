@@ -61,8 +61,8 @@ class NodeState:
     """Resets since the node was last ready."""
     history: tuple[Change, ...] = ()
     open: tuple[str, ...] = ()
-    """The parts of verification (hardware, fabric, health) in which the node's findings stand:
-    those its last reading of each part found something in. Empty for a record made before they
+    """The parts of verification (hardware, fabric, health, and deep: health's --deep checks) in
+    which the node's findings stand: those its last reading of each part found something in. Empty for a record made before they
     were kept, which any reading settles, as then."""
 
     def to(self, state: str, reason: str, now: float, finding: str | None = None, *,
