@@ -10,6 +10,7 @@ and unexpired by another is refused, naming the holder.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 NAMESPACE = "kube-system"
 DURATION_S = 60
+# What a call to the API may raise besides its refusals: the connection's failures.
+_DOWN = (OSError, http.client.HTTPException)
 
 
 class LeaseHeld(Exception):
@@ -54,8 +57,17 @@ def _write(client: Client, method: str, path: str, body: dict) -> tuple[int, Any
 
     try:
         return client.request(method, path, body)
-    except OSError as exc:
+    except _DOWN as exc:
         raise ApiError(f"{method} {path}: {exc}") from None
+
+
+def _read(client: Client, path: str) -> dict[str, Any] | None:
+    from railyard.kube_api import ApiError
+
+    try:
+        return client.get(path)
+    except _DOWN as exc:
+        raise ApiError(f"GET {path}: {exc}") from None
 
 
 def acquire(client: Client, name: str, who: str, now: Callable[[], float] = time.time) -> None:
@@ -66,7 +78,7 @@ def acquire(client: Client, name: str, who: str, now: Callable[[], float] = time
     path = _path(name)
     t = now()
     spec = {"holderIdentity": who, "leaseDurationSeconds": DURATION_S, "acquireTime": _micro(t), "renewTime": _micro(t)}
-    current = client.get(path)
+    current = _read(client, path)
     if current is None:
         status, body = _write(client, "POST", path.rsplit("/", 1)[0],
                               {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -77,7 +89,7 @@ def acquire(client: Client, name: str, who: str, now: Callable[[], float] = time
         status, body = _write(client, "PUT", path, {**current, "spec": {**current.get("spec", {}), **spec}})
     if status == 409:
         # Another took it between the read and the write.
-        taken = client.get(path) or {}
+        taken = _read(client, path) or {}
         raise LeaseHeld((taken.get("spec") or {}).get("holderIdentity") or "another run")
     if status not in (200, 201):
         raise ApiError(f"Lease {NAMESPACE}/{name}: HTTP {status}: {body}")
@@ -96,7 +108,7 @@ def held(client: Client, name: str, who: str, *, every: float = DURATION_S / 3,
     def renew() -> None:
         while not stop.wait(every):
             try:
-                current = client.get(_path(name)) or {}
+                current = _read(client, _path(name)) or {}
                 if (current.get("spec") or {}).get("holderIdentity") != who:
                     return  # lost (it expired and another took it): nothing of ours to renew
                 # A conflict (another write between the read and this one) is the next beat's.
@@ -112,7 +124,7 @@ def held(client: Client, name: str, who: str, *, every: float = DURATION_S / 3,
         stop.set()
         beat.join()
         try:
-            current = client.get(_path(name)) or {}
+            current = _read(client, _path(name)) or {}
             if (current.get("spec") or {}).get("holderIdentity") == who:
                 spec = {k: v for k, v in current["spec"].items() if k not in ("holderIdentity", "renewTime")}
                 _write(client, "PUT", _path(name), {**current, "spec": spec})

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from railyard.remote.ssh import Target
 
 POLL_S = 2.0
+NO_SCHEDULER = ("the repair loop takes nodes out of Slurm or Kubernetes, and the stack has neither "
+                "(railyard:slurm, or railyard:kubernetes with a kubeconfig in its outputs)")
 
 
 class RepairError(Exception):
@@ -70,18 +72,26 @@ class Scheduler(Protocol):
         ...
 
 
-# slurmctld's node holds the lock: flock on a file of its /run (gone at a boot), kept by a `cat`
-# that reads the session's stdin, so a run that dies, and its ssh with it, lets it go.
+# slurmctld's node holds the lock: flock on a file of its /run (gone at a boot), kept while the
+# session's stdin brings a heartbeat at least every LOCK_SILENCE_S: a run that ends closes it, one
+# that dies takes its ssh with it, and one cut off the network (a laptop put to sleep) falls
+# silent, and sshd would not notice the connection gone for hours.
 SLURM_LOCK = "/run/railyard-repair.lock"
+LOCK_BEAT_S = 15.0
+LOCK_SILENCE_S = 60
 
 
 # The Kubernetes Lease (railyard.kube_lease) of the same.
 LEASE = "railyard-repair"
 
 
-def _hold_script(lock: str) -> str:
-    return (f"exec 9>>{lock}; if flock -n 9; then printf '%s\\n' \"$1\" > {lock}; echo ours; exec cat > /dev/null; fi; "
-            f"echo \"theirs: $(cat {lock})\"")
+def _hold_script(lock: str, silence: float = LOCK_SILENCE_S) -> str:
+    return (f"for tool in flock timeout; do command -v $tool > /dev/null || {{ echo \"error: no $tool here\"; exit 1; }}; done; "
+            f"if ! (: >> {lock}) 2> /dev/null; then echo 'error: {lock} cannot be written'; exit 1; fi; "
+            f"exec 9>> {lock}; flock -n 9; rc=$?; "
+            f"case $rc in 0) printf '%s\\n' \"$1\" > {lock}; echo ours; "
+            f"while timeout {silence:g} sh -c 'read -r _'; do :; done;; "
+            f"1) echo \"theirs: $(cat {lock})\";; *) echo \"error: flock exited $rc\";; esac")
 
 
 def _refused_by(holder: str) -> RepairError:
@@ -94,8 +104,10 @@ class Slurm:
 
     name = "Slurm"
 
-    def __init__(self, controller: Target, private_key: str | None, timeout: float = 30, lock: str = SLURM_LOCK):
+    def __init__(self, controller: Target, private_key: str | None, timeout: float = 30, lock: str = SLURM_LOCK,
+                 beat: float = LOCK_BEAT_S, silence: float = LOCK_SILENCE_S):
         self.controller, self.private_key, self.timeout, self.lock = controller, private_key, timeout, lock
+        self.beat, self.silence = beat, silence
         self.slurm_user: str | None = None
 
     def _run(self, command: str) -> str:
@@ -127,12 +139,16 @@ class Slurm:
 
         with ExitStack() as stack:
             try:
-                said = stack.enter_context(session(self.controller, ["sh", "-c", _hold_script(self.lock), "hold", who],
-                                                   private_key=self.private_key, timeout=self.timeout))
+                said = stack.enter_context(session(self.controller, ["sh", "-c", _hold_script(self.lock, self.silence), "hold", who],
+                                                   private_key=self.private_key, timeout=self.timeout,
+                                                   heartbeat=self.beat))
             except SshError as exc:
                 raise RepairError(f"Slurm's controller {self.controller.name}: {exc}") from None
-            if said != "ours":
+            if said.startswith("theirs:"):
                 raise _refused_by(said.removeprefix("theirs:").strip())
+            if said != "ours":
+                raise RepairError(f"Slurm's controller {self.controller.name}: the repair lock {self.lock} was not "
+                                  f"taken ({said or 'no answer'})")
             yield
 
 
@@ -442,6 +458,12 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 s[node] = s[node].to("failed", reason(f"not reset: {why_not}"), act.now(), findings[node][0])
                 note(f"{node}: failed, not reset ({why_not})")
                 continue
+            if s[node].tries >= MAX_TRIES:
+                # Its last reset could not be judged (what it was drained for was not read after
+                # it): still faulty now, and its resets are spent.
+                s[node] = after_check(s[node], findings[node], act.now())
+                note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({findings[node][0]})")
+                continue
             tries = s[node].tries + 1
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
             note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
@@ -459,8 +481,8 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 found = [f"{node}: reset failed: {exc}"]
             s[node] = s[node].reread(read_on(read, node, s[node]), found, part_of)
             if unread:
-                # What it was drained for could not be read after the reset (its port not up yet):
-                # neither mended nor a failed try; the next run reads it.
+                # What it was drained for could not be read after the reset (its lldpd not heard
+                # yet): not judged mended or faulty, its reset counted; the next run reads it.
                 s[node] = s[node].to("drained", reason(f"{', '.join(unread)} not read after its reset"), act.now())
                 out.left.append(node)
                 note(f"{node}: {', '.join(unread)} not read after its reset; left drained for the next run")
@@ -571,8 +593,7 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
     from railyard.tuning import runner
 
     if scheduler is None:
-        raise RepairError("the repair loop takes nodes out of Slurm or Kubernetes, and the stack has neither "
-                          "(railyard:slurm, or railyard:kubernetes with a kubeconfig in its outputs)")
+        raise RepairError(NO_SCHEDULER)
     tuned, secret_vars = runner.stack_hosts(spec, plan, outputs)
 
     reset_gpus: set[str] = set()

@@ -367,8 +367,7 @@ class Report:
     unread_on: dict[str, set[str]] = field(default_factory=dict)
     """Parts read, but not on these nodes: health where none of the GPU tools ran on the node;
     fabric where an Ethernet fabric's cabling was judged without the node's (its lldpd not read,
-    or not heard yet, and no switch table to judge its cables). An unreachable node is a finding
-    of its own."""
+    or a rail not heard yet). An unreachable node is a finding of its own."""
     pairs_run: set[tuple[str, int]] = field(default_factory=set)
     """Each (node, rail) with a run across a rail pair that ran (`deep`)."""
 
@@ -516,7 +515,9 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
                     "so those rails are not judged")
     # Read where a node's neighbours were (its waiting rails are said above), or where the switches'
     # tables judged a cable: a table that could not be matched to the plan reads nothing.
-    unheard = sorted({*(n for n in read if n not in heard and not tables), *(hca.split(" ", 1)[0] for hca in waiting)})
+    # A node's own fabric is read where its own lldpd was, all its rails heard: a switch table
+    # read may be another leaf's.
+    unheard = sorted({*(n for n in read if n not in heard), *(hca.split(" ", 1)[0] for hca in waiting)})
     return out, "; ".join(said) or "cabling: no node read", bool(heard) or judged, unheard
 
 

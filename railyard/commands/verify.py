@@ -108,15 +108,27 @@ def handle(args) -> int:
     progress = (lambda line: None) if args.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     started = time.monotonic()
     hosts = verify.targets(spec, plan, inventory, lambda n: drivers.node_vars(spec, plan, n))
-    report = verify.collect(spec, plan, hosts, key, parts=parts, timeout=args.timeout or verify.READ_TIMEOUT_S,
-                            dump=args.ibnetdiscover, deep=args.deep, progress=progress)
-    if parts and all(p in report.unread for p in parts):
-        return _fail("; ".join(report.unread.values()))
+    with ExitStack() as held:
+        scheduler = None
+        if args.repair:
+            # The cluster is the run's before anything is read: a reading made while another run
+            # resets nodes would send this one after the same nodes.
+            try:
+                scheduler = _own(args.stack, spec, plan, hosts, key, outputs, held)
+                outputs = pulumi.stack_outputs(args.stack, secrets=True)  # as the last holder left them
+            except repair.RepairError as exc:
+                return _fail(str(exc))
+            except (ToolchainError, pulumi.PulumiError) as exc:
+                return _fail(f"cannot read stack {args.stack}'s outputs: {exc}")
+        report = verify.collect(spec, plan, hosts, key, parts=parts, timeout=args.timeout or verify.READ_TIMEOUT_S,
+                                dump=args.ibnetdiscover, deep=args.deep, progress=progress)
+        if parts and all(p in report.unread for p in parts):
+            return _fail("; ".join(report.unread.values()))
+        try:
+            outcome = _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays, scheduler)
+        except repair.RepairError as exc:
+            return _fail(str(exc))
     findings, notes = report.findings, report.notes
-    try:
-        outcome = _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays)
-    except repair.RepairError as exc:
-        return _fail(str(exc))
     took = time.monotonic() - started
     rc = (0 if _repaired(outcome, findings) else 1) if args.repair else (1 if findings else 0)
     if args.json:
@@ -177,9 +189,22 @@ def _parts_of(report) -> dict[str, str]:
     return {f.message: f.part for f in report.findings if f.kind != verify.UNREACHABLE}
 
 
-def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays=()) -> repair.Outcome:
-    """Each node's health state after this verification: recorded, and with --repair, the loop run.
-    strays: machines of the stack's inventory its stack file no longer plans (not read)."""
+def _own(stack: str, spec, plan, hosts, key, outputs, held: ExitStack):
+    """The locks a repair run holds, in `held`: this checkout's states file, then the cluster, in
+    each of its schedulers; the schedulers. RepairError where either is held, or there is none."""
+    held.enter_context(repair.holding(paths.node_states(stack)))
+    scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
+    if scheduler is None:
+        raise repair.RepairError(repair.NO_SCHEDULER)
+    held.enter_context(scheduler.hold(_holder(stack)))
+    return scheduler
+
+
+def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, strays=(), scheduler=None
+            ) -> repair.Outcome:
+    """Each node's health state after this verification: recorded, and with --repair, the loop run
+    through `scheduler`, whose locks (_own) the caller holds. strays: machines of the stack's
+    inventory its stack file no longer plans (not read)."""
     from railyard import verify
     from railyard.model.gpu_health import gpu_reset_targets
 
@@ -208,10 +233,9 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
 
     with ExitStack() as held:
         try:
-            held.enter_context(repair.holding(path))
+            if not args.repair:
+                held.enter_context(repair.holding(path))
         except repair.RepairError as exc:
-            if args.repair:
-                raise
             # A repair run holds the states: this reading reports and records nothing, and shows
             # them as that run last saved them (judged here, a node it is resetting would read as
             # a reset interrupted).
@@ -235,10 +259,6 @@ def _states(args, spec, plan, hosts, key, outputs, report, parts, progress, stra
             # The record's, not this reading's: a rail pair runs only --deep.
             part_of.update(dict.fromkeys(kept, verify.DEEP))
         if args.repair:
-            scheduler = repair.schedulers(spec, plan, hosts, key, outputs, held)
-            if scheduler is not None:
-                # The lock above is this checkout's; this one is the cluster's, for a run from any.
-                held.enter_context(scheduler.hold(_holder(args.stack)))
             act = repair.actions(spec, plan, hosts, key, outputs, scheduler, recheck, progress, gpu_resets)
             act.save = lambda now: repair.write_states(path, {**now, **strayed})
             pools, budgets = repair.budgets(spec, plan, nodes)
@@ -273,7 +293,11 @@ def _holder(stack: str) -> str:
     import getpass
     import socket
 
-    return (f"railyard verify --repair of stack {stack} by {getpass.getuser()}@{socket.gethostname()} "
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no passwd entry
+        user = f"uid {os.getuid()}"
+    return (f"railyard verify --repair of stack {stack} by {user}@{socket.gethostname()} "
             f"(pid {os.getpid()}), since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
 
 

@@ -150,16 +150,30 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
 
 @contextmanager
 def session(target: Target, command: list[str] | str, *, private_key: str | None,
-            timeout: float = 30) -> Iterator[str]:
+            timeout: float = 30, heartbeat: float | None = None) -> Iterator[str]:
     """Start `command` on the host and keep it running while the block runs, giving the block
     the first line it prints. The command is to read its stdin to its end: that end comes when
     the block leaves, or when this process dies and ssh's connection with it, so what the command
-    holds (a lock) is never left held. Raises as run() does, and Unreachable where no line comes
-    within `timeout` seconds."""
+    holds (a lock) is never left held. heartbeat: seconds between the empty lines written to its
+    stdin meanwhile, for a command that lets go when they stop (the network gone). Raises as run()
+    does, and Unreachable where no line comes within `timeout` seconds."""
+    import threading
+
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         argv, _ = _argv(target, d, private_key, command)
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        stdin, stop = proc.stdin, threading.Event()
+
+        def beat() -> None:
+            while heartbeat is not None and not stop.wait(heartbeat):
+                try:
+                    stdin.write(b"\n")
+                    stdin.flush()
+                except (BrokenPipeError, ValueError, OSError):
+                    return
+
+        beater = threading.Thread(target=beat, name=f"ssh-beat-{target.name}", daemon=True)
         try:
             line, deadline = b"", time.monotonic() + timeout
             while not line.endswith(b"\n"):
@@ -170,11 +184,18 @@ def session(target: Target, command: list[str] | str, *, private_key: str | None
                 if not chunk:
                     break
                 line += chunk
-            if not line and proc.wait(timeout=5) == 255:
+            if not line and _waited(proc, 5) == 255:
                 raise _refused(target, proc.stderr.read().decode(errors="replace"))
+            beater.start()
             yield line.decode(errors="replace").strip()
         finally:
-            proc.stdin.close()
+            stop.set()
+            if beater.is_alive():
+                beater.join()
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -182,3 +203,11 @@ def session(target: Target, command: list[str] | str, *, private_key: str | None
                 proc.wait()
             proc.stdout.close()
             proc.stderr.close()
+
+
+def _waited(proc: subprocess.Popen, timeout: float) -> int | None:
+    """Its exit status, or None where it is still running after `timeout` seconds."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None

@@ -913,9 +913,9 @@ def test_of_two_records_last_changed_at_once_what_stands_on_either_stands():
     assert latest({"gpu-1": mine}, {"gpu-1": later}) == {"gpu-1": later}
 
 
-def test_a_node_whose_fault_could_not_be_read_after_its_reset_is_left_drained_without_a_try_spent():
-    """Drained for a swapped cable; after the reboot the subnet cannot be read: not mended, not a
-    failed try either; the next run reads it."""
+def test_a_node_whose_fault_could_not_be_read_after_its_reset_is_left_drained_for_the_next_run():
+    """Drained for a cable; after the reboot its lldpd is not heard yet: not judged mended or
+    faulty, the reset counted; the next run reads it."""
     cable = "gpu-1 mlx5_0 port 1 and gpu-1 mlx5_3 port 1: swapped"
     c = Cluster(NODES)
     read = only("hardware", "fabric", "health")
@@ -932,6 +932,12 @@ def test_a_node_whose_fault_could_not_be_read_after_its_reset_is_left_drained_wi
     # (The second look could not read it either: its first reading stands, and it is drained.)
     assert s.state == "drained" and s.tries == 1 and s.reason == "railyard: fabric not read after its reset"
     assert s.open == ("fabric",) and "gpu-1" in out.left and ("resume", "gpu-1") not in c.log
+    # Its last reset so left, a next run that finds it still faulty hands it over without a third.
+    spent = replace(s, tries=2)
+    c.log.clear()
+    out = repair({"gpu-1": spent}, {"gpu-1": [cable]}, NODES, POOLS, {"gpu": 1}, c.actions(), drain_timeout=60,
+                 read=only("hardware", "fabric", "health"), part_of={cable: "fabric"})
+    assert out.states["gpu-1"].state == "failed" and ("reset", "gpu-1") not in c.log
 
 
 def test_a_part_not_read_on_one_node_keeps_that_nodes_state_alone():

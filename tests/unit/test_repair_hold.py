@@ -118,3 +118,39 @@ def test_both_schedulers_are_held_and_a_refusal_by_one_lets_go_of_the_other(fake
             with Schedulers([kube(api), Slurm(controller, "KEY", lock=lock)]).hold("run B"):
                 pass
     assert "holderIdentity" not in api.leases["railyard-repair"]["spec"]
+
+
+def test_the_controllers_lock_outlives_no_silent_holder_and_a_beating_one_keeps_it(fake_ssh):
+    """A holder cut off the network (a laptop put to sleep: no FIN reaches sshd) stops beating,
+    and the lock goes after the silence; a live one keeps it however long its run."""
+    import subprocess
+    import time
+
+    from railyard.repair import _hold_script
+
+    lock = str(fake_ssh / "railyard-repair.lock")
+    controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
+    silent = subprocess.Popen(["sh", "-c", _hold_script(lock, silence=1), "hold", "a sleeping laptop"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert silent.stdout.readline().strip() == "ours"
+        with pytest.raises(RepairError, match="a sleeping laptop"):
+            with Slurm(controller, "KEY", lock=lock).hold("run B"):
+                pass
+        assert silent.wait(timeout=10) == 0  # its stdin open and silent: let go
+    finally:
+        silent.kill()
+        silent.wait()
+    with Slurm(controller, "KEY", lock=lock, beat=0.2, silence=1).hold("run B"):
+        time.sleep(2.5)
+        with pytest.raises(RepairError, match=r"\(run B\)"):
+            with Slurm(controller, "KEY", lock=lock).hold("run C"):
+                pass
+
+
+def test_a_lock_that_cannot_be_taken_is_said_so_not_taken_for_another_runs(fake_ssh):
+    controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
+    with pytest.raises(RepairError, match=r"the repair lock /nonexistent/dir/x.lock was not taken \(error: "
+                                          r"/nonexistent/dir/x.lock cannot be written\)"):
+        with Slurm(controller, "KEY", lock="/nonexistent/dir/x.lock").hold("run A"):
+            pass

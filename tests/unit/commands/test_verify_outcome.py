@@ -77,6 +77,9 @@ def lab_outputs(monkeypatch, tmp_path):
     from railyard import verify
 
     monkeypatch.setattr(verify, "collect", collect)
+    # Its schedulers: none holds a node out, and no other run holds the cluster.
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(
+        read=dict, hold=lambda who: contextlib.nullcontext()))
     return seen
 
 
@@ -247,3 +250,18 @@ def test_the_parts_read_on_each_node_and_the_part_of_each_finding_reach_the_stat
     assert seen["read"] == {"gpu-0": ["hardware", "health", "deep"], "gpu-1": ["hardware", "fabric", "health", "deep"]}
     # An unreachable node's finding read nothing on it: no part, so what stood before stands.
     assert seen["part_of"] == {xid.message: "health"} and seen["findings"]["gpu-1"] == [gone.message]
+
+
+def test_a_repair_refused_the_cluster_reads_nothing_and_says_who_holds_it(lab_outputs, monkeypatch, capsys):
+    @contextlib.contextmanager
+    def busy(who):
+        raise repair.RepairError("another repair run holds this cluster (ci run 42); try again when it ends")
+        yield
+
+    monkeypatch.setattr(repair, "schedulers", lambda *a: types.SimpleNamespace(read=dict, hold=busy))
+    assert command.handle(args(repair=True)) == 2
+    assert "railyard verify: another repair run holds this cluster (ci run 42)" in capsys.readouterr().err
+    assert "hosts" not in lab_outputs  # refused before anything was read
+    # This checkout's own lock went with the refusal: a plain verify records again.
+    monkeypatch.setattr(command, "_record_outputs", lambda *a: None)
+    assert command.handle(args()) == 0 and command.paths.node_states("lab").exists()
