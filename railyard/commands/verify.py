@@ -9,7 +9,8 @@ Exit status, the same with --json: 0 when everything read is as planned (with --
 every node is ready at the end and every finding was a node's the loop could act on), 1 on any
 finding (with --repair: a node left not ready, a faulty node a person or acceptance holds, a
 finding of no node), 2 when the stack cannot be verified at all (no such stack, a driver whose
-machines Railyard cannot read, no subnet to read, no scheduler to repair through).
+machines Railyard cannot read, no subnet to read, no scheduler to repair through, another repair
+run holding the cluster).
 """
 
 from __future__ import annotations
