@@ -97,29 +97,37 @@ def acquire(client: Client, name: str, who: str, now: Callable[[], float] = time
 
 @contextmanager
 def held(client: Client, name: str, who: str, *, every: float = DURATION_S / 3,
-         now: Callable[[], float] = time.time) -> Iterator[None]:
+         now: Callable[[], float] = time.time) -> Iterator[threading.Event]:
     """Hold the lease while the block runs, renewing it, and give it up after (the holder
-    cleared, so the next run need not wait for it to expire)."""
+    cleared, so the next run need not wait for it to expire). The block gets an event set once
+    the lease is no longer surely held: another holds it, or no renewal went through for
+    DURATION_S."""
     from railyard.kube_api import ApiError
 
     acquire(client, name, who, now)
-    stop = threading.Event()
+    stop, lost = threading.Event(), threading.Event()
 
     def renew() -> None:
+        renewed = now()
         while not stop.wait(every):
             try:
                 current = _read(client, _path(name)) or {}
                 if (current.get("spec") or {}).get("holderIdentity") != who:
-                    return  # lost (it expired and another took it): nothing of ours to renew
-                # A conflict (another write between the read and this one) is the next beat's.
-                _write(client, "PUT", _path(name), {**current, "spec": {**current["spec"], "renewTime": _micro(now())}})
+                    lost.set()  # it expired and another took it: nothing of ours to renew
+                    return
+                status, _ = _write(client, "PUT", _path(name),
+                                   {**current, "spec": {**current["spec"], "renewTime": _micro(now())}})
+                if status == 200:
+                    renewed = now()
             except (ApiError, KeyError, TypeError):
                 pass  # the next beat tries again; DURATION_S allows two misses
+            if now() - renewed >= DURATION_S:
+                lost.set()
 
     beat = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
     beat.start()
     try:
-        yield
+        yield lost
     finally:
         stop.set()
         beat.join()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import shlex
+import threading
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -71,6 +72,10 @@ class Scheduler(Protocol):
         run from another checkout is refused; RepairError naming the holder where one is."""
         ...
 
+    def lost(self) -> str | None:
+        """Why the hold is no longer sure (its session gone, its lease lapsed), or None."""
+        ...
+
 
 # slurmctld's node holds the lock: flock on a file of its /run (gone at a boot), kept while the
 # session's stdin brings a heartbeat at least every LOCK_SILENCE_S: a run that ends closes it, one
@@ -86,12 +91,16 @@ LEASE = "railyard-repair"
 
 
 def _hold_script(lock: str, silence: float = LOCK_SILENCE_S) -> str:
+    # timeout(1) is run once before the lock is taken: one that cannot run (another syntax) would
+    # end the beat loop at once, and let go of a lock its holder thinks it has.
+    at = shlex.quote(lock)
     return (f"for tool in flock timeout; do command -v $tool > /dev/null || {{ echo \"error: no $tool here\"; exit 1; }}; done; "
-            f"if ! (: >> {lock}) 2> /dev/null; then echo 'error: {lock} cannot be written'; exit 1; fi; "
-            f"exec 9>> {lock}; flock -n 9; rc=$?; "
-            f"case $rc in 0) printf '%s\\n' \"$1\" > {lock}; echo ours; "
+            f"timeout 5 true || {{ echo 'error: timeout 5 true failed'; exit 1; }}; "
+            f"if ! (: >> {at}) 2> /dev/null; then echo \"error: {lock} cannot be written\"; exit 1; fi; "
+            f"exec 9>> {at}; flock -n 9; rc=$?; "
+            f"case $rc in 0) printf '%s\\n' \"$1\" > {at}; echo ours; "
             f"while timeout {silence:g} sh -c 'read -r _'; do :; done;; "
-            f"1) echo \"theirs: $(cat {lock})\";; *) echo \"error: flock exited $rc\";; esac")
+            f"1) echo \"theirs: $(cat {at})\";; *) echo \"error: flock exited $rc\";; esac")
 
 
 def _refused_by(holder: str) -> RepairError:
@@ -109,6 +118,7 @@ class Slurm:
         self.controller, self.private_key, self.timeout, self.lock = controller, private_key, timeout, lock
         self.beat, self.silence = beat, silence
         self.slurm_user: str | None = None
+        self._held: Callable[[], bool] = lambda: True
 
     def _run(self, command: str) -> str:
         from railyard.remote.ssh import SshError, run
@@ -139,17 +149,25 @@ class Slurm:
 
         with ExitStack() as stack:
             try:
-                said = stack.enter_context(session(self.controller, ["sh", "-c", _hold_script(self.lock, self.silence), "hold", who],
+                kept = stack.enter_context(session(self.controller, ["sh", "-c", _hold_script(self.lock, self.silence), "hold", who],
                                                    private_key=self.private_key, timeout=self.timeout,
                                                    heartbeat=self.beat))
             except SshError as exc:
                 raise RepairError(f"Slurm's controller {self.controller.name}: {exc}") from None
+            said = kept.line
             if said.startswith("theirs:"):
                 raise _refused_by(said.removeprefix("theirs:").strip())
             if said != "ours":
                 raise RepairError(f"Slurm's controller {self.controller.name}: the repair lock {self.lock} was not "
                                   f"taken ({said or 'no answer'})")
-            yield
+            self._held = lambda: not kept.lost()
+            try:
+                yield
+            finally:
+                self._held = lambda: True
+
+    def lost(self) -> str | None:
+        return None if self._held() else f"the session holding {self.lock} on {self.controller.name} ended"
 
 
 class Kubernetes:
@@ -166,6 +184,7 @@ class Kubernetes:
         self.key = unhealthy_key(label_prefix)
         # Acceptance's cordon (the Kubernetes layer's) marks its nodes with this reason.
         self.acceptance = cordon_reason_key(label_prefix)
+        self._gone: threading.Event | None = None
 
     def read(self) -> dict[str, Held]:
         from railyard.kube_api import ApiError
@@ -241,12 +260,22 @@ class Kubernetes:
 
         with ExitStack() as stack:
             try:
-                stack.enter_context(kube_lease.held(self.client, LEASE, who))
+                gone = stack.enter_context(kube_lease.held(self.client, LEASE, who))
             except kube_lease.LeaseHeld as exc:
                 raise _refused_by(str(exc)) from None
             except (ApiError, OSError) as exc:
                 raise RepairError(f"Kubernetes API: {exc}") from None
-            yield
+            self._gone = gone
+            try:
+                yield
+            finally:
+                self._gone = None
+
+    def lost(self) -> str | None:
+        from railyard.kube_lease import NAMESPACE
+
+        gone = self._gone
+        return f"the Lease {NAMESPACE}/{LEASE} lapsed or was taken" if gone is not None and gone.is_set() else None
 
 
 class Schedulers:
@@ -284,6 +313,9 @@ class Schedulers:
                 stack.enter_context(p.hold(who))
             yield
 
+    def lost(self) -> str | None:
+        return next((why for p in self.parts if (why := p.lost())), None)
+
 
 @dataclass
 class Actions:
@@ -301,6 +333,14 @@ class Actions:
     progress: Callable[[str], None] = lambda line: None
     save: Callable[[Mapping[str, NodeState]], None] = lambda states: None
     """Records the states after each change, so a run that stops halfway loses nothing."""
+    lost: Callable[[], str | None] = lambda: None
+    """Why the run's hold on the cluster (Scheduler.hold) is no longer sure, or None: checked
+    before each drain and reset, which another run may be making now."""
+
+    def still_held(self) -> None:
+        why = self.lost()
+        if why:
+            raise RepairError(f"the repair's hold on the cluster was lost ({why}); the run stopped")
 
 
 @dataclass
@@ -399,6 +439,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 s[node] = s[node].reread(read_on(read, node, s[node]), again[node], part_of)
 
     def drain(node: str, again: str = "") -> None:
+        act.still_held()
         why = reason(findings[node][0])
         try:
             act.scheduler.drain(node, why)
@@ -435,6 +476,11 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 drain(node, "in service" if not h.out else "out in one scheduler only" if h.partly
                       else f"set down by Slurm until now ({h.reason})" if h.system
                       else f"held by slurmd's health check until now ({h.reason})")
+        for node in [n for n in queue if s[n].state == "drained" and s[n].tries >= MAX_TRIES and n not in out.left]:
+            # Its last reset could not be judged (what it was drained for was not read after it):
+            # still faulty now, and its resets are spent, so its jobs need not be waited for.
+            s[node] = after_check(s[node], findings[node], act.now())
+            note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({findings[node][0]})")
         drained = [n for n in queue if s[n].state == "drained" and n not in out.left]
         if not drained:
             break
@@ -458,12 +504,7 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
                 s[node] = s[node].to("failed", reason(f"not reset: {why_not}"), act.now(), findings[node][0])
                 note(f"{node}: failed, not reset ({why_not})")
                 continue
-            if s[node].tries >= MAX_TRIES:
-                # Its last reset could not be judged (what it was drained for was not read after
-                # it): still faulty now, and its resets are spent.
-                s[node] = after_check(s[node], findings[node], act.now())
-                note(f"{node}: failed after {MAX_TRIES} resets; left drained for a person ({findings[node][0]})")
-                continue
+            act.still_held()
             tries = s[node].tries + 1
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
             note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
@@ -630,7 +671,8 @@ def actions(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
         if not result.ok:
             raise RepairError("tuning after the reset failed: " + "; ".join(str(f) for f in result.failures[:3]))
 
-    return Actions(scheduler=scheduler, reset=reset, retune=retune, recheck=recheck, progress=progress)
+    return Actions(scheduler=scheduler, reset=reset, retune=retune, recheck=recheck, progress=progress,
+                   lost=scheduler.lost)
 
 
 def _gpu_reset(host: Target, gpus: list[str], private_key: str | None) -> str | None:

@@ -513,10 +513,11 @@ def cabling_from_lldp(plan: Plan, facts: Mapping[str, dict | str],
     if waiting:
         said.append(f"LLDP not heard yet on {', '.join(waiting)}: their lldpd started under {LISTENING_S} s ago, "
                     "so those rails are not judged")
-    # Read where a node's neighbours were (its waiting rails are said above), or where the switches'
-    # tables judged a cable: a table that could not be matched to the plan reads nothing.
-    # A node's own fabric is read where its own lldpd was, all its rails heard: a switch table
-    # read may be another leaf's.
+    # The fabric is read where a node's neighbours were (its waiting rails are said above), or where
+    # the switches' tables judged a cable: a table that could not be matched to the plan reads
+    # nothing. A node's own is read where its lldpd was and each of its rails was heard, by it or
+    # by the table that judged that rail's cable (verify_lldp settles those): a node whose lldpd
+    # could not be asked is not, since the table read may be another leaf's.
     unheard = sorted({*(n for n in read if n not in heard), *(hca.split(" ", 1)[0] for hca in waiting)})
     return out, "; ".join(said) or "cabling: no node read", bool(heard) or judged, unheard
 

@@ -173,13 +173,18 @@ def _messages(by_node: Mapping[str, list]) -> dict[str, list[str]]:
 
 def _read_on(report, nodes, parts, deep: bool) -> dict[str, list[str]]:
     """The parts a reading (a verify.Report) read on each of `nodes`: those asked, less those it
-    could not read at all or on the node; health's deep checks where it was --deep."""
+    could not read at all or on the node; health's deep checks where it was --deep; and any part
+    that found something on the node (a switch's LLDP table saw its cable where its own lldpd
+    could not be asked)."""
     from railyard import verify
 
+    found = _parts_of(report)
     out = {}
     for n in nodes:
         read = [p for p in parts if p not in report.unread and p not in report.unread_on.get(n, ())]
-        out[n] = read + [verify.DEEP] * (deep and "health" in read)
+        read += [verify.DEEP] * (deep and "health" in read)
+        out[n] = read + sorted({found[f.message] for f in report.findings
+                                if f.node == n and f.message in found and found[f.message] not in read})
     return out
 
 

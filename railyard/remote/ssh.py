@@ -15,6 +15,7 @@ import select
 import shlex
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -148,22 +149,36 @@ def run(target: Target, command: list[str] | str, *, private_key: str | None, in
         return Result(proc.returncode, proc.stdout, proc.stderr, host_key)
 
 
+@dataclass
+class Session:
+    """A command left running on a host (session()): the first line it printed, and whether it is
+    gone since (ssh exited, or its heartbeat could not be written)."""
+
+    line: str
+    proc: subprocess.Popen
+    broken: threading.Event
+
+    def lost(self) -> bool:
+        return self.broken.is_set() or self.proc.poll() is not None
+
+
 @contextmanager
 def session(target: Target, command: list[str] | str, *, private_key: str | None,
-            timeout: float = 30, heartbeat: float | None = None) -> Iterator[str]:
+            timeout: float = 30, heartbeat: float | None = None) -> Iterator[Session]:
     """Start `command` on the host and keep it running while the block runs, giving the block
     the first line it prints. The command is to read its stdin to its end: that end comes when
     the block leaves, or when this process dies and ssh's connection with it, so what the command
     holds (a lock) is never left held. heartbeat: seconds between the empty lines written to its
     stdin meanwhile, for a command that lets go when they stop (the network gone). Raises as run()
     does, and Unreachable where no line comes within `timeout` seconds."""
-    import threading
-
     with tempfile.TemporaryDirectory(prefix="railyard-ssh-") as d:
         argv, _ = _argv(target, d, private_key, command)
+        if heartbeat is not None:
+            # The host asked too: ssh ends where it stops answering, so lost() sees a network gone.
+            argv[1:1] = ["-o", f"ServerAliveInterval={max(1, round(heartbeat))}", "-o", "ServerAliveCountMax=3"]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        stdin, stop = proc.stdin, threading.Event()
+        stdin, stop, broken = proc.stdin, threading.Event(), threading.Event()
 
         def beat() -> None:
             while heartbeat is not None and not stop.wait(heartbeat):
@@ -171,6 +186,7 @@ def session(target: Target, command: list[str] | str, *, private_key: str | None
                     stdin.write(b"\n")
                     stdin.flush()
                 except (BrokenPipeError, ValueError, OSError):
+                    broken.set()
                     return
 
         beater = threading.Thread(target=beat, name=f"ssh-beat-{target.name}", daemon=True)
@@ -187,18 +203,19 @@ def session(target: Target, command: list[str] | str, *, private_key: str | None
             if not line and _waited(proc, 5) == 255:
                 raise _refused(target, proc.stderr.read().decode(errors="replace"))
             beater.start()
-            yield line.decode(errors="replace").strip()
+            yield Session(line.decode(errors="replace").strip(), proc, broken)
         finally:
             stop.set()
             if beater.is_alive():
+                beater.join(timeout=5)
+            if beater.is_alive():
+                proc.kill()  # ssh stopped reading: the write the beat is blocked in fails now
                 beater.join()
             try:
                 proc.stdin.close()
             except OSError:
                 pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            if _waited(proc, 10) is None:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()

@@ -998,7 +998,7 @@ def test_the_re_tune_after_a_reset_is_bounded_by_the_stacks_key_and_its_overrun_
 
     monkeypatch.setattr(runner, "stack_hosts", lambda *a: ([], {}))
     monkeypatch.setattr(runner, "run", hung)
-    act = repair_mod.actions(spec, plan, {}, None, {}, types.SimpleNamespace(), lambda nodes: {}, print)
+    act = repair_mod.actions(spec, plan, {}, None, {}, types.SimpleNamespace(lost=lambda: None), lambda nodes: {}, print)
     with pytest.raises(RepairError, match=r"did not finish in 3600 s \(railyard:health.retuneTimeout\)"):
         act.retune("gpu-1")
     assert asked["timeout"] == spec.health.retune_timeout_s == 3600 and asked["limit"] == "gpu-1"

@@ -9,6 +9,7 @@ import copy
 import os
 import stat
 import threading
+import types
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_the_controllers_lock_outlives_no_silent_holder_and_a_beating_one_keeps_
 
     lock = str(fake_ssh / "railyard-repair.lock")
     controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
-    silent = subprocess.Popen(["sh", "-c", _hold_script(lock, silence=1), "hold", "a sleeping laptop"],
+    silent = subprocess.Popen(["sh", "-c", _hold_script(lock, silence=2), "hold", "a sleeping laptop"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert silent.stdout.readline().strip() == "ours"
@@ -141,8 +142,8 @@ def test_the_controllers_lock_outlives_no_silent_holder_and_a_beating_one_keeps_
     finally:
         silent.kill()
         silent.wait()
-    with Slurm(controller, "KEY", lock=lock, beat=0.2, silence=1).hold("run B"):
-        time.sleep(2.5)
+    with Slurm(controller, "KEY", lock=lock, beat=0.1, silence=1.5).hold("run B"):
+        time.sleep(3.5)
         with pytest.raises(RepairError, match=r"\(run B\)"):
             with Slurm(controller, "KEY", lock=lock).hold("run C"):
                 pass
@@ -154,3 +155,36 @@ def test_a_lock_that_cannot_be_taken_is_said_so_not_taken_for_another_runs(fake_
                                           r"/nonexistent/dir/x.lock cannot be written\)"):
         with Slurm(controller, "KEY", lock="/nonexistent/dir/x.lock").hold("run A"):
             pass
+
+
+def test_a_hold_that_is_lost_is_seen_by_the_session_and_the_lease_and_stops_the_loop(fake_ssh):
+    import time
+
+    from railyard.remote.ssh import session
+    from railyard.repair import Actions, repair
+
+    controller = Target("gpu-0", "10.0.0.1", host_keys=("ssh-ed25519 AAAA",))
+    with session(controller, "echo ours; exec sleep 30", private_key="KEY", heartbeat=0.1) as kept:
+        assert kept.line == "ours" and not kept.lost()
+        kept.proc.kill()
+        kept.proc.wait()
+        assert kept.lost()
+
+    api = FakeLeases()
+    with kube_lease.held(api, "railyard-repair", "run A", every=0.05) as gone:
+        assert not gone.is_set()
+        api.leases["railyard-repair"]["spec"]["holderIdentity"] = "run B"  # it lapsed, and B took it
+        deadline = time.monotonic() + 5
+        while not gone.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone.is_set()
+
+    # The loop: before its first drain, a lost hold stops the run with nothing done.
+    log = []
+    act = Actions(scheduler=types.SimpleNamespace(read=dict, drain=lambda n, w: log.append(n), resume=None),
+                  reset=lambda n: log.append(n), retune=lambda n: None, recheck=lambda ns: {n: ["x"] for n in ns},
+                  lost=lambda: "the session holding /run/railyard-repair.lock on gpu-0 ended")
+    with pytest.raises(RepairError, match=r"the repair's hold on the cluster was lost \(the session holding"):
+        repair({}, {"gpu-1": ["gpu-1: GPU2 missing"]}, ["gpu-1"], {"gpu": ["gpu-1"]}, {"gpu": 1}, act,
+               drain_timeout=0)
+    assert log == []
