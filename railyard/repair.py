@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from railyard.kube_api import Client as KubeClient
     from railyard.model.plan import Plan
     from railyard.model.spec.types import Spec
-    from railyard.remote.ssh import Target
+    from railyard.remote.ssh import Session, Target
 
 POLL_S = 2.0
 NO_SCHEDULER = ("the repair loop takes nodes out of Slurm or Kubernetes, and the stack has neither "
@@ -118,7 +118,7 @@ class Slurm:
         self.controller, self.private_key, self.timeout, self.lock = controller, private_key, timeout, lock
         self.beat, self.silence = beat, silence
         self.slurm_user: str | None = None
-        self._held: Callable[[], bool] = lambda: True
+        self._kept: Session | None = None
 
     def _run(self, command: str) -> str:
         from railyard.remote.ssh import SshError, run
@@ -160,14 +160,15 @@ class Slurm:
             if said != "ours":
                 raise RepairError(f"Slurm's controller {self.controller.name}: the repair lock {self.lock} was not "
                                   f"taken ({said or 'no answer'})")
-            self._held = lambda: not kept.lost()
+            self._kept = kept
             try:
                 yield
             finally:
-                self._held = lambda: True
+                self._kept = None
 
     def lost(self) -> str | None:
-        return None if self._held() else f"the session holding {self.lock} on {self.controller.name} ended"
+        kept = self._kept
+        return f"the session holding {self.lock} on {self.controller.name} ended" if kept and kept.lost() else None
 
 
 class Kubernetes:
@@ -508,19 +509,20 @@ def repair(states: Mapping[str, NodeState], findings: Mapping[str, list[str]], n
             tries = s[node].tries + 1
             s[node] = s[node].to("repairing", f"reset {tries} of {MAX_TRIES}", act.now(), tries=tries)
             note(f"{node}: resetting (try {tries} of {MAX_TRIES})")
-            unread: tuple[str, ...] = ()
+            reread = True
             try:
                 how = act.reset(node)
                 if how:
                     note(f"{node}: {how}")
                 act.retune(node)
                 found = act.recheck([node]).get(node) or []
-                unread = s[node].unread(read_on(read, node, s[node]))
             except Abort:
                 raise
             except Exception as exc:  # a reset or re-tune that failed is a finding of the node's
-                found = [f"{node}: reset failed: {exc}"]
-            s[node] = s[node].reread(read_on(read, node, s[node]), found, part_of)
+                found, reread = [f"{node}: reset failed: {exc}"], False
+            parts = read_on(read, node, s[node])
+            unread = s[node].unread(parts) if reread else ()
+            s[node] = s[node].reread(parts, found, part_of)
             if unread:
                 # What it was drained for could not be read after the reset (its lldpd not heard
                 # yet): not judged mended or faulty, its reset counted; the next run reads it.

@@ -417,9 +417,8 @@ def collect(spec: Spec, plan: Plan, hosts: Mapping[str, Target], private_key: st
             found, notes = found + pairs, notes + pair_notes
         # An unreachable node is reported once, by the hardware part, where both ran.
         seen = {(f.kind, f.node) for f in report.findings}
-        found = [f for f in found if (f.kind, f.node) not in seen]
-        report.findings += _of("health", (f for f in found if not (deep and f.kind in DEEP_KINDS)))
-        report.findings += _of(DEEP, (f for f in found if deep and f.kind in DEEP_KINDS))
+        report.findings += [replace(f, part=DEEP if deep and f.kind in DEEP_KINDS else "health")
+                            for f in found if (f.kind, f.node) not in seen]
         report.notes += notes
         if not ran and not report.pairs_run:
             report.unread["health"] = "; ".join(notes)

@@ -178,13 +178,15 @@ def _read_on(report, nodes, parts, deep: bool) -> dict[str, list[str]]:
     could not be asked)."""
     from railyard import verify
 
-    found = _parts_of(report)
+    found: dict[str, set[str]] = {}
+    for f in report.findings:
+        if f.kind != verify.UNREACHABLE:
+            found.setdefault(f.node, set()).add(f.part)
     out = {}
     for n in nodes:
         read = [p for p in parts if p not in report.unread and p not in report.unread_on.get(n, ())]
         read += [verify.DEEP] * (deep and "health" in read)
-        out[n] = read + sorted({found[f.message] for f in report.findings
-                                if f.node == n and f.message in found and found[f.message] not in read})
+        out[n] = read + sorted(found.get(n, set()) - set(read))
     return out
 
 
